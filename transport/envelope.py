@@ -1,0 +1,237 @@
+"""The actor ``Envelope`` and ``Handle`` (DMS ``actor/interface.go``, ``msg.go``, ``security.go``).
+
+A DMS receiver decodes the JSON into Go structs, re-marshals them and checks the sender's
+signature over ``"dms:msg:" + json.Marshal(envelope without sig)``. We therefore sign the Go
+marshalling of our own structs, and verify a received envelope the same way the DMS does
+(decode, re-encode canonically, check expiry, then the signature), so our verdict on any bytes
+equals a DMS's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from dmsgw.clock import Clock, system_clock
+from dmsgw.errors import DmsgwError
+from dmsgw.keys.crypto import KeyFormatError, KeyType, PrivKey, PubKey
+from dmsgw.keys.did import DID, DIDError
+from dmsgw.keys.id import ID, ID_TYPE
+from dmsgw.keys.peer import PeerIDError, peer_id_from_public_key, public_key_from_peer_id
+from dmsgw.transport.gojson import (
+    BYTES,
+    STRING,
+    UINT64,
+    GoDecodeError,
+    GoStruct,
+    StructOf,
+    decode_any,
+    encode_any,
+    go_field,
+    marshal,
+)
+
+SIGNATURE_PREFIX = b"dms:msg:"
+DEFAULT_MESSAGE_TIMEOUT_NS = 30 * 1_000_000_000
+ROOT_INBOX = "root"
+
+
+class EnvelopeError(DmsgwError):
+    """An envelope a DMS would drop; the message is the DMS's own error text."""
+
+
+class MessageExpiredError(EnvelopeError):
+    def __init__(self) -> None:
+        super().__init__("message expired")
+
+
+class SignatureVerificationError(EnvelopeError):
+    def __init__(self) -> None:
+        super().__init__("signature verification failed")
+
+
+class BadSenderError(EnvelopeError):
+    """Only the key behind ``from.id`` may sign an envelope."""
+
+    def __init__(self) -> None:
+        super().__init__("bad sender")
+
+
+class HandleError(DmsgwError):
+    """A peer ID, DID or handle JSON that does not name an actor."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Address(GoStruct):
+    """Where an actor lives: the libp2p host (peer ID) and the inbox on it."""
+
+    host: str = go_field("host", STRING, omitempty=True, default="")
+    inbox: str = go_field("inbox", STRING, omitempty=True, default="")
+
+    def empty(self) -> bool:
+        return not self.host and not self.inbox
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Handle(GoStruct):
+    """An actor's identity (``id``), the DID it acts for, and its address."""
+
+    id: ID = go_field("id", ID_TYPE, default=ID())
+    did: DID = go_field("did", StructOf(DID), default=DID())
+    addr: Address = go_field("addr", StructOf(Address), default=Address())
+
+    def empty(self) -> bool:
+        return self.id.empty() and self.did.empty() and self.addr.empty()
+
+    @classmethod
+    def from_public_key(cls, key: PubKey, inbox: str = ROOT_INBOX) -> Handle:
+        """The canonical root handle of the DMS node that owns ``key``."""
+        return cls(
+            ID.from_public_key(key),
+            DID.from_public_key(key),
+            Address(peer_id_from_public_key(key), inbox),
+        )
+
+    @classmethod
+    def from_peer_id(cls, peer_id: str) -> Handle:
+        """``actor.HandleFromPeerID``: the root handle behind an identity peer ID."""
+        try:
+            return cls.from_public_key(public_key_from_peer_id(peer_id))
+        except (PeerIDError, KeyFormatError) as exc:
+            raise HandleError(f"no actor handle for peer ID {peer_id!r}: {exc}") from None
+
+    @classmethod
+    def from_did(cls, did: str) -> Handle:
+        """``actor.HandleFromDID``: the root handle of the node whose key the DID names."""
+        try:
+            key = DID(did).public_key()
+        except DIDError as exc:
+            raise HandleError(f"no actor handle for DID {did!r}: {exc}") from None
+        if key.type not in (KeyType.Ed25519, KeyType.Secp256k1):
+            raise HandleError(f"{did!r}: actors only use Ed25519 or secp256k1 keys")
+        return cls.from_public_key(key)
+
+    @classmethod
+    def parse(cls, text: str) -> Handle:
+        """A peer ID, a DID, or handle JSON, as the DMS CLI's ``--dest`` accepts."""
+        text = text.strip()
+        if text.startswith("{"):
+            try:
+                return cls.from_json(text)
+            except GoDecodeError as exc:
+                raise HandleError(f"handle JSON is not valid: {exc}") from None
+        if text.startswith("did:"):
+            return cls.from_did(text)
+        return cls.from_peer_id(text)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EnvelopeOptions(GoStruct):
+    """Expiry (Unix ns), reply-to behavior, and broadcast topic."""
+
+    exp: int = go_field("exp", UINT64, default=0)
+    cont: str = go_field("cont", STRING, omitempty=True, default="")
+    topic: str = go_field("topic", STRING, omitempty=True, default="")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Envelope(GoStruct):
+    """One actor message. ``msg`` and ``cap`` are opaque bytes to the envelope signature."""
+
+    to: Handle = go_field("to", StructOf(Handle), default=Handle())
+    be: str = go_field("be", STRING, default="")
+    from_: Handle = go_field("from", StructOf(Handle), default=Handle())
+    nonce: int = go_field("nonce", UINT64, default=0)
+    opt: EnvelopeOptions = go_field("opt", StructOf(EnvelopeOptions), default=EnvelopeOptions())
+    msg: bytes | None = go_field("msg", BYTES, default=b"")
+    cap: bytes | None = go_field("cap", BYTES, omitempty=True, default=None)
+    sig: bytes | None = go_field("sig", BYTES, omitempty=True, default=None)
+
+    def signature_data(self) -> bytes:
+        return SIGNATURE_PREFIX + marshal(dataclasses.replace(self, sig=None))
+
+    def expired(self, now_ns: int) -> bool:
+        return now_ns > self.opt.exp
+
+    def is_broadcast(self) -> bool:
+        return self.to.empty() and bool(self.opt.topic)
+
+    def payload(self) -> Any:
+        """The JSON payload as plain Python values (``None`` for an empty ``msg``)."""
+        return decode_any(self.msg) if self.msg else None
+
+
+def encode_payload(payload: Any) -> bytes:
+    """``actor.Message``'s payload rule: nil is ``[]byte{}``, anything else Go JSON."""
+    if payload is None:
+        return b""
+    if isinstance(payload, (bytes, bytearray)):
+        return bytes(payload)  # already JSON: sent verbatim (msg is opaque to the signature)
+    if isinstance(payload, GoStruct):
+        return marshal(payload)
+    return encode_any(payload)
+
+
+def message(
+    src: Handle,
+    dest: Handle,
+    behavior: str,
+    payload: Any = None,
+    *,
+    expire: int | None = None,
+    reply_to: str = "",
+    topic: str = "",
+    nonce: int = 0,
+    clock: Clock = system_clock,
+) -> Envelope:
+    """``actor.Message``: an unsigned envelope expiring in 30 s unless told otherwise."""
+    exp = expire if expire is not None else clock() + DEFAULT_MESSAGE_TIMEOUT_NS
+    return Envelope(
+        to=dest,
+        be=behavior,
+        from_=src,
+        nonce=nonce,
+        opt=EnvelopeOptions(exp, reply_to, topic),
+        msg=encode_payload(payload),
+    )
+
+
+def reply_to(request: Envelope, payload: Any = None) -> Envelope:
+    """``actor.ReplyTo``: swap the handles, address the request's ``cont``, keep its expiry."""
+    if not request.opt.cont:
+        raise EnvelopeError("no behavior to reply to: invalid message")
+    return message(request.to, request.from_, request.opt.cont, payload, expire=request.opt.exp)
+
+
+def sign(envelope: Envelope, key: PrivKey) -> Envelope:
+    """``BasicSecurityContext.Sign``: the signer must be the actor named by ``from.id``."""
+    if envelope.from_.id != ID.from_public_key(key.public_key()):
+        raise BadSenderError()
+    return dataclasses.replace(envelope, sig=key.sign(envelope.signature_data()))
+
+
+def verify(envelope: Envelope, now_ns: int) -> None:
+    """``BasicSecurityContext.Verify``: expiry first, then the signature of ``from.id``."""
+    if envelope.expired(now_ns):
+        raise MessageExpiredError()
+    try:
+        pub = envelope.from_.id.public_key_obj()
+    except KeyFormatError as exc:
+        raise EnvelopeError(f"public key from id: {exc}") from None
+    if not pub.verify(envelope.signature_data(), envelope.sig or b""):
+        raise SignatureVerificationError()
+
+
+def decode(data: bytes | str) -> Envelope:
+    """``json.Unmarshal`` into an ``Envelope``, with the DMS's error wording."""
+    try:
+        return Envelope.from_json(data)
+    except GoDecodeError as exc:
+        raise EnvelopeError(f"unmarshal: {exc}") from None
+
+
+def receive(data: bytes | str, now_ns: int) -> Envelope:
+    """What a DMS does with bytes arriving for an actor before dispatching them."""
+    envelope = decode(data)
+    verify(envelope, now_ns)
+    return envelope
