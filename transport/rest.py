@@ -1,0 +1,192 @@
+"""The DMS local REST API (``/api/v1/actor/...``) as a transport of signed envelopes.
+
+The REST API carries envelopes and nothing else: it does no authorization of its own, and an
+envelope the DMS refuses (bad signature, missing capability, expired) is dropped silently, so
+``/actor/invoke`` answers 408 when the envelope expires. :class:`DMSTimeoutError` says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Protocol
+
+import aiohttp
+
+from dmsgw.errors import DmsgwError
+from dmsgw.transport import envelope as env
+from dmsgw.transport.envelope import Envelope, Handle
+from dmsgw.transport.gojson import GoDecodeError, marshal
+
+DEFAULT_URL = "http://127.0.0.1:9999"
+API_PREFIX = "/api/v1/actor"
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class TransportError(DmsgwError):
+    """The DMS could not be reached or answered something that is not the DMS API."""
+
+
+class DMSTimeoutError(TransportError):
+    """HTTP 408: no reply before the envelope expired — which is also how a DMS answers an
+    envelope it refused (it drops those silently)."""
+
+    def __init__(self, behavior: str) -> None:
+        super().__init__(
+            f"{behavior}: no reply before the message expired (HTTP 408). The DMS also answers "
+            "this way when it silently drops a message it does not accept: run the preflight "
+            "(`dmsgw cap check`, or Node.preflight) to see whether it would accept it"
+        )
+        self.behavior = behavior
+
+
+class DMSRequestError(TransportError):
+    """HTTP 400 or 500 from the DMS API, with its ``error`` text."""
+
+    def __init__(self, behavior: str, status: int, message: str) -> None:
+        super().__init__(f"{behavior}: the DMS answered HTTP {status}: {message}")
+        self.behavior = behavior
+        self.status = status
+
+
+class Transport(Protocol):
+    """What the client needs from a DMS connection (REST, or in-memory in tests)."""
+
+    async def handle(self, *, refresh: bool = False) -> Handle: ...
+
+    async def invoke(self, envelope: Envelope) -> Envelope: ...
+
+    async def send(self, envelope: Envelope) -> None: ...
+
+    async def broadcast(self, envelope: Envelope) -> list[Envelope]: ...
+
+    async def close(self) -> None: ...
+
+
+class RestTransport:
+    """One aiohttp session (connections reused) with at most ``max_concurrency`` requests in
+    flight; the DMS root handle is fetched once and refreshed on demand."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        max_concurrency: int = 64,
+        connect_timeout_s: float = 10.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._owns_session = session is None
+        self._session = session
+        self._connect_timeout_s = connect_timeout_s
+        self._max_concurrency = max_concurrency
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._handle: Handle | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_concurrency)
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+            self._owns_session = True
+        return self._session
+
+    async def close(self) -> None:
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+
+    async def __aenter__(self) -> RestTransport:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def handle(self, *, refresh: bool = False) -> Handle:
+        """The DMS root actor's handle (``GET /actor/handle``)."""
+        if self._handle is None or refresh:
+            status, body = await self._request("GET", "/handle", None, "GET /actor/handle")
+            if status != 200:
+                raise DMSRequestError("GET /actor/handle", status, _error_text(body))
+            try:
+                self._handle = Handle.from_json(body)
+            except GoDecodeError as exc:
+                raise TransportError(
+                    f"{self.base_url} did not answer a DMS handle: {exc}"
+                ) from None
+        return self._handle
+
+    async def invoke(self, envelope: Envelope) -> Envelope:
+        """``POST /actor/invoke``: the DMS forwards the envelope and returns the first reply."""
+        status, body = await self._request("POST", "/invoke", envelope, envelope.be)
+        self._check(status, body, envelope.be)
+        return _decode_reply(body, envelope.be)
+
+    async def send(self, envelope: Envelope) -> None:
+        """``POST /actor/send``: fire and forget."""
+        status, body = await self._request("POST", "/send", envelope, envelope.be)
+        self._check(status, body, envelope.be)
+
+    async def broadcast(self, envelope: Envelope) -> list[Envelope]:
+        """``POST /actor/broadcast``: every reply that arrived before the envelope expired."""
+        status, body = await self._request("POST", "/broadcast", envelope, envelope.be)
+        self._check(status, body, envelope.be)
+        try:
+            items = json.loads(body) if body else None
+        except ValueError:
+            raise TransportError(f"{envelope.be}: broadcast replies are not JSON") from None
+        if items is None:
+            return []  # Go marshals an empty reply list as null
+        if not isinstance(items, list):
+            raise TransportError(f"{envelope.be}: broadcast replies are not a JSON list")
+        return [_decode_reply(json.dumps(item).encode(), envelope.be) for item in items]
+
+    def _check(self, status: int, body: bytes, behavior: str) -> None:
+        if status == 200:
+            return
+        if status == 408:
+            raise DMSTimeoutError(behavior)
+        raise DMSRequestError(behavior, status, _error_text(body))
+
+    async def _request(
+        self, method: str, path: str, envelope: Envelope | None, what: str
+    ) -> tuple[int, bytes]:
+        url = self.base_url + API_PREFIX + path
+        data = marshal(envelope) if envelope is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else None
+        async with self._slots:
+            try:
+                async with self._client().request(method, url, data=data, headers=headers) as resp:
+                    body = await resp.content.read(MAX_RESPONSE_BYTES + 1)
+                    if len(body) > MAX_RESPONSE_BYTES:
+                        raise TransportError(
+                            f"{what}: reply larger than {MAX_RESPONSE_BYTES} bytes"
+                        )
+                    return resp.status, body
+            except aiohttp.ClientError as exc:
+                raise TransportError(
+                    f"{what}: cannot reach the DMS at {self.base_url}: {exc}"
+                ) from None
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        parsed: Any = json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")[:500] or "(empty body)"
+    if isinstance(parsed, Mapping) and isinstance(parsed.get("error"), str):
+        return str(parsed["error"])
+    return body.decode("utf-8", "replace")[:500]
+
+
+def _decode_reply(body: bytes, behavior: str) -> Envelope:
+    try:
+        return env.decode(body)
+    except env.EnvelopeError as exc:
+        raise TransportError(f"{behavior}: the reply is not an envelope: {exc}") from None
