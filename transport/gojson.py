@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import dataclasses
+import functools
 import json
 import math
 import re
+import struct
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any, ClassVar, TypeVar
 
 from dmsgw.errors import DmsgwError
@@ -28,6 +32,7 @@ __all__ = [
     "ANY",
     "BOOL",
     "BYTES",
+    "FLOAT32",
     "FLOAT64",
     "INT64",
     "STRING",
@@ -43,6 +48,9 @@ __all__ = [
     "StructOf",
     "decode_any",
     "encode_any",
+    "encode_string",
+    "format_float32",
+    "format_float64",
     "go_field",
     "marshal",
     "unmarshal",
@@ -86,27 +94,148 @@ def encode_string(s: str) -> str:
     return quoted
 
 
-def format_float64(f: float) -> str:
-    """``strconv.AppendFloat(f, 'f' or 'e', -1, 64)`` as ``encoding/json`` chooses them."""
-    if math.isnan(f) or math.isinf(f):
-        raise GoEncodeError(f"json: unsupported value: {f!r}")
+# --- numbers -------------------------------------------------------------------------------
+
+_F32 = struct.Struct("<f")
+_U32 = struct.Struct("<I")
+_F64 = struct.Struct("<d")
+_U64 = struct.Struct("<Q")
+_F32_MAX = float.fromhex("0x1.fffffep+127")
+# Halfway between the largest float32 and 2**128: from here on a value rounds to infinity.
+_F32_OVERFLOW_MIDPOINT = 2.0**128 - 2.0**103
+
+
+def _go_unsupported_float(f: float) -> GoEncodeError:
+    """Go's ``UnsupportedValueError`` (``strconv.FormatFloat(f, 'g', -1, 64)`` names the value)."""
+    name = "NaN" if math.isnan(f) else ("+Inf" if f > 0 else "-Inf")
+    return GoEncodeError(f"json: unsupported value: {name}")
+
+
+def _to_float32(f: float) -> float:
+    """``float32(f)``: the nearest float32 (ties to even); +-Inf past the float32 range."""
+    try:
+        return float(_F32.unpack(_F32.pack(f))[0])
+    except OverflowError:
+        return math.copysign(math.inf, f)
+
+
+def _float32_step(f: float, up: bool) -> float:
+    """The float32 adjacent to the finite float32 ``f``, above it when ``up``."""
     if f == 0:
-        return "-0" if math.copysign(1.0, f) < 0 else "0"
-    shortest = repr(f)  # the shortest round-tripping digits, as Go's -1 precision
-    mantissa, _, exponent = shortest.partition("e")
-    exp = int(exponent) if exponent else 0
-    a = abs(f)
-    if a < 1e-6 or a >= 1e21:
-        # Go: %e with the shortest digits, exponent at least two digits ("1e-07", "1e+21").
-        digits, point = _digits_and_point(mantissa, exp)
+        tiny = 2.0**-149
+        return tiny if up else -tiny
+    (bits,) = _U32.unpack(_F32.pack(f))
+    bits += 1 if (f > 0) == up else -1
+    return float(_F32.unpack(_U32.pack(bits))[0])
+
+
+def _parse_float32(text: str) -> float:
+    """``strconv.ParseFloat(text, 32)``: the float32 nearest the decimal ``text`` (ties to even).
+
+    Rounding through a float64 first is exact except when the float64 lands exactly on the
+    midpoint of two float32 values; that case is settled with exact rational arithmetic.
+    Returns +-Inf when the value is out of the float32 range (Go: ``ErrRange``).
+    """
+    d = float(text)
+    if math.isinf(d) or d == 0:
+        return d
+    a = abs(d)
+    c = _to_float32(a)
+    if c == a:
+        return math.copysign(c, d)
+    if math.isinf(c):
+        low, high = _F32_MAX, math.inf
+    elif c < a:
+        low, high = c, _float32_step(c, up=True)
+    else:
+        low, high = _float32_step(c, up=False), c
+    mid = _F32_OVERFLOW_MIDPOINT if math.isinf(high) else (low + high) / 2
+    if a != mid:
+        return math.copysign(c, d)
+    exact, half = abs(Fraction(text)), Fraction(mid)
+    if exact != half:
+        nearest = low if exact < half else high
+    else:  # a true tie: to the even mantissa (the largest float32 is odd, so on to Inf)
+        nearest = high if math.isinf(high) or _U32.unpack(_F32.pack(low))[0] % 2 else low
+    return math.copysign(nearest, d)
+
+
+def _shortest_decimal(f: float, bits: int) -> tuple[str, int]:
+    """The shortest decimal reading back as the ``bits``-wide float ``f`` (Go's ``-1`` precision).
+
+    Among the shortest candidates the one nearest ``f`` is taken (ties to an even last digit), as
+    by Go's ``strconv`` (``roundShortest``/Ryu). Returns ``(digits, point)``: the value is
+    ``0.digits * 10**point``. ``f`` must be finite, non-zero and exact in ``bits``.
+    """
+    if bits == 32:
+        (raw,) = _U32.unpack(_F32.pack(abs(f)))
+        mantbits, bias = 23, 127
+    else:
+        (raw,) = _U64.unpack(_F64.pack(abs(f)))
+        mantbits, bias = 52, 1023
+    biased = raw >> mantbits
+    mant = raw & ((1 << mantbits) - 1)
+    if biased == 0:
+        exp2 = 1 - bias - mantbits
+    else:
+        mant |= 1 << mantbits
+        exp2 = biased - bias - mantbits
+    two = Fraction(2)
+    x = mant * two**exp2
+    half_up = two ** (exp2 - 1)
+    # Below a power of two the next float down is half as far away.
+    half_down = two ** (exp2 - 2) if mant == 1 << mantbits and biased > 1 else half_up
+    low, high = x - half_down, x + half_up
+    inclusive = mant % 2 == 0  # round-half-even reads the bounds back as x itself
+
+    ten = Fraction(10)
+    exp10 = math.floor(math.log10(abs(f)))
+    while ten**exp10 > x:
+        exp10 -= 1
+    while ten ** (exp10 + 1) <= x:
+        exp10 += 1
+    for ndigits in range(1, 40):
+        scale = ten ** (exp10 - ndigits + 1)
+        t = math.floor(x / scale)
+        down, up = t * scale, (t + 1) * scale
+        ok_down = down > low or (inclusive and down == low)
+        ok_up = up < high or (inclusive and up == high)
+        if ok_down and ok_up:
+            gap_down, gap_up = x - down, up - x
+            n = t if gap_down < gap_up or (gap_down == gap_up and t % 2 == 0) else t + 1
+        elif ok_down:
+            n = t
+        elif ok_up:
+            n = t + 1
+        else:
+            continue
+        text = str(n)
+        return text.rstrip("0"), len(text) + exp10 - ndigits + 1
+    raise AssertionError("unreachable: the exact decimal always reads back")  # pragma: no cover
+
+
+def _repr_digits(f: float) -> tuple[str, int]:
+    """``(digits, point)`` of Python's shortest repr (the same digits as Go's for float64)."""
+    mantissa, _, exponent = repr(abs(f)).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    all_digits = whole + frac
+    stripped = all_digits.lstrip("0")
+    point = len(whole) + (int(exponent) if exponent else 0) - (len(all_digits) - len(stripped))
+    return stripped.rstrip("0") or "0", point
+
+
+def _format_json_float(negative: bool, digits: str, point: int, exponent_form: bool) -> str:
+    """``strconv.AppendFloat(.., 'e' or 'f', -1, ..)`` plus ``encoding/json``'s exponent cleanup."""
+    sign = "-" if negative else ""
+    if exponent_form:
         lead = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
         e = point - 1
-        sign = "-" if f < 0 else ""
-        return f"{sign}{lead}e{'-' if e < 0 else '+'}{abs(e):02d}"
-    if not exponent:
-        return mantissa[:-2] if mantissa.endswith(".0") else mantissa
-    digits, point = _digits_and_point(mantissa, exp)
-    sign = "-" if f < 0 else ""
+        # %e writes at least two exponent digits ("1e-07", "1e+21"); encoding/json then
+        # rewrites "e-0X" as "e-X" (the floatEncoder's "clean up e-09 to e-9").
+        exp = f"{abs(e):02d}"
+        if e < 0 and len(exp) == 2 and exp[0] == "0":
+            exp = exp[1]
+        return f"{sign}{lead}e{'-' if e < 0 else '+'}{exp}"
     if point <= 0:
         return f"{sign}0.{'0' * -point}{digits}"
     if point >= len(digits):
@@ -114,21 +243,56 @@ def format_float64(f: float) -> str:
     return f"{sign}{digits[:point]}.{digits[point:]}"
 
 
-def _digits_and_point(mantissa: str, exp: int) -> tuple[str, int]:
-    """Split a repr mantissa into significant digits and the decimal point position."""
-    m = mantissa.lstrip("-")
-    whole, _, frac = m.partition(".")
-    digits = (whole + frac).lstrip("0")
-    point = len(whole) + exp - (len(whole + frac) - len((whole + frac).lstrip("0")))
-    digits = digits.rstrip("0") or "0"
-    return digits, point
+def format_float64(f: float) -> str:
+    """A ``float64`` as ``encoding/json`` writes it (Go's ``floatEncoder(64)``).
+
+    ``strconv.FormatFloat(f, 'f', -1, 64)`` for ``1e-6 <= |f| < 1e21`` (and zero, keeping the
+    sign of ``-0``), else the ``'e'`` form with a two-digit exponent cleaned up from ``e-07`` to
+    ``e-7``: ``1e+21``, ``1e-7``, ``1.5e+300``, ``5e-324``. NaN and +-Inf are
+    :class:`GoEncodeError` (``json: unsupported value: NaN``), as in Go.
+    """
+    if math.isnan(f) or math.isinf(f):
+        raise _go_unsupported_float(f)
+    if f == 0:
+        return "-0" if math.copysign(1.0, f) < 0 else "0"
+    a = abs(f)
+    digits, point = _repr_digits(f)
+    return _format_json_float(f < 0, digits, point, a < 1e-6 or a >= 1e21)
+
+
+_F32_E_LOW = _parse_float32("1e-6")  # float32(1e-6): Go compares in float32 for float32 values
+_F32_E_HIGH = _parse_float32("1e21")
+
+
+def format_float32(f: float) -> str:
+    """A Go ``float32`` as ``encoding/json`` writes it (Go's ``floatEncoder(32)``).
+
+    ``f`` is first rounded to float32, as storing it in a Go ``float32`` field would; the digits
+    are then the shortest that read back as that float32 (``float32(0.1)`` -> ``0.1``, while
+    :func:`format_float64` of the same value gives ``0.10000000149011612``).
+    """
+    if math.isnan(f) or math.isinf(f):
+        raise _go_unsupported_float(f)
+    v = _to_float32(f)
+    if math.isinf(v):
+        raise _go_unsupported_float(v)
+    if v == 0:
+        return "-0" if math.copysign(1.0, v) < 0 else "0"
+    a = abs(v)
+    digits, point = _shortest_decimal(v, 32)
+    return _format_json_float(v < 0, digits, point, a < _F32_E_LOW or a >= _F32_E_HIGH)
 
 
 # --- types ---------------------------------------------------------------------------------
 
 
 class GoNumber(str):
-    """A JSON number literal with a fraction or exponent, kept as text (Go's ``json.Number``)."""
+    """A JSON number literal kept as text (Go's ``json.Number``).
+
+    Used for literals with a fraction or exponent, and for the integer literals Python's ``int``
+    cannot stand for exactly as Go reads them: ``-0`` (a float ``-0`` in Go) and integers too
+    long for Python's default int-conversion limit.
+    """
 
 
 class DecodeContext:
@@ -158,9 +322,14 @@ def _json_kind(raw: Any) -> str:
         return f"number {raw}"
     if isinstance(raw, str):
         return "string"
-    if isinstance(raw, list):
+    if _is_array(raw):
         return "array"
     return "object"
+
+
+def _is_array(raw: Any) -> bool:
+    """A decoded JSON array (objects are decoded as :class:`_Pairs`, a list subclass)."""
+    return isinstance(raw, list) and not isinstance(raw, _Pairs)
 
 
 class GoType:
@@ -245,6 +414,8 @@ class _Integer(GoType):
             return current
         if isinstance(raw, int) and not isinstance(raw, bool) and self.low <= raw <= self.high:
             return raw
+        if raw == "-0" and isinstance(raw, GoNumber) and self.low < 0:
+            return 0  # strconv.ParseInt accepts "-0"; ParseUint does not
         raise ctx.type_error(_json_kind(raw), self.go_name)
 
     def zero(self) -> Any:
@@ -257,7 +428,11 @@ class _Float64(GoType):
     def encode(self, value: Any, out: list[str]) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise GoEncodeError(f"expected a number, got {value!r}")
-        out.append(format_float64(float(value)))
+        try:
+            f = float(value)
+        except OverflowError:
+            raise _go_unsupported_float(math.copysign(math.inf, value)) from None
+        out.append(format_float64(f))
 
     def is_empty(self, value: Any) -> bool:
         return bool(value == 0)
@@ -266,8 +441,48 @@ class _Float64(GoType):
         if raw is None:
             return current
         if isinstance(raw, GoNumber) or (isinstance(raw, int) and not isinstance(raw, bool)):
-            f = float(raw)
-            if math.isinf(f):
+            f = _number_as_float64(raw)
+            if f is None:  # out of the float64 range: strconv.ErrRange
+                raise ctx.type_error(_json_kind(raw), self.go_name)
+            return f
+        raise ctx.type_error(_json_kind(raw), self.go_name)
+
+    def zero(self) -> Any:
+        return 0.0
+
+
+def _number_as_float64(raw: int | str) -> float | None:
+    """``strconv.ParseFloat(literal, 64)``, or ``None`` when it overflows (Go: ``ErrRange``)."""
+    try:
+        f = float(raw)  # int -> float and str -> float both round correctly, ties to even
+    except OverflowError:
+        return None
+    return None if math.isinf(f) else f
+
+
+class _Float32(GoType):
+    """Go ``float32``: values are rounded to float32 and written with float32-shortest digits."""
+
+    go_name = "float32"
+
+    def encode(self, value: Any, out: list[str]) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise GoEncodeError(f"expected a number, got {value!r}")
+        try:
+            f = float(value)
+        except OverflowError:
+            raise _go_unsupported_float(math.copysign(math.inf, value)) from None
+        out.append(format_float32(f))
+
+    def is_empty(self, value: Any) -> bool:
+        return bool(value == 0)
+
+    def decode(self, raw: Any, current: Any, ctx: DecodeContext) -> Any:
+        if raw is None:
+            return current
+        if isinstance(raw, GoNumber) or (isinstance(raw, int) and not isinstance(raw, bool)):
+            f = _parse_float32(str(raw))
+            if math.isinf(f):  # strconv.ErrRange
                 raise ctx.type_error(_json_kind(raw), self.go_name)
             return f
         raise ctx.type_error(_json_kind(raw), self.go_name)
@@ -293,15 +508,90 @@ class _Bytes(GoType):
     def decode(self, raw: Any, current: Any, ctx: DecodeContext) -> Any:
         if raw is None:
             return None
+        if _is_array(raw):
+            # A JSON array decodes element-wise into the []byte, as into any slice (uint8s).
+            old = bytes(current) if current is not None else b""
+            return bytes(
+                _UINT8.decode(item, old[i] if i < len(old) else 0, ctx)
+                for i, item in enumerate(raw)
+            )
         if not isinstance(raw, str) or isinstance(raw, GoNumber):
             raise ctx.type_error(_json_kind(raw), self.go_name)
-        text = raw.replace("\r", "").replace("\n", "")
         try:
-            return base64.b64decode(text.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError, ValueError):
-            raise GoDecodeError(
-                f"illegal base64 data in field {'.'.join(ctx.path) or 'value'}"
-            ) from None
+            return _go_base64_decode(raw.encode("utf-8"))
+        except _CorruptInputError as exc:
+            # encoding/json reports base64.CorruptInputError as it is.
+            raise GoDecodeError(f"illegal base64 data at input byte {exc.offset}") from None
+
+
+_UINT8 = _Integer("uint8", 0, 255)
+_B64_DECODE_MAP = bytes(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".find(bytes([c])) % 256
+    for c in range(256)
+)  # 0xff for bytes outside the alphabet
+
+
+class _CorruptInputError(Exception):
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
+
+
+def _go_base64_decode(src: bytes) -> bytes:
+    """``base64.StdEncoding.DecodeString``: padding required, CR and LF skipped anywhere,
+    non-zero unused trailing bits accepted; errors carry Go's ``CorruptInputError`` offset."""
+    if b"\n" not in src and b"\r" not in src:
+        try:
+            return binascii.a2b_base64(src, strict_mode=True)
+        except binascii.Error:
+            pass  # rejected: let the exact port below find the offset Go reports
+    return _go_base64_decode_exact(src)
+
+
+def _go_base64_decode_exact(src: bytes) -> bytes:
+    """A line-by-line port of Go's ``(*Encoding).Decode``/``decodeQuantum`` for StdEncoding."""
+    out = bytearray()
+    si, n = 0, len(src)
+    while si < n:
+        quantum = [0, 0, 0, 0]
+        dlen = 4
+        j = 0
+        while j < 4:
+            if si == n:
+                if j == 0:
+                    return bytes(out)
+                raise _CorruptInputError(si - j)
+            c = src[si]
+            si += 1
+            value = _B64_DECODE_MAP[c]
+            if value != 0xFF:
+                quantum[j] = value
+                j += 1
+                continue
+            if c in (0x0A, 0x0D):  # newlines are ignored
+                continue
+            if c != 0x3D:  # "="
+                raise _CorruptInputError(si - 1)
+            # Padding: the end of the data.
+            if j < 2:
+                raise _CorruptInputError(si - 1)
+            if j == 2:  # "==" expected; the first "=" is consumed
+                while si < n and src[si] in (0x0A, 0x0D):
+                    si += 1
+                if si == n:
+                    raise _CorruptInputError(n)
+                if src[si] != 0x3D:
+                    raise _CorruptInputError(si - 1)
+                si += 1
+            while si < n and src[si] in (0x0A, 0x0D):
+                si += 1
+            if si < n:
+                raise _CorruptInputError(si)  # trailing garbage
+            dlen = j
+            break
+        val = quantum[0] << 18 | quantum[1] << 12 | quantum[2] << 6 | quantum[3]
+        out += val.to_bytes(3, "big")[: dlen - 1]
+    return bytes(out)
 
 
 class SliceOf(GoType):
@@ -328,9 +618,15 @@ class SliceOf(GoType):
     def decode(self, raw: Any, current: Any, ctx: DecodeContext) -> Any:
         if raw is None:
             return None
-        if not isinstance(raw, list):
+        if not _is_array(raw):
             raise ctx.type_error(_json_kind(raw), self.go_name)
-        return tuple(self.elem.decode(item, self.elem.zero(), ctx) for item in raw)
+        # Go decodes element i into the slice's existing element i when there is one (its
+        # length is reset, not its contents), so a repeated key merges into earlier elements.
+        old = tuple(current) if current is not None else ()
+        return tuple(
+            self.elem.decode(item, old[i] if i < len(old) else self.elem.zero(), ctx)
+            for i, item in enumerate(raw)
+        )
 
 
 class MapOf(GoType):
@@ -346,6 +642,8 @@ class MapOf(GoType):
             return
         out.append("{")
         for i, key in enumerate(sorted(value)):
+            if not isinstance(key, str):
+                raise GoEncodeError(f"map keys must be strings, got {key!r}")
             if i:
                 out.append(",")
             out.append(encode_string(key))
@@ -361,9 +659,11 @@ class MapOf(GoType):
             return None
         if not isinstance(raw, _Pairs):
             raise ctx.type_error(_json_kind(raw), self.go_name)
-        result: dict[str, Any] = {}
+        # Go keeps an existing map and its entries; each value is decoded into a fresh zero
+        # element (so a repeated key replaces, it does not merge).
+        result: dict[str, Any] = dict(current) if current is not None else {}
         for key, item in raw:
-            result[key] = self.elem.decode(item, result.get(key, self.elem.zero()), ctx.child(key))
+            result[key] = self.elem.decode(item, self.elem.zero(), ctx.child(key))
         return result
 
 
@@ -436,18 +736,28 @@ class _Any(GoType):
         return value is None
 
     def decode(self, raw: Any, current: Any, ctx: DecodeContext) -> Any:
-        return _plain(raw)
+        return _plain(raw, ctx)
 
 
-def _plain(raw: Any) -> Any:
-    """A decoded JSON value as Go's ``interface{}`` holds it (numbers are ``float64``)."""
+def _plain(raw: Any, ctx: DecodeContext) -> Any:
+    """A decoded JSON value as Go's ``interface{}`` holds it.
+
+    Numbers with a fraction or exponent become ``float`` (Go's ``float64``; one out of its range
+    is Go's error); integers stay exact ``int`` where Go would round them to ``float64``.
+    """
     if isinstance(raw, _Pairs):
-        return {k: _plain(v) for k, v in raw}
+        result: dict[str, Any] = {}
+        for k, v in raw:
+            result[k] = _plain(v, ctx.child(k))
+        return result
     if isinstance(raw, list):
-        return [_plain(v) for v in raw]
+        return [_plain(v, ctx) for v in raw]
     if isinstance(raw, GoNumber):
-        return float(raw)
-    return raw  # integers stay exact (Go would hold them as float64)
+        f = _number_as_float64(raw)
+        if f is None:
+            raise ctx.type_error(_json_kind(raw), "float64")
+        return f
+    return raw
 
 
 STRING: GoType = _String()
@@ -455,6 +765,7 @@ BOOL: GoType = _Bool()
 UINT64: GoType = _Integer("uint64", 0, _UINT64_MAX)
 INT64: GoType = _Integer("int", _INT64_MIN, _INT64_MAX)
 FLOAT64: GoType = _Float64()
+FLOAT32: GoType = _Float32()
 BYTES: GoType = _Bytes()
 ANY: GoType = _Any()
 
@@ -470,6 +781,8 @@ class _FieldSpec:
     attr: str
     type: GoType
     omitempty: bool
+    # '"name":' as Go writes it: the name HTML-escaped like any string (<, >, & are legal in tags).
+    key: str = ""
 
 
 def go_field(
@@ -498,6 +811,7 @@ class GoStruct:
     GO_NAME: ClassVar[str] = ""
     _go_specs: ClassVar[tuple[_FieldSpec, ...] | None] = None
     _go_lookup: ClassVar[dict[str, _FieldSpec] | None] = None
+    _go_folded: ClassVar[dict[str, _FieldSpec] | None] = None
 
     @classmethod
     def go_specs(cls) -> tuple[_FieldSpec, ...]:
@@ -507,10 +821,15 @@ class GoStruct:
             for f in dataclasses.fields(cls):  # type: ignore[arg-type]
                 if _GO_META in f.metadata:
                     name, gotype, omitempty = f.metadata[_GO_META]
-                    found.append(_FieldSpec(name, f.name, gotype, omitempty))
+                    key = encode_string(name) + ":"
+                    found.append(_FieldSpec(name, f.name, gotype, omitempty, key))
             specs = tuple(found)
+            folded: dict[str, _FieldSpec] = {}
+            for spec in specs:
+                folded.setdefault(_fold(spec.json), spec)  # the first folded match wins, as in Go
             cls._go_specs = specs
             cls._go_lookup = {s.json: s for s in specs}
+            cls._go_folded = folded
         return specs
 
     @classmethod
@@ -560,7 +879,7 @@ def _encode_struct(value: GoStruct, out: list[str]) -> None:
         if not first:
             out.append(",")
         first = False
-        out.append('"' + spec.json + '":')
+        out.append(spec.key)
         spec.type.encode(item, out)
     out.append("}")
 
@@ -570,24 +889,53 @@ def _zero(cls: type[S]) -> S:
     return cls(**kwargs)
 
 
+# Simple case folding pairs newer than Python 3.11's Unicode 14 tables (Unicode 15.0, which
+# Go >= 1.21 uses): CaseFolding.txt status S entries for precomposed Greek and a ligature.
+_FOLD_UNICODE15 = {"\u1fd3": "\u0390", "\u1fe3": "\u03b0", "\ufb05": "\ufb06"}
+
+
+@functools.lru_cache(maxsize=4096)
+def _simple_fold(c: str) -> str:
+    """A representative of ``c``'s ``unicode.SimpleFold`` orbit (simple case folding, C + S).
+
+    ``str.casefold`` is *full* folding (``"ß"`` -> ``"ss"``); where that yields several characters
+    the simple folding is the single-character lowercase mapping (status S, e.g. U+1E9E -> U+00DF)
+    if there is one, else the character itself (``ß``, ``İ`` and ``ŉ`` fold only to themselves).
+    """
+    if c in _FOLD_UNICODE15:
+        return _FOLD_UNICODE15[c]
+    folded = c.casefold()
+    if len(folded) == 1:
+        return folded
+    lower = c.lower()
+    return lower if len(lower) == 1 else c
+
+
 def _fold(name: str) -> str:
-    return name.casefold()
+    """Folds ``name`` so that ``_fold(a) == _fold(b)`` exactly when Go's ``strings.EqualFold``.
+
+    ``EqualFold`` compares rune by rune under Unicode simple case folding: ``"k"`` matches the
+    Kelvin sign U+212A and ``"s"`` the long s U+017F, but ``"ss"`` never matches ``"ß"``.
+    """
+    if name.isascii():
+        return name.lower()
+    return "".join(_simple_fold(c) for c in name)
 
 
 def _decode_struct(cls: type[S], pairs: _Pairs, current: S | None, ctx: DecodeContext) -> S:
-    cls.go_specs()
-    lookup = cls._go_lookup
-    assert lookup is not None
-    values = {s.attr: getattr(current, s.attr) for s in cls.go_specs()} if current else None
-    if values is None:
-        values = {s.attr: s.type.zero() for s in cls.go_specs()}
+    specs = cls.go_specs()
+    lookup, folded = cls._go_lookup, cls._go_folded
+    assert lookup is not None and folded is not None
+    if current is not None:
+        values = {s.attr: getattr(current, s.attr) for s in specs}
+    else:
+        values = {s.attr: s.type.zero() for s in specs}
     for key, raw in pairs:
-        spec = lookup.get(key)
+        # An exact name match first, else the first field whose name folds equal (Go >= 1.21
+        # fields.byFoldedName; older Go scans with bytes.EqualFold, same result).
+        spec = lookup.get(key) or folded.get(_fold(key))
         if spec is None:
-            folded = _fold(key)
-            spec = next((s for s in cls.go_specs() if _fold(s.json) == folded), None)
-            if spec is None:
-                continue  # unknown fields are ignored, as by Go
+            continue  # unknown fields are ignored, as by Go
         values[spec.attr] = spec.type.decode(raw, values[spec.attr], ctx.child(spec.json))
     return cls(**values)
 
@@ -603,23 +951,49 @@ def _reject_constant(name: str) -> Any:
     raise GoDecodeError(f"invalid character '{name[0]}' looking for beginning of value")
 
 
+def _replace_each_byte(exc: UnicodeError) -> tuple[str, int]:
+    """Go reads every byte of invalid UTF-8 as its own U+FFFD (``utf8.DecodeRune`` size 1);
+    Python's ``"replace"`` writes one U+FFFD per maximal invalid subsequence."""
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    return "\ufffd" * (exc.end - exc.start), exc.end
+
+
+codecs.register_error("dmsgw-go-replace", _replace_each_byte)
+
+# Longest integer literal handed to int(): beyond Python's int-conversion limit it stays text.
+_MAX_INT_DIGITS = 4000
+
+
+def _parse_int(text: str) -> Any:
+    if text == "-0" or len(text) > _MAX_INT_DIGITS:
+        return GoNumber(text)  # "-0" is a float -0 in Go, not int 0
+    return int(text)
+
+
 def _parse(data: bytes | str) -> Any:
-    text = data.decode("utf-8", errors="replace") if isinstance(data, (bytes, bytearray)) else data
+    if isinstance(data, (bytes, bytearray)):
+        text = bytes(data).decode("utf-8", errors="dmsgw-go-replace")
+    else:
+        text = data
     try:
         raw = json.loads(
             text,
             object_pairs_hook=_Pairs,
             parse_float=GoNumber,
+            parse_int=_parse_int,
             parse_constant=_reject_constant,
         )
     except json.JSONDecodeError as exc:
-        if not text.strip():
+        if not text.strip(" \t\r\n"):  # JSON whitespace only, as Go's scanner
             raise GoDecodeError("unexpected end of JSON input") from None
         raise GoDecodeError(
             f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
     except RecursionError:
         raise GoDecodeError("exceeded max depth") from None
+    except ValueError as exc:  # e.g. a lowered sys.set_int_max_str_digits limit
+        raise GoDecodeError(f"invalid JSON: {exc}") from None
     return _fix_surrogates(raw)
 
 
@@ -662,4 +1036,4 @@ def encode_any(value: Any) -> bytes:
 
 def decode_any(data: bytes | str) -> Any:
     """``json.Unmarshal`` into ``interface{}``."""
-    return _plain(_parse(data))
+    return _plain(_parse(data), DecodeContext(""))
