@@ -1,0 +1,1287 @@
+"""DMS capability tokens (``lib/ucan/token.go``): the DMS's own JSON "UCAN".
+
+A token says: ``iss`` lets ``sub`` ``act`` (invoke, delegate, broadcast, revoke) the capabilities
+``cap`` on ``aud`` (empty: anyone) until ``exp`` (Unix ns). A token may embed the delegate token
+it derives its authority from (``chain``), down to a root issuer the verifier trusts. The issuer
+signs ``b"dms:token:"`` + the Go JSON of the token without ``sig``; the chain keeps its own.
+
+The rules mirror the DMS's method by method, so that a verdict here is the DMS's verdict. Where
+the DMS only says "not authorized", :class:`TokenError` also carries a :class:`Reason` code and a
+sentence naming the offending token, for the gateway's preflight explanations.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from dmsgw.errors import DmsgwError
+from dmsgw.keys.did import DID
+from dmsgw.keys.trust import InvalidSignatureError, Provider, TrustError, get_anchor
+from dmsgw.keys.ucan.cap import Capability, implies_any
+from dmsgw.transport.gojson import (
+    ANY,
+    BYTES,
+    STRING,
+    UINT64,
+    DecodeContext,
+    GoDecodeError,
+    GoEncodeError,
+    GoStruct,
+    GoType,
+    Ptr,
+    SliceOf,
+    StructOf,
+    encode_any,
+    encode_string,
+    go_field,
+    marshal,
+    unmarshal,
+)
+
+__all__ = [
+    "NONCE_LENGTH",
+    "SIGNATURE_PREFIX",
+    "Action",
+    "BYOToken",
+    "DMSToken",
+    "NotAuthorizedError",
+    "Reason",
+    "Rejection",
+    "RevocationSet",
+    "Token",
+    "TokenError",
+    "TokenList",
+    "UcanError",
+    "describe",
+    "format_ns",
+    "random_nonce",
+    "unmarshal_token_list",
+]
+
+NONCE_LENGTH = 12
+SIGNATURE_PREFIX = b"dms:token:"
+_UINT64_MAX = (1 << 64) - 1
+
+
+class Action(enum.StrEnum):
+    INVOKE = "invoke"
+    DELEGATE = "delegate"
+    BROADCAST = "broadcast"
+    REVOKE = "revoke"
+
+
+class Reason(enum.StrEnum):
+    """Why a capability was refused: the short codes of the gateway's preflight explanations."""
+
+    EXPIRED = "expired"
+    NOT_IMPLIED = "not_implied"
+    WRONG_AUDIENCE = "wrong_audience"
+    WRONG_SUBJECT = "wrong_subject"
+    UNTRUSTED_ISSUER = "untrusted_issuer"
+    DEPTH_EXCEEDED = "depth_exceeded"
+    REVOKED = "revoked"
+    BAD_SIGNATURE = "bad_signature"
+    CHAIN_NOT_DELEGATE = "chain_not_delegate"
+    CHAIN_OUTLIVED = "chain_outlived"
+    NOT_ALLOWED_BY_CHAIN = "not_allowed_by_chain"
+    NO_CAPABILITY = "no_capability"
+    CAP_TOO_BIG = "cap_too_big"
+    BAD_CAP_JSON = "bad_cap_json"
+    UNSUPPORTED_TOKEN = "unsupported_token"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rejection:
+    """One refusal: the reason code, a sentence naming the token and the rule it broke, and the
+    token as presented (``None`` when the whole capability blob was refused)."""
+
+    reason: Reason
+    message: str
+    token: Token | None = None
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+class UcanError(DmsgwError):
+    """Base of the capability-token errors."""
+
+
+class NotAuthorizedError(UcanError):
+    """The DMS's ``ErrNotAuthorized``; its message is the DMS's, word for word.
+
+    ``rejections`` says why, token by token, when the refusal came from checking tokens.
+    """
+
+    def __init__(self, context: str = "", rejections: Sequence[Rejection] = ()) -> None:
+        super().__init__(f"{context}: not authorized" if context else "not authorized")
+        self.rejections = tuple(rejections)
+
+
+class TokenError(UcanError):
+    """A token that fails verification.
+
+    ``str()`` names the offending token (which may sit deep in the chain) and the broken rule;
+    ``go_error`` is the text the DMS logs for the same failure; ``culprit`` is that token.
+    """
+
+    def __init__(
+        self, reason: Reason, go_error: str, detail: str, culprit: DMSToken | None
+    ) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.go_error = go_error
+        self.culprit = culprit
+
+
+def random_nonce() -> bytes:
+    return os.urandom(NONCE_LENGTH)
+
+
+def format_ns(ns: int) -> str:
+    """A Unix-ns instant as UTC ISO 8601, for messages (to the ns when not a whole second)."""
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    text = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{fraction:09d}Z" if fraction else f"{text}Z"
+
+
+def _caps_text(caps: Sequence[Capability] | None) -> str:
+    return "[" + ", ".join(caps) + "]" if caps else "no capabilities"
+
+
+def describe(t: DMSToken) -> str:
+    """A token in one line, for messages: action, issuer, subject, audience, capabilities."""
+    text = f"{t.action or '(no action)'} token from {t.issuer.uri or '(no issuer)'} to "
+    text += f"{t.subject.uri or '(no subject)'} for {_caps_text(t.capability)}"
+    if t.topic:
+        text += f" on topics {_caps_text(t.topic)}"
+    if not t.audience.empty():
+        text += f" (audience {t.audience.uri})"
+    return text
+
+
+# --- Go structs ----------------------------------------------------------------------------
+
+
+class _Deferred(GoType):
+    """A struct type named before its class exists (``Token`` and ``DMSToken`` nest each other)."""
+
+    def __init__(self, go_name: str, resolve: Callable[[], GoType]) -> None:
+        self.go_name = go_name
+        self._resolve = resolve
+        self._type: GoType | None = None
+
+    def _get(self) -> GoType:
+        if self._type is None:
+            self._type = self._resolve()
+        return self._type
+
+    def encode(self, value: Any, out: list[str]) -> None:
+        self._get().encode(value, out)
+
+    def decode(self, raw: Any, current: Any, ctx: DecodeContext) -> Any:
+        return self._get().decode(raw, current, ctx)
+
+    def zero(self) -> Any:
+        return self._get().zero()
+
+
+_DID_TYPE = StructOf(DID)
+_CAPS_TYPE = SliceOf(STRING)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DMSToken(GoStruct):
+    """``ucan.DMSToken``; fields in Go declaration order, which is the signed JSON key order."""
+
+    GO_NAME = "DMSToken"
+    action: str = go_field("act", STRING, default="")
+    issuer: DID = go_field("iss", _DID_TYPE, default=DID())
+    subject: DID = go_field("sub", _DID_TYPE, default=DID())
+    audience: DID = go_field("aud", _DID_TYPE, default=DID())
+    topic: tuple[Capability, ...] | None = go_field(
+        "topic", _CAPS_TYPE, omitempty=True, default=None
+    )
+    capability: tuple[Capability, ...] | None = go_field("cap", _CAPS_TYPE, default=None)
+    nonce: bytes | None = go_field("nonce", BYTES, default=None)
+    expire: int = go_field("exp", UINT64, default=0)
+    depth: int = go_field("depth", UINT64, omitempty=True, default=0)
+    chain: Token | None = go_field(
+        "chain", Ptr(_Deferred("Token", lambda: StructOf(Token))), omitempty=True, default=None
+    )
+    signature: bytes | None = go_field("sig", BYTES, omitempty=True, default=None)
+    # Not a Go field: the JSON without ``sig``, built once. The token is immutable and
+    # dataclasses.replace() starts the copy without it, so it can never be stale.
+    _unsigned: str | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    # -- JSON and signing ---------------------------------------------------------------
+
+    def unsigned_json(self) -> str:
+        """The Go JSON of this token without ``sig`` (what its issuer signs)."""
+        text = self._unsigned
+        if text is None:
+            text = _encode_unsigned(self)
+            object.__setattr__(self, "_unsigned", text)
+        return text
+
+    def go_json(self) -> str:
+        """The Go JSON of this token; a chain's JSON is reused, not rebuilt."""
+        text = self.unsigned_json()
+        if not self.signature:
+            return text
+        return f'{text[:-1]},"sig":"{base64.b64encode(self.signature).decode("ascii")}"}}'
+
+    def to_json(self) -> bytes:
+        return self.go_json().encode("utf-8")
+
+    def signature_data(self) -> bytes:
+        """``b"dms:token:"`` + the Go JSON of this token without ``sig``."""
+        return SIGNATURE_PREFIX + self.unsigned_json().encode("utf-8")
+
+    def signed(self, provider: Provider) -> DMSToken:
+        """This token with ``sig`` set by ``provider`` (which should be the issuer's)."""
+        result = dataclasses.replace(self, signature=provider.sign(self.signature_data()))
+        object.__setattr__(result, "_unsigned", self._unsigned)
+        return result
+
+    def revocation_key(self) -> bytes:
+        """``iss#sub#nonce``, the key a revocation token is filed under (nonce as raw bytes)."""
+        return f"{self.issuer.uri}#{self.subject.uri}#".encode() + (self.nonce or b"")
+
+    # -- chain structure ----------------------------------------------------------------
+
+    def expire_before(self, deadline: int) -> bool:
+        """True when this token or any token in its chain expires before ``deadline``."""
+        if deadline > self.expire:
+            return True
+        return self.chain is not None and self.chain.expire_before(deadline)
+
+    def anchor(self, anchor: DID) -> bool:
+        """True when ``anchor`` issued this token or a token in its chain."""
+        if self.issuer == anchor:
+            return True
+        return self.chain is not None and self.chain.anchor(anchor)
+
+    def anchor_depth(self, anchor: DID) -> tuple[int, bool]:
+        """How many links below this token ``anchor``'s deepest token sits, and whether it does."""
+        depth, have = (0, True) if self.issuer == anchor else (0, False)
+        if self.chain is not None:
+            chain_depth, chain_have = self.chain.anchor_depth(anchor)
+            if chain_have:
+                depth, have = chain_depth + 1, True
+        return depth, have
+
+    def self_signed(self, origin: DID) -> bool:
+        """True when the root of the chain was issued by ``origin``."""
+        if self.chain is not None:
+            return self.chain.self_signed(origin)
+        return self.issuer == origin
+
+    def verify_depth(self, depth: int) -> bool:
+        """Whether a token at ``depth`` below this one respects every depth limit in the chain."""
+        if self.depth > 0 and depth > self.depth:
+            return False
+        return self.chain is None or self.chain.verify_depth(depth + 1)
+
+    # -- what the token allows ----------------------------------------------------------
+
+    def allow_invocation(self, subject: DID, audience: DID, c: Capability) -> bool:
+        if self.action != Action.INVOKE or self.subject != subject:
+            return False
+        if not self.audience.empty() and self.audience != audience:
+            return False
+        return implies_any(self.capability, c)
+
+    def allow_broadcast(self, subject: DID, topic: Capability, c: Capability) -> bool:
+        if self.action != Action.BROADCAST or self.subject != subject:
+            return False
+        if not self.audience.empty():
+            return False
+        return implies_any(self.topic, topic) and implies_any(self.capability, c)
+
+    def allow_delegation(
+        self,
+        action: str,
+        issuer: DID,
+        audience: DID,
+        topics: Sequence[Capability] | None,
+        expire: int,
+        c: Capability,
+    ) -> bool:
+        """Whether ``issuer`` may derive an ``action`` token for ``c`` from this one.
+
+        A delegation needs room for one more link below the new token (depth 2), or it
+        would be a dead end; an invocation needs room for itself (depth 1).
+        """
+        if not self.verify_depth(2 if action == Action.DELEGATE else 1):
+            return False
+        return self._allow_delegation(issuer, audience, topics, expire, c)
+
+    def _allow_delegation(
+        self,
+        issuer: DID,
+        audience: DID,
+        topics: Sequence[Capability] | None,
+        expire: int,
+        c: Capability,
+    ) -> bool:
+        if self.action != Action.DELEGATE or self.expire_before(expire):
+            return False
+        if self.subject != issuer:
+            return False
+        if not self.audience.empty() and self.audience != audience:
+            return False
+        if not all(implies_any(self.topic, topic) for topic in topics or ()):
+            return False
+        return implies_any(self.capability, c)
+
+    def allow_action(self, ot: Token) -> bool:
+        """Whether this (require anchor) token admits ``ot`` as a side chain."""
+        if self.action != Action.DELEGATE or self.expire_before(ot.expire()):
+            return False
+        if not ot.anchor(self.subject):
+            return False
+        if self.depth > 0:
+            depth, have = ot.anchor_depth(self.subject)
+            if have and depth > self.depth:
+                return False
+        if not self.audience.empty() and self.audience != ot.audience():
+            return False
+        if not all(implies_any(self.capability, oc) for oc in ot.capability() or ()):
+            return False
+        return all(implies_any(self.topic, topic) for topic in ot.topic() or ())
+
+    def subsumes(self, ot: Token) -> bool:
+        """Whether this token makes ``ot`` redundant (same parties, longer, wider)."""
+        if (
+            self.issuer != ot.issuer()
+            or self.subject != ot.subject()
+            or self.audience != ot.audience()
+            or self.expire < ot.expire()
+        ):
+            return False
+        return all(implies_any(self.capability, oc) for oc in ot.capability() or ())
+
+    # -- deriving tokens ----------------------------------------------------------------
+
+    def delegate(
+        self,
+        provider: Provider,
+        subject: DID,
+        audience: DID,
+        topics: Sequence[Capability] | None,
+        expire: int,
+        depth: int,
+        caps: Sequence[Capability] | None,
+        nonce: bytes | None = None,
+    ) -> DMSToken:
+        return self._delegate(
+            Action.DELEGATE, provider, subject, audience, topics, expire, depth, caps, nonce
+        )
+
+    def delegate_invocation(
+        self,
+        provider: Provider,
+        subject: DID,
+        audience: DID,
+        expire: int,
+        caps: Sequence[Capability] | None,
+        nonce: bytes | None = None,
+    ) -> DMSToken:
+        return self._delegate(
+            Action.INVOKE, provider, subject, audience, None, expire, 0, caps, nonce
+        )
+
+    def delegate_broadcast(
+        self,
+        provider: Provider,
+        subject: DID,
+        topic: Capability,
+        expire: int,
+        caps: Sequence[Capability] | None,
+        nonce: bytes | None = None,
+    ) -> DMSToken:
+        return self._delegate(
+            Action.BROADCAST, provider, subject, DID(), (topic,), expire, 0, caps, nonce
+        )
+
+    def _delegate(
+        self,
+        action: Action,
+        provider: Provider,
+        subject: DID,
+        audience: DID,
+        topics: Sequence[Capability] | None,
+        expire: int,
+        depth: int,
+        caps: Sequence[Capability] | None,
+        nonce: bytes | None,
+    ) -> DMSToken:
+        if self.action != Action.DELEGATE:
+            raise NotAuthorizedError(f"cannot chain on a {self.action} token")
+        if not self.verify_depth(2 if action == Action.DELEGATE else 1):
+            raise NotAuthorizedError(f"{describe(self)} allows no further {action} token")
+        return DMSToken(
+            action=str(action),
+            issuer=provider.did,
+            subject=subject,
+            audience=audience,
+            topic=None if topics is None else tuple(topics),
+            capability=None if caps is None else tuple(caps),
+            nonce=random_nonce() if nonce is None else nonce,
+            expire=expire,
+            depth=depth,
+            chain=Token(dms=self),
+        ).signed(provider)
+
+    # -- verification -------------------------------------------------------------------
+
+    def verify(self, now: int, revoke: RevocationSet | None = None) -> None:
+        """``Verify``: raise :class:`TokenError` unless the whole chain holds at ``now``."""
+        self._verify(now, 0, revoke)
+
+    def _verify(self, now: int, depth: int, revoke: RevocationSet | None) -> None:
+        if self.expire_before(now):
+            raise _expired_error(self, now)
+        if self.action == Action.REVOKE:
+            self._check_signature()
+            return
+        if self.depth > 0 and depth > self.depth:
+            raise TokenError(
+                Reason.DEPTH_EXCEEDED,
+                "max token depth exceeded: not authorized",
+                f"{describe(self)} allows at most {self.depth} link(s) below it, "
+                f"but {depth} follow it",
+                self,
+            )
+        if revoke is not None and revoke.revoked(self.revocation_key()):
+            raise TokenError(
+                Reason.REVOKED,
+                "verify: token has been revoked: not authorized",
+                f"{describe(self)} has been revoked by its issuer",
+                self,
+            )
+        if self.chain is not None:
+            self._verify_chain(self.chain, now, depth, revoke)
+        self._check_signature()
+
+    def _verify_chain(
+        self, chain: Token, now: int, depth: int, revoke: RevocationSet | None
+    ) -> None:
+        granting = chain.dms
+        if granting is None or granting.action != Action.DELEGATE:
+            raise TokenError(
+                Reason.CHAIN_NOT_DELEGATE,
+                "verify: chain does not allow delegation: not authorized",
+                f"{describe(self)} is chained on {chain.describe()}; "
+                "only delegate tokens can be chained on",
+                self,
+            )
+        if granting.expire_before(self.expire):
+            raise TokenError(
+                Reason.CHAIN_OUTLIVED,
+                "capability expired",
+                f"{describe(self)} expires at {format_ns(self.expire)}, after its chain "
+                f"(which expires at {format_ns(_chain_expiry(granting))})",
+                self,
+            )
+        granting._verify(now, depth + 1, revoke)
+        if self.issuer != granting.subject:
+            raise TokenError(
+                Reason.NOT_ALLOWED_BY_CHAIN,
+                "verify: issuer/chain subject mismatch: not authorized",
+                f"{describe(self)} is issued by {self.issuer.uri}, but its chain "
+                f"({describe(granting)}) delegates to {granting.subject.uri}",
+                self,
+            )
+        missing = [
+            c
+            for c in self.capability or ()
+            if not granting._allow_delegation(
+                self.issuer, self.audience, self.topic, self.expire, c
+            )
+        ]
+        if missing:
+            raise TokenError(
+                Reason.NOT_ALLOWED_BY_CHAIN,
+                "verify: capabilities are not allowed by the chain: not authorized",
+                f"{describe(self)} claims {_caps_text(missing)}, which its chain "
+                f"({describe(granting)}) does not delegate: {_chain_refusal(granting, self)}",
+                self,
+            )
+
+    def _check_signature(self) -> None:
+        try:
+            valid = _signed_by(self.issuer, self.signature_data(), self.signature or b"")
+        except TrustError as exc:
+            raise TokenError(
+                Reason.BAD_SIGNATURE,
+                f"verify: anchor: {exc}",
+                f"cannot check the signature of {describe(self)}: {exc}",
+                self,
+            ) from None
+        if not valid:
+            raise TokenError(
+                Reason.BAD_SIGNATURE,
+                "verify: signature: signature verification failed",
+                f"{describe(self)} is not validly signed by its issuer "
+                "(altered after signing, or signed by another key)",
+                self,
+            )
+
+
+class _NotPlainError(ValueError):
+    """A value outside the simple shapes of the fast paths below; the generic codec takes it."""
+
+
+# The fast paths: tokens are decoded and marshalled on every message, and the generic codec's
+# per-field dispatch costs as much as a signature check. They take the bytes Go itself emits
+# (no ``ucan`` branch, well-typed fields) and hand anything else to the generic codec, which
+# stays the reference.
+
+
+def _encode_unsigned(t: DMSToken) -> str:
+    try:
+        return _plain_unsigned(t)
+    except _NotPlainError:
+        return marshal(dataclasses.replace(t, signature=None)).decode("utf-8")
+
+
+def _plain_unsigned(t: DMSToken) -> str:
+    parts = [
+        '{"act":',
+        _plain_str(t.action),
+        ',"iss":',
+        _plain_did(t.issuer),
+        ',"sub":',
+        _plain_did(t.subject),
+        ',"aud":',
+        _plain_did(t.audience),
+    ]
+    if t.topic:
+        parts += (',"topic":', _plain_caps(t.topic))
+    parts += (',"cap":', _plain_caps(t.capability), ',"nonce":', _plain_bytes(t.nonce))
+    parts += (',"exp":', _plain_uint(t.expire))
+    if t.depth:
+        parts += (',"depth":', _plain_uint(t.depth))
+    if t.chain is not None:
+        parts += (',"chain":', _plain_token(t.chain))
+    parts.append("}")
+    return "".join(parts)
+
+
+# Actions, DIDs and capabilities recur in every token: quote each once.
+_quoted = lru_cache(maxsize=4096)(encode_string)
+
+
+@lru_cache(maxsize=4096)
+def _did_json(uri: str) -> str:
+    return '{"uri":' + encode_string(uri) + "}" if uri else "{}"
+
+
+def _plain_str(value: object) -> str:
+    if not isinstance(value, str):
+        raise _NotPlainError
+    return _quoted(value)
+
+
+def _plain_did(value: object) -> str:
+    if type(value) is not DID or not isinstance(value.uri, str):
+        raise _NotPlainError
+    return _did_json(value.uri)
+
+
+def _plain_caps(value: object) -> str:
+    if value is None:
+        return "null"
+    if not isinstance(value, (tuple, list)):
+        raise _NotPlainError
+    return "[" + ",".join(_plain_str(c) for c in value) + "]"
+
+
+def _plain_bytes(value: object) -> str:
+    if value is None:
+        return "null"
+    if not isinstance(value, bytes):
+        raise _NotPlainError
+    return '"' + base64.b64encode(value).decode("ascii") + '"'
+
+
+def _plain_uint(value: object) -> str:
+    if type(value) is not int or not 0 <= value <= _UINT64_MAX:
+        raise _NotPlainError
+    return str(value)
+
+
+def _plain_token(value: object) -> str:
+    if type(value) is not Token or not (value.dms is None or type(value.dms) is DMSToken):
+        raise _NotPlainError
+    parts = ['"dms":' + value.dms.go_json()] if value.dms is not None else []
+    if value.ucan is not None:
+        parts.append('"ucan":{}')
+    return "{" + ",".join(parts) + "}"
+
+
+def _fast_token_list(data: bytes) -> TokenList:
+    """Decode a blob that is exactly what Go would marshal for the tokens it holds.
+
+    Re-encoding and comparing is what makes this safe: Go's decoder folds key case and merges
+    repeated keys, which a plain dict does not, but such input never re-encodes to itself.
+    The comparison costs little, since verifying needs each token's JSON anyway.
+    """
+    text = data.decode("utf-8")
+    tokens = _read_fields(json.loads(text), _LIST_KEYS).get("tok")
+    if tokens is not None and type(tokens) is not list:
+        raise _NotPlainError
+    result = TokenList(tuple(None if e is None else _read_token(e) for e in tokens or ()) or None)
+    if not result.tokens:
+        canonical = "{}"
+    else:
+        parts = ("null" if t is None else _plain_token(t) for t in result.tokens)
+        canonical = '{"tok":[' + ",".join(parts) + "]}"
+    if canonical != text:
+        raise _NotPlainError
+    return result
+
+
+_LIST_KEYS = frozenset({"tok"})
+_TOKEN_KEYS = frozenset({"dms", "ucan"})
+_DMS_KEYS = frozenset(
+    {"act", "iss", "sub", "aud", "topic", "cap", "nonce", "exp", "depth", "chain", "sig"}
+)
+_DID_KEYS = frozenset({"uri"})
+
+
+def _read_fields(value: object, allowed: frozenset[str]) -> dict[str, Any]:
+    if type(value) is not dict or not value.keys() <= allowed:
+        raise _NotPlainError
+    return value
+
+
+def _read_token(value: object) -> Token:
+    fields = _read_fields(value, _TOKEN_KEYS)
+    if fields.get("ucan") is not None:
+        raise _NotPlainError
+    dms = fields.get("dms")
+    return Token(dms=None if dms is None else _read_dms(dms))
+
+
+def _read_dms(value: object) -> DMSToken:
+    f = _read_fields(value, _DMS_KEYS)
+    chain = f.get("chain")
+    return DMSToken(
+        action=_read_str(f.get("act")),
+        issuer=_read_did(f.get("iss")),
+        subject=_read_did(f.get("sub")),
+        audience=_read_did(f.get("aud")),
+        topic=_read_caps(f.get("topic")),
+        capability=_read_caps(f.get("cap")),
+        nonce=_read_bytes(f.get("nonce")),
+        expire=_read_uint(f.get("exp")),
+        depth=_read_uint(f.get("depth")),
+        chain=None if chain is None else _read_token(chain),
+        signature=_read_bytes(f.get("sig")),
+    )
+
+
+def _read_str(value: object) -> str:
+    if value is None:
+        return ""
+    if type(value) is not str:
+        raise _NotPlainError
+    return value
+
+
+@lru_cache(maxsize=1024)
+def _did_of(uri: str) -> DID:
+    return DID(uri)
+
+
+def _read_did(value: object) -> DID:
+    if value is None:
+        return _did_of("")
+    return _did_of(_read_str(_read_fields(value, _DID_KEYS).get("uri")))
+
+
+def _read_caps(value: object) -> tuple[Capability, ...] | None:
+    if value is None:
+        return None
+    if type(value) is not list or None in value:
+        raise _NotPlainError
+    return tuple(_read_str(c) for c in value)
+
+
+def _read_bytes(value: object) -> bytes | None:
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise _NotPlainError
+    return base64.b64decode(value, validate=True)
+
+
+def _read_uint(value: object) -> int:
+    if value is None:
+        return 0
+    if type(value) is not int or not 0 <= value <= _UINT64_MAX:
+        raise _NotPlainError
+    return value
+
+
+class _DMSTokenType(GoType):
+    """``*DMSToken`` inside a ``Token``: marshalled by the fast path, decoded by gojson."""
+
+    go_name = "DMSToken"
+
+    def encode(self, value: Any, out: list[str]) -> None:
+        if not isinstance(value, DMSToken):
+            raise GoEncodeError(f"expected a DMSToken, got {type(value).__name__}")
+        out.append(value.go_json())
+
+    def decode(self, raw: Any, current: Any, ctx: DecodeContext) -> Any:
+        return _DMS_STRUCT.decode(raw, current, ctx)
+
+    def zero(self) -> Any:
+        return DMSToken()
+
+
+_DMS_STRUCT = StructOf(DMSToken)
+
+
+@lru_cache(maxsize=1024)
+def _signed_by(issuer: DID, data: bytes, sig: bytes) -> bool:
+    """Signature checks, remembered: the answer depends on nothing but these bytes, and the
+    same grants come back in message after message."""
+    try:
+        get_anchor(issuer).verify(data, sig)
+    except InvalidSignatureError:
+        return False
+    return True
+
+
+def _expired_error(t: DMSToken, now: int) -> TokenError:
+    culprit: DMSToken | None = t
+    while culprit is not None and now <= culprit.expire:
+        culprit = culprit.chain.dms if culprit.chain is not None else None
+    if culprit is None:  # a non-DMS token in the chain expires at once
+        detail = f"the chain of {describe(t)} ends in a token that is not a DMS token"
+        return TokenError(Reason.EXPIRED, "capability expired", detail, t)
+    where = "" if culprit is t else f" (in the chain of {describe(t)})"
+    detail = (
+        f"{describe(culprit)} expired at {format_ns(culprit.expire)}{where}; "
+        f"it is now {format_ns(now)}"
+    )
+    return TokenError(Reason.EXPIRED, "capability expired", detail, culprit)
+
+
+def _chain_expiry(t: DMSToken) -> int:
+    """The earliest expiry along ``t`` and its chain."""
+    earliest = t.expire
+    while t.chain is not None and t.chain.dms is not None:
+        t = t.chain.dms
+        earliest = min(earliest, t.expire)
+    return earliest
+
+
+def _chain_refusal(granting: DMSToken, t: DMSToken) -> str:
+    """Which part of ``granting``'s delegation ``t`` oversteps (for messages)."""
+    if not granting.audience.empty() and granting.audience != t.audience:
+        return f"the chain is restricted to audience {granting.audience.uri}"
+    outside = [topic for topic in t.topic or () if not implies_any(granting.topic, topic)]
+    if outside:
+        return f"topics {_caps_text(outside)} are outside the chain's {_caps_text(granting.topic)}"
+    return f"the chain grants only {_caps_text(granting.capability)}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BYOToken:
+    """A standard-UCAN ("bring your own") envelope: the DMS defines it but supports nothing of
+    it, and re-marshals it as ``{}``. ``raw`` keeps what was received (Go JSON, sorted keys)."""
+
+    raw: bytes = b"{}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _BYOTokenView(GoStruct):
+    """The DMS's empty ``BYOToken`` struct, to decode (and refuse non-objects) as Go does."""
+
+    GO_NAME = "BYOToken"
+
+
+_BYO_VIEW = StructOf(_BYOTokenView)
+
+
+class _BYOType(GoType):
+    go_name = "BYOToken"
+
+    def encode(self, value: Any, out: list[str]) -> None:
+        out.append("{}")
+
+    def decode(self, raw: Any, current: Any, ctx: DecodeContext) -> Any:
+        _BYO_VIEW.decode(raw, _BYOTokenView(), ctx)
+        return BYOToken(encode_any(ANY.decode(raw, None, ctx)))
+
+    def zero(self) -> Any:
+        return BYOToken()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Token(GoStruct):
+    """``ucan.Token``: a DMS token, or a standard UCAN envelope (unsupported, as in the DMS).
+
+    The methods answer as the DMS does for a token that is not a DMS token: it anchors nothing,
+    allows nothing and is always expired.
+    """
+
+    GO_NAME = "Token"
+    dms: DMSToken | None = go_field("dms", Ptr(_DMSTokenType()), omitempty=True, default=None)
+    ucan: BYOToken | None = go_field("ucan", Ptr(_BYOType()), omitempty=True, default=None)
+
+    def action(self) -> str:
+        return self.dms.action if self.dms else ""
+
+    def issuer(self) -> DID:
+        return self.dms.issuer if self.dms else DID()
+
+    def subject(self) -> DID:
+        return self.dms.subject if self.dms else DID()
+
+    def audience(self) -> DID:
+        return self.dms.audience if self.dms else DID()
+
+    def capability(self) -> tuple[Capability, ...] | None:
+        return self.dms.capability if self.dms else None
+
+    def topic(self) -> tuple[Capability, ...] | None:
+        return self.dms.topic if self.dms else None
+
+    def expire(self) -> int:
+        return self.dms.expire if self.dms else 0
+
+    def nonce(self) -> bytes | None:
+        return self.dms.nonce if self.dms else None
+
+    def signature_data(self) -> bytes:
+        return self._require_dms().signature_data()
+
+    def revocation_key(self) -> bytes:
+        return self.dms.revocation_key() if self.dms else b""
+
+    def expire_before(self, deadline: int) -> bool:
+        return self.dms.expire_before(deadline) if self.dms else True
+
+    def anchor(self, anchor: DID) -> bool:
+        return self.dms is not None and self.dms.anchor(anchor)
+
+    def anchor_depth(self, anchor: DID) -> tuple[int, bool]:
+        return self.dms.anchor_depth(anchor) if self.dms else (0, False)
+
+    def self_signed(self, origin: DID) -> bool:
+        return self.dms is not None and self.dms.self_signed(origin)
+
+    def verify_depth(self, depth: int) -> bool:
+        return self.dms is not None and self.dms.verify_depth(depth)
+
+    def allow_invocation(self, subject: DID, audience: DID, c: Capability) -> bool:
+        return self.dms is not None and self.dms.allow_invocation(subject, audience, c)
+
+    def allow_broadcast(self, subject: DID, topic: Capability, c: Capability) -> bool:
+        return self.dms is not None and self.dms.allow_broadcast(subject, topic, c)
+
+    def allow_delegation(
+        self,
+        action: str,
+        issuer: DID,
+        audience: DID,
+        topics: Sequence[Capability] | None,
+        expire: int,
+        c: Capability,
+    ) -> bool:
+        return self.dms is not None and self.dms.allow_delegation(
+            action, issuer, audience, topics, expire, c
+        )
+
+    def allow_action(self, ot: Token) -> bool:
+        return self.dms is not None and self.dms.allow_action(ot)
+
+    def subsumes(self, ot: Token) -> bool:
+        return self.dms is not None and self.dms.subsumes(ot)
+
+    def delegate(
+        self,
+        provider: Provider,
+        subject: DID,
+        audience: DID,
+        topics: Sequence[Capability] | None,
+        expire: int,
+        depth: int,
+        caps: Sequence[Capability] | None,
+        nonce: bytes | None = None,
+    ) -> Token:
+        dms = self._require_dms()
+        return Token(
+            dms=dms.delegate(provider, subject, audience, topics, expire, depth, caps, nonce)
+        )
+
+    def delegate_invocation(
+        self,
+        provider: Provider,
+        subject: DID,
+        audience: DID,
+        expire: int,
+        caps: Sequence[Capability] | None,
+        nonce: bytes | None = None,
+    ) -> Token:
+        dms = self._require_dms()
+        return Token(dms=dms.delegate_invocation(provider, subject, audience, expire, caps, nonce))
+
+    def delegate_broadcast(
+        self,
+        provider: Provider,
+        subject: DID,
+        topic: Capability,
+        expire: int,
+        caps: Sequence[Capability] | None,
+        nonce: bytes | None = None,
+    ) -> Token:
+        dms = self._require_dms()
+        return Token(dms=dms.delegate_broadcast(provider, subject, topic, expire, caps, nonce))
+
+    def verify(self, now: int, revoke: RevocationSet | None = None) -> None:
+        """``Verify``: raise :class:`TokenError` unless the whole chain holds at ``now``."""
+        self._verify(now, 0, revoke)
+
+    def _verify(self, now: int, depth: int, revoke: RevocationSet | None) -> None:
+        self._require_dms()._verify(now, depth, revoke)
+
+    def _require_dms(self) -> DMSToken:
+        if self.dms is None:
+            kind = "a standard UCAN (BYO) envelope" if self.ucan else "empty"
+            raise TokenError(
+                Reason.UNSUPPORTED_TOKEN,
+                "bad token",
+                f"the token is {kind}; the DMS only understands DMS tokens",
+                None,
+            )
+        return self.dms
+
+    def describe(self) -> str:
+        if self.dms is not None:
+            return describe(self.dms)
+        return "a standard UCAN (BYO) envelope" if self.ucan else "an empty token"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TokenList(GoStruct):
+    """``ucan.TokenList``: what travels in an envelope's ``cap`` and in anchor lists.
+
+    An element is ``None`` where the JSON had ``null`` (a nil token, which the DMS cannot
+    process).
+    """
+
+    GO_NAME = "TokenList"
+    tokens: tuple[Token | None, ...] | None = go_field(
+        "tok", SliceOf(Ptr(StructOf(Token))), omitempty=True, default=None
+    )
+
+    @classmethod
+    def of(cls, tokens: Iterable[Token]) -> TokenList:
+        """A list of the given tokens (nil, so omitted from JSON, when there are none)."""
+        return cls(tuple(tokens) or None)
+
+    def present(self) -> tuple[Token, ...]:
+        """The tokens, without nil entries."""
+        return tuple(t for t in self.tokens or () if t is not None)
+
+
+class RevocationSet:
+    """Revoked tokens, by ``iss#sub#nonce`` (``ucan.RevocationSet``)."""
+
+    __slots__ = ("_revoked",)
+
+    def __init__(self) -> None:
+        self._revoked: dict[bytes, Token] = {}
+
+    def revoked(self, key: bytes) -> bool:
+        return key in self._revoked
+
+    def revoke(self, t: Token) -> None:
+        self._revoked[t.revocation_key()] = t
+
+    def remove(self, t: Token) -> None:
+        self._revoked.pop(t.revocation_key(), None)
+
+    def list(self, now: int) -> list[Token]:
+        """The revocation tokens still in force at ``now``."""
+        return [t for t in self._revoked.values() if not t.expire_before(now)]
+
+    def gc(self, now: int) -> None:
+        for key, t in list(self._revoked.items()):
+            if t.expire_before(now):
+                del self._revoked[key]
+
+
+# --- decoding a capability blob ------------------------------------------------------------
+
+
+def unmarshal_token_list(data: bytes) -> TokenList:
+    """``json.Unmarshal`` into a ``TokenList``; :class:`GoDecodeError` carries Go's message.
+
+    Go checks the syntax of the whole input before decoding, and its syntax messages are what
+    the DMS reports (``unexpected end of JSON input``, ``invalid character 'o' in literal null
+    (expecting 'u')``), so on failure the input is re-scanned to name the error the same way.
+    """
+    try:
+        return _fast_token_list(data)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return unmarshal(TokenList, data)
+    except GoDecodeError as exc:
+        syntax = go_syntax_error(data)
+        if syntax is not None:
+            raise GoDecodeError(syntax) from None
+        raise GoDecodeError(str(exc)) from None
+
+
+_MAX_NESTING = 10000
+_SPACE = frozenset(b" \t\r\n")
+_DIGITS = frozenset(b"0123456789")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_ESCAPES = frozenset(b'bfnrt\\/"')
+
+
+def _quote_char(c: int) -> str:
+    """Go's ``quoteChar``: how ``encoding/json`` shows the offending byte."""
+    if c == ord("'"):
+        return "'\\''"
+    if c == ord('"'):
+        return "'\"'"
+    if c == ord("\\"):
+        return "'\\\\'"
+    ch = chr(c)
+    if ch.isprintable():
+        return f"'{ch}'"
+    named = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r"}
+    if c in named:
+        return f"'{named[c]}'"
+    return f"'\\x{c:02x}'" if c < 0x80 else f"'\\u{c:04x}'"
+
+
+class _SyntaxScanner:
+    """A port of the state machine of Go's ``encoding/json`` scanner, for its error messages."""
+
+    def __init__(self) -> None:
+        self.step: Callable[[int], None] = self.begin_value
+        self.stack: list[str] = []  # "key" | "value" | "array" (Go's parseState)
+        self.end_top = False
+        self.error: str | None = None
+
+    def fail(self, c: int, context: str) -> None:
+        self.error = f"invalid character {_quote_char(c)} {context}"
+        self.step = self.stop
+
+    def stop(self, c: int) -> None:
+        return
+
+    def push(self, state: str) -> None:
+        self.stack.append(state)
+        if len(self.stack) > _MAX_NESTING:
+            self.error = "exceeded max depth"
+            self.step = self.stop
+
+    def pop(self) -> None:
+        self.stack.pop()
+        if self.stack:
+            self.step = self.end_value
+        else:
+            self.step, self.end_top = self.end_of_top, True
+
+    def begin_value_or_empty(self, c: int) -> None:
+        if c in _SPACE:
+            return
+        if c == ord("]"):
+            self.end_value(c)
+        else:
+            self.begin_value(c)
+
+    def begin_value(self, c: int) -> None:
+        if c in _SPACE:
+            return
+        literal = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
+        if c == ord("{"):
+            self.step = self.begin_string_or_empty
+            self.push("key")
+        elif c == ord("["):
+            self.step = self.begin_value_or_empty
+            self.push("array")
+        elif c == ord('"'):
+            self.step = self.in_string
+        elif c == ord("-"):
+            self.step = self.neg
+        elif c == ord("0"):
+            self.step = self.zero
+        elif c in _DIGITS:
+            self.step = self.digits
+        elif c in literal:
+            self.step = self.literal(chr(c), literal[c], 0)
+        else:
+            self.fail(c, "looking for beginning of value")
+
+    def literal(self, first: str, rest: bytes, i: int) -> Callable[[int], None]:
+        word = first + rest.decode()
+
+        def step(c: int) -> None:
+            if c != rest[i]:
+                self.fail(c, f"in literal {word} (expecting '{chr(rest[i])}')")
+            elif i + 1 == len(rest):
+                self.step = self.end_value
+            else:
+                self.step = self.literal(first, rest, i + 1)
+
+        return step
+
+    def begin_string_or_empty(self, c: int) -> None:
+        if c in _SPACE:
+            return
+        if c == ord("}"):
+            self.stack[-1] = "value"
+            self.end_value(c)
+        else:
+            self.begin_string(c)
+
+    def begin_string(self, c: int) -> None:
+        if c in _SPACE:
+            return
+        if c == ord('"'):
+            self.step = self.in_string
+        else:
+            self.fail(c, "looking for beginning of object key string")
+
+    def end_value(self, c: int) -> None:
+        if not self.stack:
+            self.step, self.end_top = self.end_of_top, True
+            self.end_of_top(c)
+            return
+        if c in _SPACE:
+            self.step = self.end_value
+            return
+        state = self.stack[-1]
+        if state == "key":
+            if c == ord(":"):
+                self.stack[-1] = "value"
+                self.step = self.begin_value
+            else:
+                self.fail(c, "after object key")
+        elif state == "value":
+            if c == ord(","):
+                self.stack[-1] = "key"
+                self.step = self.begin_string
+            elif c == ord("}"):
+                self.pop()
+            else:
+                self.fail(c, "after object key:value pair")
+        elif c == ord(","):
+            self.step = self.begin_value
+        elif c == ord("]"):
+            self.pop()
+        else:
+            self.fail(c, "after array element")
+
+    def end_of_top(self, c: int) -> None:
+        if c not in _SPACE:
+            self.fail(c, "after top-level value")
+
+    def in_string(self, c: int) -> None:
+        if c == ord('"'):
+            self.step = self.end_value
+        elif c == ord("\\"):
+            self.step = self.in_string_escape
+        elif c < 0x20:
+            self.fail(c, "in string literal")
+
+    def in_string_escape(self, c: int) -> None:
+        if c in _ESCAPES:
+            self.step = self.in_string
+        elif c == ord("u"):
+            self.step = self.hex_escape(4)
+        else:
+            self.fail(c, "in string escape code")
+
+    def hex_escape(self, left: int) -> Callable[[int], None]:
+        def step(c: int) -> None:
+            if c not in _HEX:
+                self.fail(c, "in \\u hexadecimal character escape")
+            else:
+                self.step = self.in_string if left == 1 else self.hex_escape(left - 1)
+
+        return step
+
+    def neg(self, c: int) -> None:
+        if c == ord("0"):
+            self.step = self.zero
+        elif c in _DIGITS:
+            self.step = self.digits
+        else:
+            self.fail(c, "in numeric literal")
+
+    def digits(self, c: int) -> None:
+        if c not in _DIGITS:
+            self.zero(c)
+
+    def zero(self, c: int) -> None:
+        if c == ord("."):
+            self.step = self.dot
+        elif c in b"eE":
+            self.step = self.exponent
+        else:
+            self.end_value(c)
+
+    def dot(self, c: int) -> None:
+        if c in _DIGITS:
+            self.step = self.fraction
+        else:
+            self.fail(c, "after decimal point in numeric literal")
+
+    def fraction(self, c: int) -> None:
+        if c in b"eE":
+            self.step = self.exponent
+        elif c not in _DIGITS:
+            self.end_value(c)
+
+    def exponent(self, c: int) -> None:
+        if c in b"+-":
+            self.step = self.exponent_sign
+        else:
+            self.exponent_sign(c)
+
+    def exponent_sign(self, c: int) -> None:
+        if c in _DIGITS:
+            self.step = self.exponent_digits
+        else:
+            self.fail(c, "in exponent of numeric literal")
+
+    def exponent_digits(self, c: int) -> None:
+        if c not in _DIGITS:
+            self.end_value(c)
+
+
+def go_syntax_error(data: bytes) -> str | None:
+    """The message of Go's ``checkValid`` for ``data``, or ``None`` when the syntax is valid."""
+    scanner = _SyntaxScanner()
+    for c in data:
+        scanner.step(c)
+        if scanner.error is not None:
+            return scanner.error
+    if not scanner.end_top:
+        scanner.step(ord(" "))
+        if scanner.error is None and not scanner.end_top:
+            return "unexpected end of JSON input"
+    return scanner.error
