@@ -1,0 +1,501 @@
+"""The behavior catalog: every DMS ``node`` behavior the gateway speaks, defined once.
+
+Both sides use it: the client to build requests and read replies, the simulated DMS to read
+requests and build replies. Names are those of the newest ``dms/behaviors/behaviors.go`` and
+the newest CLI (``cmd/actor/behaviors.go``), plus the v0.5 ``/dms/cap/anchor``. Each entry
+names its request and reply models, the capability an invoker must hold (the DMS requires the
+behavior name itself, and a capability implies every path under it, so ``/dms/node`` covers
+all of ``/dms/node/...``), how long to let the envelope live, and, for broadcasts, the topic.
+
+``namespace`` is the attribute path of a typed client facade (``("deployment", "status")``
+for ``dms.deployment.status(...)``); it is declared per behavior rather than derived from the
+name, because names like ``/dms/cap/provide/anchor`` make poor Python paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import keyword
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Protocol, Self
+
+from dmsgw.behaviors.allocations import AllocationsListResponse
+from dmsgw.behaviors.cap import (
+    CapAnchorRequest,
+    CapAnchorResponse,
+    CapListRequest,
+    CapListResponse,
+    CapTokenAnchorRequest,
+)
+from dmsgw.behaviors.deployment import (
+    DeploymentDeleteRequest,
+    DeploymentDeleteResponse,
+    DeploymentInfoRequest,
+    DeploymentInfoResponse,
+    DeploymentListRequest,
+    DeploymentListResponse,
+    DeploymentLogsRequest,
+    DeploymentLogsResponse,
+    DeploymentManifestRequest,
+    DeploymentManifestResponse,
+    DeploymentPruneRequest,
+    DeploymentPruneResponse,
+    DeploymentShutdownRequest,
+    DeploymentShutdownResponse,
+    DeploymentStatusRequest,
+    DeploymentStatusResponse,
+    NewDeploymentRequest,
+    NewDeploymentResponse,
+    UpdateDeploymentRequest,
+    UpdateDeploymentResponse,
+)
+from dmsgw.behaviors.logger import LoggerConfigRequest, LoggerConfigResponse
+from dmsgw.behaviors.node_resources import ResourcesResponse
+from dmsgw.behaviors.onboarding import (
+    OffboardRequest,
+    OffboardResponse,
+    OnboardRequest,
+    OnboardResponse,
+    OnboardStatusResponse,
+)
+from dmsgw.behaviors.peers import (
+    PeerAddrInfoResponse,
+    PeerConnectRequest,
+    PeerConnectResponse,
+    PeerDHTResponse,
+    PeerScoreResponse,
+    PeersListResponse,
+    PingRequest,
+    PingResponse,
+)
+from dmsgw.behaviors.public import DiscoveryStatusResponse, HelloResponse, PublicStatusResponse
+from dmsgw.behaviors.volume import (
+    CreateVolumeRequest,
+    CreateVolumeResponse,
+    DeleteVolumeRequest,
+    DeleteVolumeResponse,
+    StartVolumeRequest,
+    StartVolumeResponse,
+)
+from dmsgw.errors import DmsgwError
+
+__all__ = [
+    "BY_NAMESPACE",
+    "CATALOG",
+    "DEFAULT_TIMEOUT_S",
+    "Behavior",
+    "BehaviorPayloadError",
+    "UnknownBehaviorError",
+    "WireModel",
+    "get_behavior",
+]
+
+DEFAULT_TIMEOUT_S = 30.0
+# handleNewDeployment refuses an envelope expiring within MinDeploymentTime (59 s); a margin
+# covers the trip to the DMS. Update needs MinUpdateDeploymentTime, twice 59 s.
+_NEW_DEPLOYMENT_MIN_S = 60.0
+_UPDATE_DEPLOYMENT_MIN_S = 120.0
+
+
+class WireModel(Protocol):
+    """A payload type: Go-exact JSON out, Go-compatible JSON in (every GoStruct is one)."""
+
+    def to_json(self) -> bytes: ...
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Self: ...
+
+
+class UnknownBehaviorError(DmsgwError):
+    """A behavior name that is not in the catalog."""
+
+
+class BehaviorPayloadError(DmsgwError):
+    """A payload of the wrong type for the behavior it is sent with."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Behavior:
+    """One behavior: its name, payload types, required capability, lifetime and doc.
+
+    ``request`` is ``None`` for behaviors invoked without a payload (the envelope's ``msg``
+    is then empty). ``timeout_s`` is the default envelope lifetime; ``min_timeout_s`` the
+    shortest the DMS accepts (0: any). ``topic`` is set for broadcasts only.
+    """
+
+    name: str
+    namespace: tuple[str, ...]
+    request: type[WireModel] | None
+    reply: type[WireModel]
+    doc: str
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    min_timeout_s: float = 0.0
+    topic: str = ""
+    capability: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.capability:
+            object.__setattr__(self, "capability", self.name)
+        bad = [p for p in self.namespace if not p.isidentifier() or keyword.iskeyword(p)]
+        if not self.namespace or bad:
+            raise ValueError(f"{self.name}: namespace {self.namespace} is not a Python path")
+        if self.timeout_s < self.min_timeout_s:
+            raise ValueError(f"{self.name}: default timeout below the DMS's minimum")
+
+    @property
+    def broadcast(self) -> bool:
+        return bool(self.topic)
+
+    def encode_request(self, payload: WireModel | None = None) -> bytes:
+        """The envelope ``msg`` bytes for ``payload`` (empty when the behavior takes none)."""
+        if self.request is None:
+            if payload is not None:
+                raise BehaviorPayloadError(f"{self.name} takes no payload, got {payload!r}")
+            return b""
+        if payload is None:
+            payload = self.request.from_json(b"{}")
+        if not isinstance(payload, self.request):
+            raise BehaviorPayloadError(
+                f"{self.name} takes a {self.request.__name__}, got {type(payload).__name__}"
+            )
+        return payload.to_json()
+
+    def decode_request(self, data: bytes) -> WireModel | None:
+        """The payload a DMS handler would decode from ``msg`` (``None`` if it takes none)."""
+        return None if self.request is None else self.request.from_json(data)
+
+    def decode_reply(self, data: bytes) -> WireModel:
+        """The reply payload, decoded as the Go client does."""
+        return self.reply.from_json(data)
+
+
+def _b(
+    name: str,
+    namespace: str,
+    request: type[WireModel] | None,
+    reply: type[WireModel],
+    doc: str,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    min_timeout_s: float = 0.0,
+    topic: str = "",
+) -> Behavior:
+    return Behavior(
+        name, tuple(namespace.split(".")), request, reply, doc, timeout_s, min_timeout_s, topic
+    )
+
+
+_BEHAVIORS = (
+    # public and broadcast
+    _b(
+        "/public/hello",
+        "public.hello",
+        None,
+        HelloResponse,
+        "The DMS's DID, for a polite introduction.",
+    ),
+    _b(
+        "/public/status",
+        "public.status",
+        None,
+        PublicStatusResponse,
+        "Status and the machine's total resources.",
+    ),
+    _b(
+        "/broadcast/hello",
+        "broadcast.hello",
+        None,
+        HelloResponse,
+        "Say hello on the hello topic; every DMS that hears it replies with its DID.",
+        topic="/nunet/hello",
+    ),
+    _b(
+        "/dms/node/status",
+        "node.status",
+        None,
+        DiscoveryStatusResponse,
+        "Host, network, onboarding and resources of the DMS (fleet discovery).",
+    ),
+    _b(
+        "/broadcast/dms/status",
+        "broadcast.status",
+        None,
+        DiscoveryStatusResponse,
+        "Ask every DMS on the status topic for its discovery status.",
+        topic="/nunet/status",
+    ),
+    # peers
+    _b(
+        "/dms/node/peers/list",
+        "peers.list",
+        None,
+        PeersListResponse,
+        "Peer IDs of the DMS's pubsub peers.",
+    ),
+    _b(
+        "/dms/node/peers/self",
+        "peers.self",
+        None,
+        PeerAddrInfoResponse,
+        "The DMS's peer ID and listen addresses.",
+    ),
+    _b(
+        "/dms/node/peers/ping",
+        "peers.ping",
+        PingRequest,
+        PingResponse,
+        "Ping a peer; round-trip time in ms.",
+    ),
+    _b(
+        "/dms/node/peers/dht",
+        "peers.dht",
+        None,
+        PeerDHTResponse,
+        "The peers in the DMS's DHT routing table.",
+    ),
+    _b(
+        "/dms/node/peers/connect",
+        "peers.connect",
+        PeerConnectRequest,
+        PeerConnectResponse,
+        "Connect to a peer by multiaddress.",
+    ),
+    _b(
+        "/dms/node/peers/score",
+        "peers.score",
+        None,
+        PeerScoreResponse,
+        "Gossipsub scores of the DMS's peers.",
+    ),
+    # onboarding
+    _b(
+        "/dms/node/onboarding/onboard",
+        "onboarding.onboard",
+        OnboardRequest,
+        OnboardResponse,
+        "Offer resources to the network as a compute provider.",
+    ),
+    _b(
+        "/dms/node/onboarding/offboard",
+        "onboarding.offboard",
+        OffboardRequest,
+        OffboardResponse,
+        "Stop being a compute provider.",
+    ),
+    _b(
+        "/dms/node/onboarding/status",
+        "onboarding.status",
+        None,
+        OnboardStatusResponse,
+        "Whether the DMS is onboarded.",
+    ),
+    # deployments orchestrated by this DMS
+    _b(
+        "/dms/node/deployment/new",
+        "deployment.new",
+        NewDeploymentRequest,
+        NewDeploymentResponse,
+        "Deploy an ensemble; replies at once with its ID, then deploys until expiry.",
+        timeout_s=120.0,
+        min_timeout_s=_NEW_DEPLOYMENT_MIN_S,
+    ),
+    _b(
+        "/dms/node/deployment/update",
+        "deployment.update",
+        UpdateDeploymentRequest,
+        UpdateDeploymentResponse,
+        "Change a running deployment's ensemble.",
+        timeout_s=180.0,
+        min_timeout_s=_UPDATE_DEPLOYMENT_MIN_S,
+    ),
+    _b(
+        "/dms/node/deployment/list",
+        "deployment.list",
+        DeploymentListRequest,
+        DeploymentListResponse,
+        "Deployments, filtered, paged and sorted.",
+    ),
+    _b(
+        "/dms/node/deployment/status",
+        "deployment.status",
+        DeploymentStatusRequest,
+        DeploymentStatusResponse,
+        "A deployment's status (and its allocations' state and usage while it runs).",
+        timeout_s=60.0,
+    ),
+    _b(
+        "/dms/node/deployment/manifest",
+        "deployment.manifest",
+        DeploymentManifestRequest,
+        DeploymentManifestResponse,
+        "What was deployed where: the ensemble manifest.",
+    ),
+    _b(
+        "/dms/node/deployment/info",
+        "deployment.info",
+        DeploymentInfoRequest,
+        DeploymentInfoResponse,
+        "Status, manifest, allocation details, usage and log paths in one call.",
+        timeout_s=60.0,
+    ),
+    _b(
+        "/dms/node/deployment/logs",
+        "deployment.logs",
+        DeploymentLogsRequest,
+        DeploymentLogsResponse,
+        "Write an allocation's logs on the DMS host; replies with the directory.",
+        timeout_s=60.0,
+    ),
+    _b(
+        "/dms/node/deployment/shutdown",
+        "deployment.shutdown",
+        DeploymentShutdownRequest,
+        DeploymentShutdownResponse,
+        "Shut a running deployment down.",
+    ),
+    _b(
+        "/dms/node/deployment/prune",
+        "deployment.prune",
+        DeploymentPruneRequest,
+        DeploymentPruneResponse,
+        "Forget finished deployments older than a cutoff (or all).",
+    ),
+    _b(
+        "/dms/node/deployment/delete",
+        "deployment.delete",
+        DeploymentDeleteRequest,
+        DeploymentDeleteResponse,
+        "Forget one deployment.",
+    ),
+    # this DMS as a compute provider
+    _b(
+        "/dms/node/allocations/list",
+        "allocations.list",
+        None,
+        AllocationsListResponse,
+        "The allocations running on this DMS.",
+    ),
+    _b(
+        "/dms/node/resources/free",
+        "resources.free",
+        None,
+        ResourcesResponse,
+        "Resources free for new allocations (bytes, Hz).",
+    ),
+    _b(
+        "/dms/node/resources/allocated",
+        "resources.allocated",
+        None,
+        ResourcesResponse,
+        "Resources held by running allocations (bytes, Hz).",
+    ),
+    _b(
+        "/dms/node/resources/onboarded",
+        "resources.onboarded",
+        None,
+        ResourcesResponse,
+        "Resources offered to the network (bytes, Hz).",
+    ),
+    _b(
+        "/dms/node/hardware/spec",
+        "hardware.spec",
+        None,
+        ResourcesResponse,
+        "The machine's hardware (bytes, Hz).",
+    ),
+    _b(
+        "/dms/node/hardware/usage",
+        "hardware.usage",
+        None,
+        ResourcesResponse,
+        "The machine's current resource usage (bytes, Hz).",
+    ),
+    _b(
+        "/dms/node/logger/config",
+        "logger.config",
+        LoggerConfigRequest,
+        LoggerConfigResponse,
+        "Change log level, flush interval or Elasticsearch/APM settings.",
+    ),
+    # capabilities
+    _b(
+        "/dms/cap/list",
+        "cap.list",
+        CapListRequest,
+        CapListResponse,
+        "The DMS's capability anchors.",
+    ),
+    _b(
+        "/dms/cap/anchor",
+        "cap.anchor",
+        CapAnchorRequest,
+        CapAnchorResponse,
+        "Add root DIDs and tokens to the DMS's anchors (v0.5).",
+    ),
+    _b(
+        "/dms/cap/provide/anchor",
+        "cap.provide_anchor",
+        CapTokenAnchorRequest,
+        CapAnchorResponse,
+        "Add tokens to the DMS's provide anchor.",
+    ),
+    _b(
+        "/dms/cap/require/anchor",
+        "cap.require_anchor",
+        CapTokenAnchorRequest,
+        CapAnchorResponse,
+        "Add tokens to the DMS's require anchor.",
+    ),
+    _b(
+        "/dms/cap/revoke/anchor",
+        "cap.revoke_anchor",
+        CapTokenAnchorRequest,
+        CapAnchorResponse,
+        "Add revocation tokens to the DMS's revoke anchor.",
+    ),
+    # volumes
+    _b(
+        "/dms/volume/create",
+        "volume.create",
+        CreateVolumeRequest,
+        CreateVolumeResponse,
+        "Create a GlusterFS volume; replies with its CA certificate.",
+    ),
+    _b(
+        "/dms/volume/start",
+        "volume.start",
+        StartVolumeRequest,
+        StartVolumeResponse,
+        "Start a GlusterFS volume.",
+    ),
+    _b(
+        "/dms/volume/delete",
+        "volume.delete",
+        DeleteVolumeRequest,
+        DeleteVolumeResponse,
+        "Delete a GlusterFS volume (its creator only).",
+    ),
+)
+
+
+def _index() -> tuple[Mapping[str, Behavior], Mapping[tuple[str, ...], Behavior]]:
+    by_name = {b.name: b for b in _BEHAVIORS}
+    by_namespace = {b.namespace: b for b in _BEHAVIORS}
+    if len(by_name) != len(_BEHAVIORS) or len(by_namespace) != len(_BEHAVIORS):
+        raise ValueError("a behavior name or namespace is declared twice in the catalog")
+    return MappingProxyType(by_name), MappingProxyType(by_namespace)
+
+
+CATALOG, BY_NAMESPACE = _index()
+
+
+def get_behavior(name: str) -> Behavior:
+    """The behavior called ``name``; :class:`UnknownBehaviorError` names close matches."""
+    behavior = CATALOG.get(name)
+    if behavior is not None:
+        return behavior
+    close = difflib.get_close_matches(name, CATALOG, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise UnknownBehaviorError(f"unknown behavior {name!r}{hint}")

@@ -1,0 +1,128 @@
+"""Read YAML into plain values the way Go's ``gopkg.in/yaml.v3`` does into ``interface{}``.
+
+PyYAML implements YAML 1.1, under which ``yes``/``on`` are booleans, ``1:30`` is a number and
+``2024-01-01`` a date; the DMS CLI (yaml.v3) reads all three as strings. Plain scalars are
+therefore resolved here with yaml.v3's rules: ``true``/``false`` (three spellings each) are
+booleans, ``~``/``null``/empty are null, integers follow ``strconv.ParseInt(s, 0, 64)`` after
+dropping ``_`` (so ``0x1F``, ``0o17``, ``0b101`` and C-style ``017`` work), then
+``ParseUint``, then YAML-style floats (``.inf``, ``.nan`` included); anything else is a string.
+A key given twice in one mapping is an error, as in yaml.v3.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import yaml
+
+from dmsgw.errors import DmsgwError
+
+__all__ = ["YamlSyntaxError", "load_yaml"]
+
+_PLAIN_TAG = "tag:dmsgw,2025:go-plain"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_NULLS = frozenset({"", "~", "null", "Null", "NULL"})
+_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_SPECIAL_FLOATS = {
+    **{s: math.inf for s in (".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF")},
+    **{s: -math.inf for s in ("-.inf", "-.Inf", "-.INF")},
+    **{s: math.nan for s in (".nan", ".NaN", ".NAN")},
+}
+_YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_INT_BODY = {
+    16: re.compile(r"[0-9a-fA-F]+"),
+    8: re.compile(r"[0-7]+"),
+    2: re.compile(r"[01]+"),
+    10: re.compile(r"[0-9]+"),
+}
+_INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+
+
+class YamlSyntaxError(DmsgwError):
+    """Text that is not YAML (or not YAML the DMS CLI would read); names line and column."""
+
+
+def _go_integer(text: str) -> int | None:
+    """``strconv.ParseInt(text, 0, 64)``, falling back to ``ParseUint``; ``None`` if neither."""
+    sign, body = "", text
+    if body[:1] in ("+", "-"):
+        sign, body = body[0], body[1:]
+    base = 10
+    if len(body) > 2 and body[0] == "0" and body[1] in "xXoObB":
+        base = {"x": 16, "o": 8, "b": 2}[body[1].lower()]
+        body = body[2:]
+    elif len(body) > 1 and body[0] == "0":
+        base = 8
+    if not _INT_BODY[base].fullmatch(body):
+        return None
+    value = int(body, base) * (-1 if sign == "-" else 1)
+    return value if _INT64_MIN <= value <= _UINT64_MAX else None
+
+
+def go_plain_scalar(text: str) -> Any:
+    """The value yaml.v3 gives an unquoted scalar decoded into ``interface{}``."""
+    if text in _NULLS:
+        return None
+    if text in _BOOLS:
+        return _BOOLS[text]
+    if text in _SPECIAL_FLOATS:
+        return _SPECIAL_FLOATS[text]
+    if text[:1] not in tuple("+-.0123456789"):
+        return text
+    plain = text.replace("_", "")
+    integer = _go_integer(plain)
+    if integer is not None:
+        return integer
+    if _YAML_FLOAT.fullmatch(plain):
+        number = float(plain)
+        if math.isfinite(number):
+            return number
+    return text
+
+
+class _GoLoader(yaml.SafeLoader):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                earlier = seen.setdefault(key, key_node)
+            except TypeError:
+                continue  # unhashable: the base class reports it
+            if earlier is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"mapping key {key!r} already defined at line {earlier.start_mark.line + 1}",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _construct_plain(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    return go_plain_scalar(loader.construct_scalar(node))  # type: ignore[arg-type]
+
+
+# Every plain scalar but the merge key "<<" gets our tag, whose constructor applies Go's rules.
+_GoLoader.yaml_implicit_resolvers = {
+    "<": [(_MERGE_TAG, re.compile(r"<<\Z"))],
+    None: [(_PLAIN_TAG, re.compile(""))],
+}
+_GoLoader.add_constructor(_PLAIN_TAG, _construct_plain)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """The first YAML document of ``text`` as plain values; :class:`YamlSyntaxError` else."""
+    try:
+        return yaml.load(text, Loader=_GoLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise YamlSyntaxError(f"{source}: YAML error{where}: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise YamlSyntaxError(f"{source}: YAML error: {exc}") from None
