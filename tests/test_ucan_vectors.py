@@ -24,9 +24,10 @@ from dmsgw.keys.ucan import (
     Token,
     TokenError,
     TokenList,
-    UcanError,
     unmarshal_token_list,
 )
+from dmsgw.transport.envelope import Envelope, Handle
+from dmsgw.transport.security import SecurityContext, SecurityError
 from tests.conftest import load_vector
 
 VECTORS = load_vector("tokens.json")
@@ -183,19 +184,18 @@ def dms_verdict(case: dict[str, Any]) -> tuple[CapabilityContext, str | None]:
         revoke=TokenList.from_json(case["dms_revoke"]),
         clock=FixedClock(NOW_2026),
     )
-    sender = ID.from_string(case["sender_id_b32"])
-    if sender == actor_id("dms"):
-        return ctx, None
-    cap = base64.b64decode(case["cap_b64"])
+    dms_key = Ed25519PrivKey(bytes.fromhex(KEYS["dms"]["seed_hex"]))
+    security = SecurityContext(dms_key, ctx, clock=FixedClock(NOW_2026))
+    sender = Handle(ID.from_string(case["sender_id_b32"]), DID(case["sender_did"]))
+    msg = Envelope(
+        to=Handle.from_public_key(dms_key.public_key()),
+        from_=sender,
+        cap=base64.b64decode(case["cap_b64"]) or None,
+    )
     try:
-        ctx.consume(DID(case["sender_did"]), cap)
-    except UcanError as exc:
-        return ctx, f"consuming capabilities: {exc}"
-    try:
-        ctx.require(ctx.did, sender, actor_id("dms"), case["required"])
-    except NotAuthorizedError as exc:
-        ctx.discard(cap)
-        return ctx, f"requiring capabilities: {exc}"
+        security.require(msg, case["required"])
+    except SecurityError as exc:
+        return ctx, str(exc)
     return ctx, None
 
 
