@@ -47,6 +47,7 @@ class DID(GoStruct):
     """``did.DID``: ``{"uri": "did:…"}``; the empty DID marshals as ``{}``."""
 
     GO_NAME = "DID"
+    GO_CACHED = True
     uri: str = go_field("uri", STRING, omitempty=True, default="")
 
     def __str__(self) -> str:

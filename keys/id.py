@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 from typing import Any
 
 from dmsgw.errors import DmsgwError
@@ -39,13 +40,10 @@ class ID:
 
     @classmethod
     def from_string(cls, text: str) -> ID:
-        try:
-            return cls(base64.b32decode(text.encode("ascii"))) if text else cls()
-        except (binascii.Error, UnicodeEncodeError, ValueError):
-            raise IDError(f"actor ID {text!r} is not padded standard base32") from None
+        return _id_from_string(text)
 
     def __str__(self) -> str:
-        return base64.b32encode(self.public_key).decode("ascii")
+        return _base32(self.public_key)
 
     def __repr__(self) -> str:
         return f"ID({str(self)!r})"
@@ -56,6 +54,20 @@ class ID:
     def public_key_obj(self) -> PubKey:
         """``crypto.PublicKeyFromID``: raises when the bytes are not a key protobuf."""
         return unmarshal_public_key(self.public_key)
+
+
+# IDs recur in every message: encode and decode each one once.
+@functools.lru_cache(maxsize=4096)
+def _base32(key: bytes) -> str:
+    return base64.b32encode(key).decode("ascii")
+
+
+@functools.lru_cache(maxsize=4096)
+def _id_from_string(text: str) -> ID:
+    try:
+        return ID(base64.b32decode(text.encode("ascii"))) if text else ID()
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise IDError(f"actor ID {text!r} is not padded standard base32") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -65,6 +65,8 @@ class HandleError(DmsgwError):
 class Address(GoStruct):
     """Where an actor lives: the libp2p host (peer ID) and the inbox on it."""
 
+    GO_CACHED = True
+
     host: str = go_field("host", STRING, omitempty=True, default="")
     inbox: str = go_field("inbox", STRING, omitempty=True, default="")
 
@@ -75,6 +77,8 @@ class Address(GoStruct):
 @dataclasses.dataclass(frozen=True, slots=True)
 class Handle(GoStruct):
     """An actor's identity (``id``), the DID it acts for, and its address."""
+
+    GO_CACHED = True
 
     id: ID = go_field("id", ID_TYPE, default=ID())
     did: DID = go_field("did", StructOf(DID), default=DID())

@@ -809,6 +809,9 @@ class GoStruct:
     """Base of dataclasses mirroring a Go struct; field order is the Go declaration order."""
 
     GO_NAME: ClassVar[str] = ""
+    GO_CACHED: ClassVar[bool] = False
+    """Set on small immutable structs that recur in message after message (handles, DIDs):
+    their encoding is remembered, keyed by value."""
     _go_specs: ClassVar[tuple[_FieldSpec, ...] | None] = None
     _go_lookup: ClassVar[dict[str, _FieldSpec] | None] = None
     _go_folded: ClassVar[dict[str, _FieldSpec] | None] = None
@@ -870,6 +873,20 @@ class StructOf(GoType):
 
 
 def _encode_struct(value: GoStruct, out: list[str]) -> None:
+    if type(value).GO_CACHED:
+        out.append(_cached_encoding(value))
+    else:
+        _encode_fields(value, out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_encoding(value: GoStruct) -> str:
+    out: list[str] = []
+    _encode_fields(value, out)
+    return "".join(out)
+
+
+def _encode_fields(value: GoStruct, out: list[str]) -> None:
     out.append("{")
     first = True
     for spec in type(value).go_specs():
@@ -994,7 +1011,11 @@ def _parse(data: bytes | str) -> Any:
         raise GoDecodeError("exceeded max depth") from None
     except ValueError as exc:  # e.g. a lowered sys.set_int_max_str_digits limit
         raise GoDecodeError(f"invalid JSON: {exc}") from None
-    return _fix_surrogates(raw)
+    return _fix_surrogates(raw) if _SURROGATE_ESCAPE.search(text) else raw
+
+
+# Only a \uD800-\uDFFF escape can leave a lone surrogate in what json.loads returns.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _fix_surrogates(raw: Any) -> Any:
