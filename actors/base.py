@@ -13,7 +13,7 @@ import dataclasses
 import queue
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import pykka
 from pykka.messages import _ActorStop
@@ -44,11 +44,22 @@ class BoundedInbox(queue.Queue[Any]):
         super().put(item, block=False)
 
 
+class Ref(Protocol):
+    """What supervisors and registries need of an actor ref: a pykka ``ActorRef`` (thread
+    actors) or an :class:`~dmsgw.actors.aio.AsyncActorRef` (actors on the event loop)."""
+
+    def tell(self, message: Any) -> None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def stop(self, *, block: bool = ..., timeout: float | None = ...) -> Any: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class ActorExit:
     """How an actor ended: ``error`` is ``None`` for a normal stop."""
 
-    ref: pykka.ActorRef[Any]
+    ref: Ref
     error: BaseException | None
 
     @property

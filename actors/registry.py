@@ -11,6 +11,7 @@ from typing import Any
 
 import pykka
 
+from dmsgw.actors.base import Ref
 from dmsgw.errors import DmsgwError
 
 log = logging.getLogger(__name__)
@@ -40,25 +41,25 @@ class Registry:
     """Thread-safe name → ref map with dead-letter reporting (O(1), unlike pykka's registry)."""
 
     def __init__(self, on_dead_letter: DeadLetterHook = log_dead_letter) -> None:
-        self._refs: dict[str, pykka.ActorRef[Any]] = {}
+        self._refs: dict[str, Ref] = {}
         self._lock = threading.Lock()
         self.on_dead_letter = on_dead_letter
 
-    def register(self, name: str, ref: pykka.ActorRef[Any]) -> None:
+    def register(self, name: str, ref: Ref) -> None:
         with self._lock:
             self._refs[name] = ref
 
-    def unregister(self, name: str, ref: pykka.ActorRef[Any] | None = None) -> None:
+    def unregister(self, name: str, ref: Ref | None = None) -> None:
         """Forget ``name`` (only if it still points at ``ref``, when given)."""
         with self._lock:
             if ref is None or self._refs.get(name) is ref:
                 self._refs.pop(name, None)
 
-    def get(self, name: str) -> pykka.ActorRef[Any] | None:
+    def get(self, name: str) -> Ref | None:
         with self._lock:
             return self._refs.get(name)
 
-    def require(self, name: str) -> pykka.ActorRef[Any]:
+    def require(self, name: str) -> Ref:
         ref = self.get(name)
         if ref is None:
             raise NoSuchActorError(f"no actor named {name!r}")

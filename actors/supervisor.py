@@ -14,7 +14,7 @@ from typing import Any
 
 import pykka
 
-from dmsgw.actors.base import Actor, ActorExit, ExitHook
+from dmsgw.actors.base import Actor, ActorExit, ExitHook, Ref
 from dmsgw.actors.registry import Registry
 from dmsgw.actors.scheduler import Scheduler, ThreadScheduler
 from dmsgw.actors.supervision import (
@@ -32,7 +32,7 @@ from dmsgw.errors import DmsgwError
 
 log = logging.getLogger(__name__)
 
-StartFn = Callable[[ExitHook], pykka.ActorRef[Any]]
+StartFn = Callable[[ExitHook], Ref]
 
 DEFAULT_INTENSITY = Intensity()
 DEFAULT_BACKOFF = Backoff()
@@ -108,13 +108,13 @@ class Supervisor(Actor):
         self._scheduler = scheduler or ThreadScheduler()
         self._state = SupervisorState(strategy, intensity, backoff, clock, rng or random.Random())
         self._specs: dict[str, ChildSpec] = {}
-        self._refs: dict[str, pykka.ActorRef[Any]] = {}
+        self._refs: dict[str, Ref] = {}
         self._generation = 0
         self._shutdown_timeout_s = shutdown_timeout_s
 
     # --- the API (called through the proxy) ----------------------------------------------
 
-    def start_child(self, spec: ChildSpec) -> pykka.ActorRef[Any]:
+    def start_child(self, spec: ChildSpec) -> Ref:
         if spec.name in self._specs:
             raise DuplicateChildError(f"a child named {spec.name!r} is already supervised")
         self._specs[spec.name] = spec
@@ -190,7 +190,7 @@ class Supervisor(Actor):
 
     # --- mechanics ----------------------------------------------------------------------
 
-    def _start(self, name: str) -> pykka.ActorRef[Any] | None:
+    def _start(self, name: str) -> Ref | None:
         spec = self._specs[name]
         me = self.actor_ref
 

@@ -1,0 +1,241 @@
+"""Actors that live on the asyncio event loop: one task and one bounded queue each.
+
+Thread actors (:mod:`~dmsgw.actors.base`) cost a thread each (~40 KiB with its kernel stack)
+and a thread hop per message (~100 µs). Actors whose work is mostly waiting on I/O — a DMS
+connection, a pod following its ensemble — are better as a task: ~5 KiB, a few µs per message,
+and ten thousand of them are cheap. They keep the same contract as thread actors (bounded
+mailbox, ask/tell, proxy calls, one exit report), so the same :class:`Supervisor` restarts both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, Generic, TypeVar
+
+import pykka
+
+from dmsgw.actors.base import ActorExit, ExitHook, MailboxFullError
+
+A = TypeVar("A", bound="AsyncActor")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Call:
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+class _Stop:
+    """The stop request: queued behind earlier messages, never refused for a full mailbox."""
+
+
+_STOP = _Stop()
+
+
+class AsyncActor:
+    """Subclass and override the ``async`` hooks; start with :meth:`start`."""
+
+    mailbox_size: ClassVar[int] = 1000
+
+    def __init__(self, *, exit_hook: ExitHook | None = None) -> None:
+        self._exit_hook = exit_hook
+        self.actor_ref: AsyncActorRef[Any]
+
+    async def on_start(self) -> None:
+        """Runs before the first message; an exception here ends the actor (reported)."""
+
+    async def on_stop(self) -> None:
+        """Runs after a normal stop, not after a crash."""
+
+    async def on_receive(self, message: Any) -> Any:
+        """Handle a plain (non-proxy) message; the return value answers an ``ask``."""
+        raise TypeError(f"{type(self).__name__} does not handle {message!r}")
+
+    @classmethod
+    def start(
+        cls: type[A],
+        *args: Any,
+        loop: asyncio.AbstractEventLoop | None = None,
+        exit_hook: ExitHook | None = None,
+        **kwargs: Any,
+    ) -> AsyncActorRef[A]:
+        """Create the actor and schedule its task on ``loop`` (the running loop by default).
+
+        Safe to call from another thread when ``loop`` is given: the ref is usable at once,
+        and messages sent before the task runs wait in the mailbox.
+        """
+        target = loop or asyncio.get_running_loop()
+        actor = cls(*args, exit_hook=exit_hook, **kwargs)
+        ref: AsyncActorRef[A] = AsyncActorRef(actor, target)
+        actor.actor_ref = ref
+        if _on_loop(target):
+            ref._spawn()
+        else:
+            target.call_soon_threadsafe(ref._spawn)
+        return ref
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+class AsyncActorRef(Generic[A]):
+    """The handle callers hold. ``tell`` works from any thread; ``ask`` and proxy calls return
+    awaitables on the actor's loop (use :meth:`ask_threadsafe` from another thread)."""
+
+    def __init__(self, actor: A, loop: asyncio.AbstractEventLoop) -> None:
+        self.actor_class = type(actor)
+        self.loop = loop
+        self._actor: A | None = actor
+        self._inbox: asyncio.Queue[tuple[Any, asyncio.Future[Any] | None]] = asyncio.Queue()
+        self._alive = True
+        self._stopping = False
+        self._done = threading.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<AsyncActorRef {self.actor_class.__name__} alive={self._alive}>"
+
+    def is_alive(self) -> bool:
+        return self._alive and not self._stopping
+
+    # --- sending ------------------------------------------------------------------------
+
+    def _check_can_send(self) -> None:
+        if not self.is_alive():
+            raise pykka.ActorDeadError(f"{self!r} is not running")
+        if self._inbox.qsize() >= self.actor_class.mailbox_size:
+            raise MailboxFullError(
+                f"mailbox of {self.actor_class.__name__} is full "
+                f"({self.actor_class.mailbox_size} messages)"
+            )
+
+    def tell(self, message: Any) -> None:
+        self._check_can_send()
+        if _on_loop(self.loop):
+            self._inbox.put_nowait((message, None))
+        else:
+            self.loop.call_soon_threadsafe(self._inbox.put_nowait, (message, None))
+
+    def ask(self, message: Any) -> asyncio.Future[Any]:
+        """An awaitable reply; call on the actor's loop."""
+        self._check_can_send()
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self._inbox.put_nowait((message, future))
+        return future
+
+    def ask_threadsafe(self, message: Any) -> concurrent.futures.Future[Any]:
+        """A reply for code on another thread (``.result(timeout)`` blocks that thread only)."""
+        self._check_can_send()
+
+        async def _ask() -> Any:
+            return await self.ask(message)
+
+        return asyncio.run_coroutine_threadsafe(_ask(), self.loop)
+
+    def proxy(self) -> _Proxy:
+        """``await ref.proxy().method(args)`` runs ``method`` inside the actor."""
+        return _Proxy(self)
+
+    # --- stopping -----------------------------------------------------------------------
+
+    def stop(self, *, block: bool = False, timeout: float | None = None) -> bool:
+        """Stop after the messages already queued. With ``block`` (from another thread only),
+        wait until the actor has ended; returns False if it was not running."""
+        if not self._alive or self._stopping:
+            return False
+        self._stopping = True
+        if _on_loop(self.loop):
+            self._inbox.put_nowait((_STOP, None))
+        else:
+            self.loop.call_soon_threadsafe(self._inbox.put_nowait, (_STOP, None))
+        if block:
+            if _on_loop(self.loop):
+                raise RuntimeError("stop(block=True) would deadlock on the actor's own loop")
+            if not self._done.wait(timeout):
+                raise pykka.Timeout(f"{timeout} seconds")
+        return True
+
+    async def wait_stopped(self) -> None:
+        """Await the end of the actor (on its loop)."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    # --- the actor's task ---------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        self._task = self.loop.create_task(self._run(), name=f"actor:{self.actor_class.__name__}")
+
+    async def _run(self) -> None:
+        actor = self._actor
+        assert actor is not None
+        error: BaseException | None = None
+        try:
+            await actor.on_start()
+            while True:
+                message, reply = await self._inbox.get()
+                if message is _STOP:
+                    await actor.on_stop()
+                    break
+                try:
+                    result = await self._dispatch(actor, message)
+                except Exception as exc:
+                    if reply is None:
+                        raise  # a failure nobody waits for crashes the actor
+                    if not reply.done():
+                        reply.set_exception(exc)
+                else:
+                    if reply is not None and not reply.done():
+                        reply.set_result(result)
+        except Exception as exc:
+            error = exc
+        except asyncio.CancelledError:
+            error = asyncio.CancelledError("actor task cancelled")
+        finally:
+            self._finish(error)
+
+    async def _dispatch(self, actor: A, message: Any) -> Any:
+        if isinstance(message, _Call):
+            result = getattr(actor, message.name)(*message.args, **message.kwargs)
+        else:
+            result = actor.on_receive(message)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def _finish(self, error: BaseException | None) -> None:
+        self._alive = False
+        while not self._inbox.empty():
+            _, reply = self._inbox.get_nowait()
+            if reply is not None and not reply.done():
+                reply.set_exception(pykka.ActorDeadError(f"{self!r} stopped before replying"))
+        actor, self._actor = self._actor, None
+        self._done.set()
+        hook = actor._exit_hook if actor is not None else None
+        if hook is not None:
+            hook(ActorExit(self, error))
+
+
+class _Proxy:
+    __slots__ = ("_ref",)
+
+    def __init__(self, ref: AsyncActorRef[Any]) -> None:
+        self._ref = ref
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        if name.startswith("_") or not callable(getattr(self._ref.actor_class, name, None)):
+            raise AttributeError(f"{self._ref.actor_class.__name__} has no method {name!r}")
+
+        def call(*args: Any, **kwargs: Any) -> Awaitable[Any]:
+            return self._ref.ask(_Call(name, args, kwargs))
+
+        return call

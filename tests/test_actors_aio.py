@@ -1,0 +1,154 @@
+"""Actors on the event loop: same contract as thread actors, supervised by the same supervisor."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import random
+from typing import Any
+
+import pykka
+import pytest
+
+from dmsgw.actors.aio import AsyncActor
+from dmsgw.actors.base import ActorExit, MailboxFullError
+from dmsgw.actors.registry import Registry
+from dmsgw.actors.scheduler import ManualScheduler
+from dmsgw.actors.supervision import Backoff, Intensity
+from dmsgw.actors.supervisor import ChildSpec, Supervisor, SupervisorEvent
+
+WAIT = 10.0
+
+
+class Counter(AsyncActor):
+    mailbox_size = 3
+
+    def __init__(self, start: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.value = start
+        self.gate = asyncio.Event()
+
+    async def on_receive(self, message: Any) -> Any:
+        if message == "crash":
+            raise RuntimeError("boom")
+        if message == "hold":
+            await self.gate.wait()
+        self.value += 1
+        return self.value
+
+    def add(self, n: int) -> int:
+        self.value += n
+        return self.value
+
+    async def slow_double(self) -> int:
+        await asyncio.sleep(0)
+        return self.value * 2
+
+
+class BadStart(AsyncActor):
+    async def on_start(self) -> None:
+        raise RuntimeError("cannot start")
+
+
+async def test_ask_tell_and_proxy_calls() -> None:
+    ref = Counter.start(10)
+    assert await ref.ask("x") == 11
+    ref.tell("x")
+    assert await ref.proxy().add(5) == 17
+    assert await ref.proxy().slow_double() == 34
+    with pytest.raises(AttributeError, match="no method 'nope'"):
+        _ = ref.proxy().nope
+    ref.stop()
+    await ref.wait_stopped()
+    assert not ref.is_alive()
+    with pytest.raises(pykka.ActorDeadError):
+        ref.tell("x")
+
+
+async def test_errors_on_ask_go_to_the_caller_and_crashes_on_tell_end_the_actor() -> None:
+    exits: list[ActorExit] = []
+    ref = Counter.start(exit_hook=exits.append)
+    with pytest.raises(RuntimeError, match="boom"):
+        await ref.ask("crash")
+    assert ref.is_alive()
+    ref.tell("crash")
+    await ref.wait_stopped()
+    assert len(exits) == 1 and str(exits[0].error) == "boom" and exits[0].ref is ref
+
+
+async def test_failing_on_start_is_reported() -> None:
+    exits: list[ActorExit] = []
+    ref = BadStart.start(exit_hook=exits.append)
+    await ref.wait_stopped()
+    assert [str(e.error) for e in exits] == ["cannot start"]
+
+
+async def test_full_mailbox_refuses_and_pending_asks_fail_when_stopped() -> None:
+    ref = Counter.start()
+    holding = ref.ask("hold")
+    await asyncio.sleep(0)  # let the actor take "hold" (a scheduling step, not a timing wait)
+    pending = [ref.ask("x") for _ in range(3)]
+    with pytest.raises(MailboxFullError, match="mailbox of Counter is full"):
+        ref.tell("x")
+    ref.stop()
+    ref._actor.gate.set()  # type: ignore[union-attr]
+    assert await holding == 1
+    assert [await p for p in pending] == [2, 3, 4]
+    await ref.wait_stopped()
+
+
+async def test_tell_and_stop_from_another_thread() -> None:
+    loop = asyncio.get_running_loop()
+    exits: list[ActorExit] = []
+    ref = Counter.start(exit_hook=exits.append)
+
+    def other_thread() -> bool:
+        ref.tell("x")
+        answer = ref.ask_threadsafe("x").result(WAIT)
+        assert answer == 2
+        return ref.stop(block=True, timeout=WAIT)
+
+    assert await loop.run_in_executor(None, other_thread) is True
+    assert exits and exits[0].normal
+
+
+async def test_blocking_stop_on_the_loop_is_refused() -> None:
+    ref = Counter.start()
+    with pytest.raises(RuntimeError, match="deadlock"):
+        ref.stop(block=True)
+    await ref.wait_stopped()
+
+
+async def test_the_thread_supervisor_restarts_loop_actors() -> None:
+    loop = asyncio.get_running_loop()
+    events: queue.Queue[SupervisorEvent] = queue.Queue()
+    scheduler = ManualScheduler()
+    registry = Registry()
+    supervisor = Supervisor.start(
+        intensity=Intensity(3, 5.0),
+        backoff=Backoff(min_s=1.0, jitter=0.0),
+        registry=registry,
+        scheduler=scheduler,
+        clock=scheduler.clock,
+        rng=random.Random(1),
+        observer=events.put,
+    )
+
+    async def next_event() -> tuple[str, str]:
+        event = await loop.run_in_executor(None, lambda: events.get(timeout=WAIT))
+        return event.kind, event.name
+
+    spec = ChildSpec("pod/1", lambda hook: Counter.start(100, loop=loop, exit_hook=hook))
+    await loop.run_in_executor(None, lambda: supervisor.proxy().start_child(spec).get(timeout=WAIT))
+    assert await next_event() == ("started", "pod/1")
+    first = registry.require("pod/1")
+    assert await first.ask("x") == 101  # type: ignore[attr-defined]
+    first.tell("crash")
+    assert await next_event() == ("exited", "pod/1")
+    assert await next_event() == ("restart_scheduled", "pod/1")
+    scheduler.advance(1.0)
+    assert await next_event() == ("started", "pod/1")
+    second = registry.require("pod/1")
+    assert second is not first and await second.ask("x") == 101  # type: ignore[attr-defined]
+    await loop.run_in_executor(None, lambda: supervisor.stop(timeout=WAIT))
+    assert not second.is_alive()
