@@ -31,15 +31,17 @@ class TransportError(DmsgwError):
 
 class DMSTimeoutError(TransportError):
     """HTTP 408: no reply before the envelope expired — which is also how a DMS answers an
-    envelope it refused (it drops those silently)."""
+    envelope it refused (it drops those silently). ``verdict`` is the preflight's, when one ran.
+    """
 
-    def __init__(self, behavior: str) -> None:
-        super().__init__(
-            f"{behavior}: no reply before the message expired (HTTP 408). The DMS also answers "
-            "this way when it silently drops a message it does not accept: run the preflight "
-            "(`dmsgw cap check`, or Node.preflight) to see whether it would accept it"
+    def __init__(self, behavior: str, *, detail: str = "", verdict: Any = None) -> None:
+        hint = detail or (
+            "The DMS also answers this way when it silently drops a message it does not "
+            "accept: run the preflight (`dmsgw cap check`) to see whether it would accept it"
         )
+        super().__init__(f"{behavior}: no reply before the message expired (HTTP 408). {hint}")
         self.behavior = behavior
+        self.verdict = verdict
 
 
 class DMSRequestError(TransportError):

@@ -1,0 +1,257 @@
+"""The typed client facade: every behavior of the catalog as a method on a namespace.
+
+``dms.peers.list()``, ``dms.deployment.status("ens-1")``, ``dms.deployment.new("job.yaml")``:
+the namespaces mirror the behavior paths (see ``Behavior.namespace``), each method's parameters
+are the fields of the behavior's request model, and ``help()`` shows the behavior's doc.
+
+One call works both ways: from plain code (a classic ``python`` REPL, a script) it returns the
+result; where an event loop is running in the calling thread (``python -m asyncio``, Jupyter,
+async code) it returns an awaitable. How a call is carried out is the :class:`Invoker`'s
+business (the gateway's ``NodeActor``); this module only knows models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from dmsgw.behaviors.catalog import BY_NAMESPACE, Behavior, WireModel, get_behavior
+from dmsgw.behaviors.ensemble import EnsembleConfig, EnsembleConfigV1
+from dmsgw.errors import DmsgwError
+from dmsgw.transport.gojson import GoDecodeError, encode_any
+
+M = TypeVar("M", bound=WireModel)
+
+
+class ClientArgumentError(DmsgwError):
+    """Arguments that do not fit the behavior's request."""
+
+
+class Invoker(Protocol):
+    """What carries a call out (coroutines run on :attr:`loop`)."""
+
+    loop: asyncio.AbstractEventLoop
+
+    async def invoke(
+        self,
+        behavior: Behavior,
+        payload: WireModel | None,
+        *,
+        to: str | None,
+        timeout_s: float | None,
+    ) -> Any: ...
+
+    async def broadcast(
+        self, behavior: Behavior, payload: WireModel | None, *, timeout_s: float | None
+    ) -> list[Any]: ...
+
+
+class Pending(Awaitable[Any]):
+    """The result of a call made inside a running event loop: ``await`` it."""
+
+    def __init__(self, future: asyncio.Future[Any], what: str) -> None:
+        self._future = future
+        self._what = what
+
+    def __await__(self) -> Any:
+        return self._future.__await__()
+
+    def __repr__(self) -> str:
+        state = "done" if self._future.done() else "pending"
+        return f"<{self._what} ({state}): an event loop is running here, so use `await`>"
+
+
+def run(invoker: Invoker, make: Callable[[], Coroutine[Any, Any, Any]], what: str) -> Any:
+    """Run ``make()`` on the invoker's loop: block for the result in plain code, hand back an
+    awaitable when the calling thread runs an event loop."""
+    try:
+        here = asyncio.get_running_loop()
+    except RuntimeError:
+        here = None
+    if here is None:
+        return asyncio.run_coroutine_threadsafe(make(), invoker.loop).result()
+    if here is invoker.loop:
+        return Pending(asyncio.ensure_future(make()), what)
+    bridged = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(make(), invoker.loop))
+    return Pending(bridged, what)
+
+
+# --- request building ---------------------------------------------------------------------
+
+
+def _ensemble(value: Any) -> EnsembleConfig:
+    """An ensemble from what a user has at hand: a config, its v1 body, a YAML path, a dict."""
+    if isinstance(value, EnsembleConfig):
+        return value
+    if isinstance(value, EnsembleConfigV1):
+        return EnsembleConfig(value)
+    if isinstance(value, (str, Path)):
+        from dmsgw.behaviors.ensemble_yaml import load_ensemble_yaml
+
+        return load_ensemble_yaml(Path(value))
+    if isinstance(value, Mapping):
+        body = value if "v1" in value else {"v1": value}
+        return _from_plain(EnsembleConfig, body, "ensemble")
+    kind = type(value).__name__
+    raise ClientArgumentError(
+        f"an ensemble must be an EnsembleConfig, a YAML file path or a dict, got {kind}"
+    )
+
+
+_COERCE: dict[type, Callable[[Any], Any]] = {EnsembleConfig: _ensemble}
+
+
+def _from_plain(cls: type[M], value: Any, what: str) -> M:
+    try:
+        return cls.from_json(encode_any(value))
+    except (GoDecodeError, DmsgwError) as exc:
+        raise ClientArgumentError(f"{what}: {exc}") from None
+
+
+def _field_type(model: type[Any], attr: str) -> type | None:
+    hints = inspect.get_annotations(model, eval_str=True)
+    hint = hints.get(attr)
+    return hint if isinstance(hint, type) else None
+
+
+def build_request(b: Behavior, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WireModel | None:
+    """The request model for ``b`` from positional/keyword field values, a model instance,
+    or a dict in the wire's shape."""
+    model = b.request
+    if model is None:
+        if args or kwargs:
+            raise ClientArgumentError(f"{b.name} takes no arguments")
+        return None
+    if len(args) == 1 and not kwargs:
+        if isinstance(args[0], model):
+            return args[0]
+        if isinstance(args[0], Mapping) and not _is_single_field_value(model, args[0]):
+            return _from_plain(model, args[0], b.name)
+    fields = [f for f in dataclasses.fields(model) if "go" in f.metadata]  # type: ignore[arg-type]
+    if len(args) > len(fields):
+        raise ClientArgumentError(
+            f"{b.name} takes at most {len(fields)} arguments, got {len(args)}"
+        )
+    values = dict(zip((f.name for f in fields), args, strict=False))
+    for name, value in kwargs.items():
+        if name not in {f.name for f in fields}:
+            known = ", ".join(f.name for f in fields)
+            raise ClientArgumentError(f"{b.name} has no field {name!r} (fields: {known})")
+        if name in values:
+            raise ClientArgumentError(f"{b.name}: {name!r} given twice")
+        values[name] = value
+    for name, value in list(values.items()):
+        coerce = _COERCE.get(_field_type(model, name) or object)
+        if coerce is not None:
+            values[name] = coerce(value)
+    try:
+        request = model(**values)
+        request.to_json()  # type-checks every field now, with a message naming it
+    except (TypeError, DmsgwError) as exc:
+        raise ClientArgumentError(f"{b.name}: {exc}") from None
+    return request
+
+
+def _is_single_field_value(model: type[Any], value: Mapping[str, Any]) -> bool:
+    """A dict given for a request whose only field is itself dict-like (e.g. an ensemble)."""
+    fields = [f for f in dataclasses.fields(model) if "go" in f.metadata]
+    return len(fields) == 1 and _field_type(model, fields[0].name) in _COERCE
+
+
+# --- the facade ---------------------------------------------------------------------------
+
+
+def _signature(b: Behavior) -> inspect.Signature:
+    params = []
+    if b.request is not None:
+        for f in dataclasses.fields(b.request):  # type: ignore[arg-type]
+            if "go" in f.metadata:
+                default = (
+                    f.default if f.default is not dataclasses.MISSING else inspect.Parameter.empty
+                )
+                params.append(
+                    inspect.Parameter(
+                        f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default
+                    )
+                )
+    if not b.broadcast:
+        params.append(inspect.Parameter("to", inspect.Parameter.KEYWORD_ONLY, default=None))
+    params.append(inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, default=None))
+    return inspect.Signature(params)
+
+
+def _method(invoker: Invoker, b: Behavior) -> Callable[..., Any]:
+    def call(*args: Any, to: str | None = None, timeout: float | None = None, **kwargs: Any) -> Any:
+        payload = build_request(b, args, kwargs)
+        if b.broadcast:
+            if to is not None:
+                raise ClientArgumentError(f"{b.name} is a broadcast: it has no single target")
+            return run(invoker, lambda: invoker.broadcast(b, payload, timeout_s=timeout), b.name)
+        return run(invoker, lambda: invoker.invoke(b, payload, to=to, timeout_s=timeout), b.name)
+
+    call.__name__ = b.namespace[-1]
+    call.__qualname__ = ".".join(b.namespace)
+    call.__signature__ = _signature(b)  # type: ignore[attr-defined]
+    reply = b.reply.__name__
+    extra = f" Broadcast on {b.topic}; returns a list of {reply}." if b.broadcast else ""
+    call.__doc__ = (
+        f"{b.doc}\n\nBehavior {b.name} (capability {b.capability}); returns {reply}.{extra}\n"
+        "`to=` a peer ID, DID or handle JSON invokes another DMS through this one; "
+        "`timeout=` seconds the message lives."
+    )
+    return call
+
+
+class Namespace:
+    """A group of behaviors (``dms.deployment``); ``dir()`` lists what it offers."""
+
+    def __init__(self, path: tuple[str, ...], members: dict[str, Any]) -> None:
+        self._path = path
+        self.__dict__.update(members)
+
+    def __repr__(self) -> str:
+        names = ", ".join(sorted(k for k in self.__dict__ if not k.startswith("_")))
+        return f"<dms.{'.'.join(self._path)}: {names}>"
+
+
+def build_namespaces(invoker: Invoker) -> dict[str, Any]:
+    """The top-level attributes of a client: one :class:`Namespace` tree over the catalog."""
+    tree: dict[str, Any] = {}
+    for path, b in BY_NAMESPACE.items():
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = _method(invoker, b)
+
+    def build(path: tuple[str, ...], members: dict[str, Any]) -> dict[str, Any]:
+        return {
+            name: Namespace((*path, name), build((*path, name), value))
+            if isinstance(value, dict)
+            else value
+            for name, value in members.items()
+        }
+
+    return build((), tree)
+
+
+def invoke_by_name(invoker: Invoker, behavior: str, payload: Any = None, **options: Any) -> Any:
+    """``dms.invoke("/dms/node/…", payload, to=…)``: any behavior by name; ``payload`` may be a
+    model, a dict in the wire's shape, JSON text, or None."""
+    b = get_behavior(behavior)
+    if isinstance(payload, (str, bytes)) and b.request is not None:
+        try:
+            payload = json.loads(payload)
+        except ValueError as exc:
+            raise ClientArgumentError(f"{b.name}: the payload is not JSON: {exc}") from None
+    model = build_request(b, (payload,) if payload is not None else (), {})
+    to, timeout = options.pop("to", None), options.pop("timeout", None)
+    if options:
+        raise ClientArgumentError(f"unknown options: {', '.join(options)}")
+    if b.broadcast:
+        return run(invoker, lambda: invoker.broadcast(b, model, timeout_s=timeout), b.name)
+    return run(invoker, lambda: invoker.invoke(b, model, to=to, timeout_s=timeout), b.name)
