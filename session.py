@@ -147,6 +147,15 @@ class Node:
     def __repr__(self) -> str:
         return f"<dmsgw.Node {self.did} -> {self.url}>"
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not behavior namespaces: say what there is.
+        namespaces = ", ".join(
+            sorted(k for k in self.__dict__ if not k.startswith("_") and k != "url")
+        )
+        raise AttributeError(
+            f"the DMS has no behavior namespace {name!r} (there are: {namespaces})"
+        )
+
     def __dir__(self) -> list[str]:
         return sorted(
             {*self.__dict__, "did", "invoke", "handle", "close", "aclose", "url"}

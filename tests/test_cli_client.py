@@ -1,0 +1,104 @@
+"""dmsgw invoke / deploy / repl against an embedded devnet, with key and .cap files on disk."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dmsgw.cli import main
+from dmsgw.cli_client import Console, reply_json
+from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
+from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
+from dmsgw.keys.did import DID
+from dmsgw.keys.keystore import KeyStore
+from dmsgw.keys.trust import provider_from_private_key
+from dmsgw.keys.ucan import CapabilityContext
+from dmsgw.keys.ucan.store import save_context
+
+KEY = Ed25519PrivKey(bytes(range(50, 82)))
+
+
+@pytest.fixture(scope="module")
+def devnet() -> Iterator[Devnet]:
+    background = BackgroundDevnet(Devnet(2, seed="cli-client-tests", early_timeout=True))
+    yield background.start()
+    background.stop()
+
+
+@pytest.fixture
+def setup(devnet: Devnet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A gateway key `gw` with a context holding node0's grant; the CLI options to use it."""
+    monkeypatch.setenv("DMS_PASSPHRASE", "pw")
+    monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "1024")
+    keys, caps = tmp_path / "key", tmp_path / "cap"
+    KeyStore(keys).save("gw", marshal_private_key(KEY), "pw")
+    grant = devnet.grant(DID.from_public_key(KEY.public_key()), ["/dms/node", "/public"])
+    caps.mkdir()
+    save_context(
+        CapabilityContext(provider_from_private_key(KEY), name="gw", provide=grant), directory=caps
+    )
+    return ["--url", devnet.urls[0], "--key", "gw", "--key-dir", str(keys), "--cap-dir", str(caps)]
+
+
+def test_invoke_prints_the_reply_as_json(
+    devnet: Devnet, setup: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["invoke", "/dms/node/peers/self", *setup]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == devnet.nodes[0].node.peer_id
+    other = devnet.nodes[1].node
+    args = ["invoke", "/dms/node/peers/ping", "--data", f'{{"Host":"{other.peer_id}"}}', *setup]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["Error"] == ""
+    assert main(["invoke", "/public/hello", "--to", other.did.uri, *setup]) == 0
+    assert json.loads(capsys.readouterr().out)["DID"]["uri"] == other.did.uri
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["invoke", "/dms/node/peers/lst"], "unknown behavior '/dms/node/peers/lst'"),
+        (["invoke", "/dms/node/peers/ping", "--data", "{no"], "the payload is not JSON"),
+        (["invoke", "/dms/node/peers/ping", "--data", "@/nonexistent"], "cannot read the payload"),
+        (["invoke", "/dms/cap/list"], "none covers /dms/cap/list"),
+        (["invoke", "/public/hello", "--to", "did:key:zBAD"], "no actor handle for DID"),
+    ],
+)
+def test_invoke_failures_are_one_line(
+    setup: list[str], capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str
+) -> None:
+    assert main([*argv, *setup]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dmsgw: error: ") and fragment in err and "Traceback" not in err
+
+
+def test_wrong_passphrase_is_one_line(
+    setup: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DMS_PASSPHRASE", "nope")
+    assert main(["invoke", "/public/hello", *setup]) == 2
+    assert "wrong passphrase" in capsys.readouterr().err
+
+
+def test_reply_json_keeps_the_dms_keys(devnet: Devnet) -> None:
+    from dmsgw.behaviors.public import HelloResponse
+
+    text = reply_json([HelloResponse(did=devnet.nodes[0].node.did)])
+    assert json.loads(text) == [{"DID": {"uri": devnet.nodes[0].node.did.uri}}]
+
+
+def test_the_console_runs_top_level_await(capsys: pytest.CaptureFixture[str]) -> None:
+    console = Console({"__name__": "__console__"})
+    try:
+        console.push("import asyncio")
+        console.push("x = await asyncio.sleep(0, result=42)")
+        console.push("print(x * 2)")
+        console.push("from dmsgw.errors import DmsgwError")
+        console.push("raise DmsgwError('nicely put')")
+    finally:
+        console.close()
+    out, err = capsys.readouterr()
+    assert out.strip() == "84"
+    assert err.strip() == "DmsgwError: nicely put"
