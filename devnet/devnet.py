@@ -1,9 +1,19 @@
 """A devnet: N simulated DMS nodes on one in-process network, each with a REST API on loopback.
 
-The nodes trust each other's DIDs as roots (a devnet is one operator's playground), and each
-node's operator can grant capabilities to outside keys such as the gateway's, exactly as with
-``nunet cap grant``. :class:`Devnet` runs on the caller's event loop; :class:`BackgroundDevnet`
-runs one on its own thread for synchronous callers (a REPL, ``dmsgw devnet up``, pytest).
+Each node has its own Ed25519 identity (derived from the devnet's seed, so a restarted node
+and a re-run devnet keep their identities), its own capability context, a machine
+(:mod:`.resources`), and serves the DMS's behaviors. Between nodes, capabilities are granted
+as on a DMS network: every node grants every other ``/dms/deployment``, ``/dms/allocation``,
+``/dms/ensemble`` and the health check (a provide anchor on the grantee), so that any node can
+orchestrate on the others and they can answer; and every node admits chains rooted in any
+other node for ``/dms/node``, ``/public`` and ``/broadcast`` (a require anchor), so that a
+gateway granted ``/dms/node`` by one node's operator is obeyed across the devnet (one operator's
+playground). Outside keys, such as the gateway's, get capabilities with :meth:`Devnet.grant`,
+exactly as with ``nunet cap grant``.
+
+:class:`Devnet` runs on the caller's event loop; :class:`BackgroundDevnet` runs one on its own
+thread for synchronous callers (a REPL, ``dmsgw devnet up``, pytest). Processes and files of
+the devnet live under one temporary directory, removed when it stops.
 """
 
 from __future__ import annotations
@@ -11,17 +21,30 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import random
+import shutil
+import tempfile
 import threading
 from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
+from dmsgw.devnet.changes import ChangeFeed
+from dmsgw.devnet.executor import ProcessExecutor, probe_isolation
 from dmsgw.devnet.handlers import install_basic_behaviors
+from dmsgw.devnet.handlers_deployment import Deployments
+from dmsgw.devnet.handlers_node import install_node_behaviors
 from dmsgw.devnet.network import Network
 from dmsgw.devnet.node import DmsNode
+from dmsgw.devnet.protocol import PEER_CAPABILITIES, PEER_TOPICS
+from dmsgw.devnet.provider import Provider
+from dmsgw.devnet.resources import NodeProfile, ResourceLedger, default_profiles
 from dmsgw.devnet.rest import make_app
+from dmsgw.devnet.sandbox import Isolation
+from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS, Timeouts
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.trust import provider_from_private_key
@@ -32,6 +55,10 @@ T = TypeVar("T")
 
 DEFAULT_NODES = 3
 DEFAULT_HOST = "127.0.0.1"
+DEFAULT_SEED = "default"
+OPERATOR_CAPABILITIES = ("/dms/node", "/public", "/broadcast")
+"""What a node accepts from chains rooted in the other nodes (gateway grants)."""
+ANCHOR_LIFETIME_S = 10 * 365 * 24 * 3600.0
 
 
 def node_key(seed: str, index: int) -> Ed25519PrivKey:
@@ -42,82 +69,144 @@ def node_key(seed: str, index: int) -> Ed25519PrivKey:
 
 @dataclasses.dataclass
 class DevnetNode:
-    """A running node: the simulated DMS and its REST server."""
+    """A node: the simulated DMS, its machine, its REST server, and (once started) its
+    provider and deployment services."""
 
     node: DmsNode
+    profile: NodeProfile
+    ledger: ResourceLedger
     runner: web.AppRunner | None = None
     url: str = ""
+    provider: Provider | None = None
+    deployments: Deployments | None = None
+    executor: ProcessExecutor | None = None
 
 
 class Devnet:
-    """``nodes`` simulated DMS nodes; ``base_port`` 0 picks free ports."""
+    """``nodes`` simulated DMS nodes (``profiles`` describe their machines; default: the
+    heterogeneous trio); ``base_port`` 0 picks free ports."""
 
     def __init__(
         self,
         nodes: int = DEFAULT_NODES,
         *,
-        seed: str = "default",
+        seed: str = DEFAULT_SEED,
         base_port: int = 0,
         host: str = DEFAULT_HOST,
+        profiles: Sequence[NodeProfile] | None = None,
+        timeouts: Timeouts = DEVNET_TIMEOUTS,
+        isolation: Isolation | None = None,
         clock: Clock = system_clock,
         early_timeout: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError("a devnet needs at least one node")
-        self.network = Network()
+        if profiles is not None and len(profiles) != nodes:
+            raise ValueError(f"{nodes} nodes need {nodes} profiles, got {len(profiles)}")
+        if not 0 <= base_port <= 65535 - nodes:
+            raise ValueError(f"base port {base_port} leaves no room for {nodes} nodes")
+        self.network = Network(rng=random.Random(f"{seed}/network"))
+        self.rng = random.Random(f"{seed}/orchestration")
+        self.changes = ChangeFeed()
         self.clock = clock
+        self.seed = seed
         self.host = host
         self.base_port = base_port
+        self.timeouts = timeouts
+        self.isolation = isolation
         self.early_timeout = early_timeout
+        self.root: Path | None = None
         keys = [node_key(seed, i) for i in range(nodes)]
-        dids = [DID.from_public_key(k.public_key()) for k in keys]
+        contexts = [
+            CapabilityContext(provider_from_private_key(k), name="dms", clock=clock) for k in keys
+        ]
+        _grant_between(contexts, clock() + int(ANCHOR_LIFETIME_S * NS_PER_SECOND))
         self.nodes: list[DevnetNode] = []
-        for i, key in enumerate(keys):
-            ctx = CapabilityContext(
-                provider_from_private_key(key),
-                name="dms",
-                roots=[d for j, d in enumerate(dids) if j != i],
-                clock=clock,
-            )
+        for i, (key, ctx) in enumerate(zip(keys, contexts, strict=True)):
+            profile = (profiles or default_profiles(nodes))[i]
             node = DmsNode(key, self.network, name=f"node{i}", capabilities=ctx, clock=clock)
             install_basic_behaviors(node)
-            self.nodes.append(DevnetNode(node))
+            self.nodes.append(
+                DevnetNode(node, profile, ResourceLedger(profile.hardware, profile.onboarded))
+            )
 
     @property
     def urls(self) -> list[str]:
         return [n.url for n in self.nodes]
 
     async def start(self) -> None:
+        """Make the working directory, serve every node's REST API."""
+        if self.root is None:
+            isolation = await probe_isolation(self.isolation)
+            self.root = Path(tempfile.mkdtemp(prefix="dmsgw-devnet-"))
+            for entry in self.nodes:
+                self._services(entry, self.root / entry.node.name, isolation)
         for i, entry in enumerate(self.nodes):
             await self._serve(entry, self.base_port + i if self.base_port else 0)
+
+    def _services(self, entry: DevnetNode, workdir: Path, isolation: Isolation) -> None:
+        node = entry.node
+        entry.executor = ProcessExecutor(workdir / "allocations", isolation)
+        entry.provider = Provider(
+            node, entry.profile, entry.ledger, entry.executor, self.timeouts, self.changes.notify
+        )
+        entry.deployments = Deployments(
+            node,
+            timeouts=self.timeouts,
+            rng=self.rng,
+            changes=self.changes,
+            logs_dir=workdir / "deployments",
+        )
+        install_node_behaviors(
+            node, entry.profile, entry.ledger, entry.provider, self.changes.notify
+        )
 
     async def _serve(self, entry: DevnetNode, port: int) -> None:
         runner = web.AppRunner(make_app(entry.node, early_timeout=self.early_timeout))
         await runner.setup()
         site = web.TCPSite(runner, self.host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
         bound = runner.addresses[0][1]
         entry.runner = runner
         entry.url = f"http://{self.host}:{bound}"
         self.network.set_down(entry.node.peer_id, False)
 
     async def stop_node(self, index: int) -> None:
-        """Fault injection: the node's REST API goes away and the network loses it."""
+        """Fault injection: the node's REST API goes away and the network loses it (its
+        allocations keep running, as containers outlive a DMS that lost its network)."""
         entry = self.nodes[index]
         self.network.set_down(entry.node.peer_id, True)
         if entry.runner is not None:
             await entry.runner.cleanup()
             entry.runner = None
+        self.changes.notify()
 
     async def restart_node(self, index: int) -> None:
         """Bring a stopped node back on the same port, with the same identity."""
         entry = self.nodes[index]
         if entry.runner is None:
             await self._serve(entry, int(entry.url.rsplit(":", 1)[1]) if entry.url else 0)
+            self.changes.notify()
 
     async def stop(self) -> None:
+        """Stop every node and process; remove the working directory."""
         for i in range(len(self.nodes)):
             await self.stop_node(i)
+        for entry in self.nodes:
+            await entry.node.cancel_tasks()
+        for entry in self.nodes:
+            if entry.deployments is not None:
+                entry.deployments.close()
+            if entry.provider is not None:
+                await entry.provider.close()
+            entry.node.stop_actors()
+        if self.root is not None:
+            await asyncio.to_thread(shutil.rmtree, self.root, True)
+            self.root = None
 
     def grant(
         self,
@@ -131,11 +220,50 @@ class Devnet:
     ) -> TokenList:
         """``nunet cap grant --context dms --cap … [--topic …] <subject>`` on node ``node``
         (broadcasting needs a topic, e.g. ``/nunet``)."""
-        ctx = self.nodes[node].node.security.capabilities
-        expire = self.clock() + int(duration_s * NS_PER_SECOND)
-        return ctx.grant(
-            Action.DELEGATE, subject, DID(), list(topics) or None, expire, depth, list(caps)
+        return grant_token(
+            self.nodes[node].node.capabilities,
+            subject,
+            caps,
+            topics=topics,
+            expire=self.clock() + int(duration_s * NS_PER_SECOND),
+            depth=depth,
         )
+
+
+def grant_token(
+    ctx: CapabilityContext,
+    subject: DID,
+    caps: Sequence[str],
+    *,
+    topics: Sequence[str] = (),
+    expire: int,
+    depth: int = 0,
+) -> TokenList:
+    """A delegation of ``caps`` from ``ctx``'s DID to ``subject`` (usable on any audience)."""
+    return ctx.grant(
+        Action.DELEGATE, subject, DID(), list(topics) or None, expire, depth, list(caps)
+    )
+
+
+def _grant_between(contexts: Sequence[CapabilityContext], expire: int) -> None:
+    """The capabilities devnet nodes hold on each other (see the module's docstring)."""
+    for ctx in contexts:
+        others = [c for c in contexts if c is not ctx]
+        provide = [
+            t
+            for other in others
+            for t in grant_token(
+                other, ctx.did, PEER_CAPABILITIES, topics=PEER_TOPICS, expire=expire
+            ).present()
+        ]
+        require = [
+            t
+            for other in others
+            for t in grant_token(
+                ctx, other.did, OPERATOR_CAPABILITIES, topics=PEER_TOPICS, expire=expire
+            ).present()
+        ]
+        ctx.add_roots(provide=TokenList.of(provide), require=TokenList.of(require))
 
 
 class BackgroundDevnet:
@@ -150,7 +278,11 @@ class BackgroundDevnet:
 
     def start(self) -> Devnet:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self.devnet.start(), self._loop).result()
+        try:
+            self.call(self.devnet.start())
+        except BaseException:
+            self.stop()
+            raise
         return self.devnet
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:

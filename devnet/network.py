@@ -1,17 +1,44 @@
 """The devnet's in-process network: envelopes travel between simulated DMS nodes by peer ID.
 
 It stands in for libp2p between DMS nodes. Knobs let tests make it unkind in the ways a real
-network is: latency, loss, partitions. Randomness comes from an injected ``random.Random`` so a
-lossy test is reproducible.
+network is: latency, loss, partitions, and rules that drop or delay chosen messages (by
+behavior, sender or receiver). Randomness comes from an injected ``random.Random`` so a lossy
+test is reproducible.
+
+Delivery is inline: ``send`` returns once the receiver has handled the bytes. That keeps the
+REST API's "nothing came back" answer exact (see ``rest.py``) and needs no queues; the
+receivers hand long work to background tasks, as DMS behaviors hand it to goroutines.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Awaitable, Callable
 
 Inbox = Callable[[bytes], Awaitable[None]]
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultRule:
+    """Drop or delay the messages it matches. Empty fields match anything; ``behavior`` matches
+    as a path prefix (``/dms/deployment`` matches ``/dms/deployment/bid``)."""
+
+    behavior: str = ""
+    source: str = ""
+    target: str = ""
+    drop: bool = False
+    delay_s: float = 0.0
+
+    def matches(self, source: str, target: str, behavior: str) -> bool:
+        if self.source and self.source != source:
+            return False
+        if self.target and self.target != target:
+            return False
+        if not self.behavior:
+            return True
+        return behavior == self.behavior or behavior.startswith(self.behavior.rstrip("/") + "/")
 
 
 class Network:
@@ -22,6 +49,7 @@ class Network:
         self._topics: dict[str, dict[str, Inbox]] = {}
         self._down: set[str] = set()
         self._partitions: list[tuple[frozenset[str], frozenset[str]]] = []
+        self._rules: list[FaultRule] = []
         self.latency_s = 0.0
         self.loss = 0.0
         self.rng = rng or random.Random()
@@ -52,8 +80,22 @@ class Network:
         """Cut every link between the two sets of peers (both directions)."""
         self._partitions.append((frozenset(side_a), frozenset(side_b)))
 
+    def add_rule(self, rule: FaultRule) -> FaultRule:
+        """Start dropping or delaying the messages ``rule`` matches; returns it for removal."""
+        self._rules.append(rule)
+        return rule
+
+    def remove_rule(self, rule: FaultRule) -> None:
+        self._rules.remove(rule)
+
+    @property
+    def rules(self) -> tuple[FaultRule, ...]:
+        return tuple(self._rules)
+
     def heal(self) -> None:
+        """Undo partitions and fault rules (stopped nodes stay stopped)."""
         self._partitions.clear()
+        self._rules.clear()
 
     def reachable(self, source: str, target: str) -> bool:
         if source in self._down or target in self._down:
@@ -63,30 +105,48 @@ class Network:
                 return False
         return True
 
-    async def send(self, source: str, target: str, inbox: str, data: bytes) -> bool:
-        """Deliver ``data`` to ``target``'s ``inbox``; False when it was lost or unreachable
-        (libp2p would fail the send; the sender then only sees silence)."""
+    async def _survives(self, source: str, target: str, behavior: str) -> bool:
+        """Apply loss, rules and latency to one delivery; False when it is lost on the way."""
+        if self.loss and self.rng.random() < self.loss:
+            return False
+        delay = self.latency_s
+        for rule in self._rules:
+            if rule.matches(source, target, behavior):
+                if rule.drop:
+                    return False
+                delay += rule.delay_s
+        if delay:
+            await asyncio.sleep(delay)
+        return self.reachable(source, target)
+
+    async def send(
+        self, source: str, target: str, inbox: str, data: bytes, behavior: str = ""
+    ) -> bool:
+        """Deliver ``data`` to ``target``'s ``inbox``; False when the target is unknown or
+        unreachable (libp2p would fail the send). A message lost on the way counts as sent:
+        the sender only ever sees silence."""
         handler = self._inboxes.get((target, inbox))
         if handler is None or not self.reachable(source, target):
             self.dropped += 1
             return False
-        if self.loss and self.rng.random() < self.loss:
+        if not await self._survives(source, target, behavior):
             self.dropped += 1
-            return True  # sent, never arrives
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
+            return True
         self.delivered += 1
         await handler(data)
         return True
 
-    async def publish(self, source: str, topic: str, data: bytes) -> int:
+    async def publish(self, source: str, topic: str, data: bytes, behavior: str = "") -> int:
         """Gossip ``data`` to every reachable subscriber of ``topic`` (the publisher included,
         as libp2p pubsub delivers to local subscribers); returns how many it reached."""
         reached = 0
         for peer, handler in list(self._topics.get(topic, {}).items()):
-            if self.reachable(source, peer) and not (self.loss and self.rng.random() < self.loss):
-                if self.latency_s:
-                    await asyncio.sleep(self.latency_s)
-                await handler(data)
-                reached += 1
+            if not self.reachable(source, peer):
+                continue
+            if not await self._survives(source, peer, behavior):
+                self.dropped += 1
+                continue
+            self.delivered += 1
+            await handler(data)
+            reached += 1
         return reached

@@ -1,44 +1,34 @@
-"""A simulated DMS node: its identity, its capability context, and the DMS receive path.
+"""A simulated DMS node: its identity, its capability context, its root and child actors.
 
-What arrives is handled exactly as a DMS handles it (``actor/basic.go``, ``dispatch.go``,
-``security.go``): decode, check it is addressed to this actor, verify expiry and signature over
-the canonical re-encoding, look the behavior up by exact name, consume + require capabilities
-with the same :class:`~dmsgw.transport.security.SecurityContext` the gateway uses, then run the
-handler and reply to ``opt.cont``. Anything that fails is dropped and logged — the sender hears
-nothing, as from a DMS.
+The root actor answers the DMS's behaviors under the node's key (its handle is what
+``/api/v1/actor/handle`` returns). Child actors — one orchestrator per deployment, one actor
+per allocation — get an ephemeral key and their own inbox on the node's host, and act for the
+node's DID with the node's capability context, as DMS child actors do. Work that outlives a
+message (deploying, watching a process) runs in tasks the node owns and cancels when it stops.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import Coroutine
 from typing import Any
 
-from dmsgw.behaviors.catalog import Behavior, get_behavior
 from dmsgw.clock import Clock, system_clock
+from dmsgw.devnet.actor import Actor, Dropped, Handler, Journal
 from dmsgw.devnet.network import Network
-from dmsgw.keys.crypto import PrivKey
+from dmsgw.devnet.protocol import catalog_spec
+from dmsgw.keys.crypto import Ed25519PrivKey, PrivKey
 from dmsgw.keys.did import DID
+from dmsgw.keys.id import ID
 from dmsgw.keys.peer import peer_id_from_public_key
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan.context import CapabilityContext
-from dmsgw.transport import envelope as env
-from dmsgw.transport.envelope import Envelope, Handle
-from dmsgw.transport.security import SecurityContext, SecurityError
+from dmsgw.transport.envelope import Address, Envelope, Handle
+from dmsgw.transport.security import SecurityContext
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[Envelope, Any], Awaitable[Any]]
-"""``handler(message, decoded request) -> reply payload`` (``None``: no reply)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Dropped:
-    """A message the node refused, and the DMS's reason (what its log would say)."""
-
-    behavior: str
-    reason: str
 
 
 class DmsNode:
@@ -57,99 +47,100 @@ class DmsNode:
         self.key = key
         self.network = network
         self.clock = clock
-        self.handle = Handle.from_public_key(key.public_key())
         self.peer_id = peer_id_from_public_key(key.public_key())
-        ctx = capabilities or CapabilityContext(
+        self.capabilities = capabilities or CapabilityContext(
             provider_from_private_key(key), name="dms", clock=clock
         )
-        self.security = SecurityContext(key, ctx, clock=clock)
-        self._behaviors: dict[str, tuple[Behavior, Handler]] = {}
-        self._failing: dict[str, str] = {}
-        self.dropped: list[Dropped] = []
-        self.handled = 0
-        network.register(self.peer_id, self.handle.addr.inbox, self.receive)
+        self.journal = Journal(name)
+        self.root = Actor(
+            Handle.from_public_key(key.public_key()),
+            SecurityContext(key, self.capabilities, clock=clock),
+            network,
+            self.journal,
+            clock,
+        )
+        self.root.start()
+        self._children: dict[str, Actor] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def handle(self) -> Handle:
+        return self.root.handle
 
     @property
     def did(self) -> DID:
-        return self.handle.did
+        return self.root.did
+
+    @property
+    def security(self) -> SecurityContext:
+        return self.root.security
+
+    @property
+    def dropped(self) -> list[Dropped]:
+        return self.journal.dropped
+
+    @property
+    def handled(self) -> int:
+        return self.journal.handled
 
     def add_behavior(self, name: str, handler: Handler) -> None:
-        behavior = get_behavior(name)
-        self._behaviors[name] = (behavior, handler)
-        if behavior.topic:
-            self.network.subscribe(behavior.topic, self.peer_id, self.receive)
+        """Serve the catalog behavior ``name`` on the root actor."""
+        self.root.add_behavior(catalog_spec(name), handler)
 
     def behaviors(self) -> list[str]:
-        return sorted(self._behaviors)
+        return self.root.behaviors()
 
     def fail_behavior(self, name: str, error: str | None) -> None:
-        """Fault injection: ``name`` raises ``error`` in its handler (``None`` restores it)."""
+        """Fault injection: ``name`` is dropped with ``error`` (``None`` restores it)."""
         if error is None:
-            self._failing.pop(name, None)
+            self.journal.failing.pop(name, None)
         else:
-            self._failing[name] = error
-
-    def _drop(self, behavior: str, reason: str) -> None:
-        self.dropped.append(Dropped(behavior, reason))
-        log.info("%s dropped %s: %s", self.name, behavior or "a message", reason)
+            self.journal.failing[name] = error
 
     async def receive(self, data: bytes) -> None:
-        """The DMS receive path for bytes arriving at the root actor's inbox."""
-        try:
-            msg = env.decode(data)
-        except env.EnvelopeError as exc:
-            self._drop("", str(exc))
-            return
-        if not msg.is_broadcast() and msg.to.id != self.handle.id:
-            self._drop(msg.be, "message not addressed to this actor")
-            return
-        try:
-            self.security.verify(msg)
-        except env.EnvelopeError as exc:
-            self._drop(msg.be, str(exc))
-            return
-        entry = self._behaviors.get(msg.be)
-        if entry is None:
-            self._drop(msg.be, "unknown behavior")
-            return
-        behavior, handler = entry
-        try:
-            if msg.is_broadcast():
-                self.security.require_broadcast(msg, behavior.topic, [behavior.capability])
-            else:
-                self.security.require(msg, [behavior.capability])
-        except SecurityError as exc:
-            self._drop(msg.be, str(exc))
-            return
-        await self._dispatch(msg, behavior, handler)
-
-    async def _dispatch(self, msg: Envelope, behavior: Behavior, handler: Handler) -> None:
-        self.handled += 1
-        try:
-            request = behavior.decode_request(msg.msg or b"{}")
-        except Exception as exc:  # the DMS logs a bad payload and answers nothing
-            self._drop(msg.be, f"unmarshaling payload: {exc}")
-            return
-        if msg.be in self._failing:
-            self._drop(msg.be, self._failing[msg.be])
-            return
-        try:
-            reply = await handler(msg, request)
-        except Exception as exc:  # a failing handler is logged by the DMS; the sender hears nothing
-            log.exception("%s: handler of %s failed", self.name, msg.be)
-            self._drop(msg.be, f"handler failed: {exc}")
-            return
-        if reply is not None and msg.opt.cont:
-            await self.send_reply(msg, reply)
+        await self.root.receive(data)
 
     async def send_reply(self, msg: Envelope, payload: Any) -> None:
-        """``sendReply``: to the sender's inbox, on the request's ``cont``, same expiry (a
-        broadcast was addressed to nobody, so its replies come from our own handle)."""
-        if msg.is_broadcast():
-            reply = env.message(self.handle, msg.from_, msg.opt.cont, payload, expire=msg.opt.exp)
-        else:
-            reply = env.reply_to(msg, payload)
-        signed = self.security.provide(reply, [reply.be])
-        await self.network.send(
-            self.peer_id, msg.from_.addr.host, msg.from_.addr.inbox, signed.to_json()
-        )
+        await self.root.reply(msg, payload)
+
+    # --- child actors and tasks ----------------------------------------------------------
+
+    def spawn_actor(self, inbox: str) -> Actor:
+        """A child actor at ``inbox`` with a fresh key, acting for the node's DID."""
+        key = Ed25519PrivKey(os.urandom(32))
+        actor_id = ID.from_public_key(key.public_key())
+        handle = Handle(actor_id, self.did, Address(self.peer_id, inbox))
+        security = SecurityContext(key, self.capabilities, clock=self.clock, id=actor_id)
+        actor = Actor(handle, security, self.network, self.journal, self.clock)
+        actor.start()
+        self._children[inbox] = actor
+        return actor
+
+    def child(self, inbox: str) -> Actor | None:
+        return self._children.get(inbox)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task of this node; a failure is logged, never lost."""
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}: {name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+    async def cancel_tasks(self) -> None:
+        """Cancel and await every task of the node (a stopping DMS's goroutines)."""
+        while self._tasks:
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def stop_actors(self) -> None:
+        for actor in self._children.values():
+            actor.stop()
+        self._children.clear()
+        self.root.stop()

@@ -54,7 +54,9 @@ async def send(request: web.Request) -> web.Response:
     msg = await _read_envelope(request)
     if isinstance(msg, web.Response):
         return msg
-    if not await node.network.send(node.peer_id, msg.to.addr.host, msg.to.addr.inbox, marshal(msg)):
+    if not await node.network.send(
+        node.peer_id, msg.to.addr.host, msg.to.addr.inbox, marshal(msg), msg.be
+    ):
         return _error(500, f"failed to send message to {msg.to.id}: peer unreachable")
     return web.json_response({"message": "message sent"})
 
@@ -73,7 +75,7 @@ async def invoke(request: web.Request) -> web.Response:
     node.network.register(node.peer_id, inbox, on_reply)
     try:
         delivered = await node.network.send(
-            node.peer_id, msg.to.addr.host, msg.to.addr.inbox, marshal(msg)
+            node.peer_id, msg.to.addr.host, msg.to.addr.inbox, marshal(msg), msg.be
         )
         if not delivered:
             return _error(500, f"failed to send message to {msg.to.id}: peer unreachable")
@@ -111,7 +113,7 @@ async def broadcast(request: web.Request) -> web.Response:
     inbox = msg.from_.addr.inbox
     node.network.register(node.peer_id, inbox, on_reply)
     try:
-        await node.network.publish(node.peer_id, msg.opt.topic, marshal(msg))
+        await node.network.publish(node.peer_id, msg.opt.topic, marshal(msg), msg.be)
         if not request.app[EARLY_TIMEOUT_KEY]:
             await asyncio.sleep(_seconds_left(node, msg))
     finally:

@@ -1,0 +1,199 @@
+"""An allocation on its compute provider: a child actor of the node and the process it runs.
+
+It answers the orchestrator (``/dms/allocation/start|restart|shutdown|logs`` and the health
+check) and reports every change of its state to the orchestrator's
+``/dms/ensemble/<id>/allocation/status``: ``running`` when its process starts, then, when the
+process ends on its own, ``completed`` (exit code 0) or ``failed`` (anything else, or killed),
+with the exit code. A process the orchestrator stopped ends ``terminated``. Deciding what a
+failure means for the ensemble (``failure_recovery``) is the orchestrator's business.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from dmsgw.behaviors.status import AllocationStatus
+from dmsgw.devnet.actor import Actor
+from dmsgw.devnet.executor import Execution, ProcessExecutor
+from dmsgw.devnet.node import DmsNode
+from dmsgw.devnet.protocol import (
+    ALLOCATION_LOGS,
+    ALLOCATION_RESTART,
+    ALLOCATION_SHUTDOWN,
+    ALLOCATION_START,
+    HEALTHCHECK,
+    INTERNAL_SPECS,
+    AllocationDeploymentConfig,
+    AllocationLogsResponse,
+    AllocationStatusUpdate,
+    OkResponse,
+    allocation_status_behavior,
+)
+from dmsgw.devnet.sandbox import SandboxError, SandboxPlan
+from dmsgw.devnet.timeouts import Timeouts
+from dmsgw.transport.envelope import Envelope, Handle
+
+log = logging.getLogger(__name__)
+
+
+class Allocation:
+    """One allocation of an ensemble, hosted by ``node``."""
+
+    def __init__(
+        self,
+        node: DmsNode,
+        allocation_id: str,
+        ensemble_id: str,
+        config: AllocationDeploymentConfig,
+        orchestrator: Handle,
+        executor: ProcessExecutor,
+        timeouts: Timeouts,
+        on_end: Callable[[Allocation], None],
+    ) -> None:
+        self.node = node
+        self.id = allocation_id
+        self.ensemble_id = ensemble_id
+        self.config = config
+        self.orchestrator = orchestrator
+        self.executor = executor
+        self.timeouts = timeouts
+        self._on_end = on_end
+        self.status = AllocationStatus.PENDING
+        self.exit_code: int | None = None
+        self.started_ns: list[int] = []
+        """When each run of the process started (a restart adds one)."""
+        self.plan: SandboxPlan | None = None
+        self._mounted = False
+        self.execution: Execution | None = None
+        self.actor: Actor = node.spawn_actor(allocation_id)
+        for name, handler in (
+            (ALLOCATION_START, self._handle_start),
+            (ALLOCATION_RESTART, self._handle_restart),
+            (ALLOCATION_SHUTDOWN, self._handle_shutdown),
+            (ALLOCATION_LOGS, self._handle_logs),
+            (HEALTHCHECK, self._handle_healthcheck),
+        ):
+            self.actor.add_behavior(INTERNAL_SPECS[name], handler)
+
+    @property
+    def handle(self) -> Handle:
+        return self.actor.handle
+
+    @property
+    def pid(self) -> int | None:
+        return self.execution.pid if self.execution is not None else None
+
+    # --- behaviors ----------------------------------------------------------------------
+
+    async def _handle_start(self, msg: Envelope, request: Any) -> OkResponse:
+        if self.status == AllocationStatus.RUNNING:
+            return OkResponse(ok=True)
+        try:
+            await self._run()
+        except (SandboxError, OSError) as exc:
+            self.status = AllocationStatus.FAILED
+            self._on_end(self)
+            return OkResponse(error=f"start executor: {exc}")
+        return OkResponse(ok=True)
+
+    async def _handle_restart(self, msg: Envelope, request: Any) -> OkResponse:
+        try:
+            await self.restart()
+        except (SandboxError, OSError) as exc:
+            self.status = AllocationStatus.FAILED
+            return OkResponse(error=f"run allocation: {exc}")
+        return OkResponse(ok=True)
+
+    async def _handle_shutdown(self, msg: Envelope, request: Any) -> OkResponse:
+        await self.shutdown()
+        return OkResponse(ok=True)
+
+    async def _handle_logs(self, msg: Envelope, request: Any) -> AllocationLogsResponse:
+        if self.plan is None:
+            return AllocationLogsResponse(error=f"allocation {self.id} has not started")
+        stdout, stderr = await ProcessExecutor.read_logs(self.plan)
+        return AllocationLogsResponse(stdout=stdout, stderr=stderr)
+
+    async def _handle_healthcheck(self, msg: Envelope, request: Any) -> OkResponse:
+        if self.execution is None or self.status != AllocationStatus.RUNNING:
+            return OkResponse(error=f"allocation {self.id} is {self.status.value}")
+        check = self.config.healthcheck
+        why = await self.executor.check_health(
+            self.execution, check, self.timeouts.health_timeout_s
+        )
+        return OkResponse(ok=not why, error=why)
+
+    # --- the process ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        if self.plan is None:
+            self.plan = await self.executor.prepare(self.id, self.config)
+            self._mounted = True
+        execution = await self.executor.run(self.plan)
+        self.started_ns.append(self.node.clock())
+        self.execution = execution
+        self.status = AllocationStatus.RUNNING
+        self.exit_code = None
+        self.node.spawn(self._watch(execution), f"allocation {self.id}")
+        await self._report(AllocationStatus.RUNNING)
+
+    async def _watch(self, execution: Execution) -> None:
+        code = await execution.wait()
+        execution.kill()  # whatever the command left running in its process group
+        if self.execution is not execution or self.status != AllocationStatus.RUNNING:
+            return  # stopped or restarted on purpose: reported by whoever did it
+        self.exit_code = code
+        self.status = AllocationStatus.COMPLETED if code == 0 else AllocationStatus.FAILED
+        if self.status == AllocationStatus.COMPLETED:
+            self._on_end(self)
+        await self._report(self.status)
+
+    async def _stop_process(self) -> None:
+        execution, self.execution = self.execution, None
+        if execution is not None:
+            self.exit_code = await execution.stop(self.timeouts.shutdown_s)
+
+    async def restart(self) -> None:
+        """Stop the process if it runs and start it again (logs are appended to)."""
+        self.status = AllocationStatus.RESTARTING
+        await self._stop_process()
+        await self._run()
+
+    async def shutdown(self) -> None:
+        """Stop the process for good and give back the resources and mount points."""
+        if self.status == AllocationStatus.TERMINATED:
+            return
+        self.status = AllocationStatus.TERMINATED
+        await self._stop_process()
+        self._on_end(self)
+        await self._release_mounts()
+
+    async def _release_mounts(self) -> None:
+        if self.plan is not None and self._mounted:
+            self._mounted = False
+            await self.executor.release_mounts(self.plan)
+
+    def kill(self) -> None:
+        """Fault injection: SIGKILL the process, as an out-of-memory killer would."""
+        if self.execution is not None:
+            self.execution.kill()
+
+    async def _report(self, status: AllocationStatus) -> None:
+        update = AllocationStatusUpdate(
+            allocation_id=self.id, status=status.value, exit_code=self.exit_code or 0
+        )
+        behavior = allocation_status_behavior(self.ensemble_id)
+        msg = self.actor.message(self.orchestrator, behavior, update, self.timeouts.invoke_s)
+        if not await self.actor.send(msg):
+            log.info("%s: could not report %s to its orchestrator", self.id, status.value)
+
+    async def close(self) -> None:
+        """The node stops: end the process and release its sandbox."""
+        self.status = AllocationStatus.TERMINATED
+        await self._stop_process()
+        self.actor.stop()
+        await self._release_mounts()
+        if self.plan is not None:
+            await self.executor.remove_sandbox(self.plan)

@@ -1,0 +1,145 @@
+"""``dmsgw devnet up`` and ``dmsgw devnet grant``: what ``up`` prints works, and it stops clean.
+
+``up`` runs in a real subprocess (its output is read as it comes, with a deadline); the printed
+grant and invoke commands are then run as printed, through the ``dmsgw`` command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dmsgw.cli import main
+
+STARTUP_S = 20.0
+
+
+@pytest.fixture
+def gateway_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Key and capability directories of a throwaway gateway key ``dmsgw``."""
+    env = {
+        "DMSGW_KEY_DIR": str(tmp_path / "key"),
+        "DMSGW_CAP_DIR": str(tmp_path / "cap"),
+        "DMS_PASSPHRASE": "devnet test",
+        "DMSGW_TEST_SCRYPT_N": "16",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+def _read_until(proc: subprocess.Popen[bytes], marker: str) -> list[str]:
+    """Lines of ``proc``'s stdout up to the one containing ``marker`` (bounded wait; read
+    from the file descriptor, so nothing hides in a Python buffer while select() waits)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    text = ""
+    while marker not in text:
+        ready, _, _ = select.select([fd], [], [], STARTUP_S)
+        if not ready:
+            raise AssertionError(f"no {marker!r} within {STARTUP_S} s; got {text!r}")
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            raise AssertionError(f"`devnet up` exited early: {text!r}")
+        text += chunk.decode()
+    return text.splitlines()
+
+
+@pytest.fixture
+def devnet_up(gateway_env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], list[str]]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dmsgw", "devnet", "up", "--base-port", "0", "--seed", "cli-test"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **gateway_env},
+    )
+    try:
+        yield proc, _read_until(proc, "Then:")
+    finally:
+        if proc.poll() is None:  # a failed test: still stop it cleanly, so it removes its files
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STARTUP_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        proc.wait(STARTUP_S)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_up_prints_nodes_and_commands_that_work(
+    devnet_up: tuple[subprocess.Popen[bytes], list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc, lines = devnet_up
+    text = "\n".join(lines)
+    urls = re.findall(r"^node\d+  (http://127\.0\.0\.1:\d+)", text, re.M)
+    assert len(urls) == 3
+    assert len(re.findall(r"DID +did:key:z6Mk\w+", text)) == 3
+    assert len(re.findall(r"peer ID +12D3KooW\w+", text)) == 3
+    workdir = Path(re.search(r"^work dir (\S+)", text, re.M).group(1))  # type: ignore[union-attr]
+    assert workdir.is_dir()
+
+    assert main(["key", "new", "dmsgw"]) == 0
+    gateway_did = capsys.readouterr().out.strip()
+    grant = re.search(r"grant +(dmsgw devnet grant .*--node 1 .*)$", text, re.M)
+    assert grant is not None
+    argv = shlex.split(grant.group(1).replace("<gateway DID>", gateway_did))
+    assert main(argv[1:]) == 0
+    assert json.loads(capsys.readouterr().out)["tok"][0]["dms"]["sub"]["uri"] == gateway_did
+
+    invoke = re.search(r"Then: (dmsgw invoke .*)$", text, re.M)
+    assert invoke is not None
+    assert main(shlex.split(invoke.group(1))[1:]) == 0
+    assert len(json.loads(capsys.readouterr().out)["Peers"]) == 2
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(STARTUP_S) == 0
+    assert proc.stderr is not None and b"stopped" in proc.stderr.read()
+    assert not workdir.exists()
+
+
+def test_bad_flags_are_refused_clearly(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["devnet", "up", "--nodes", "0"])
+    assert exit_info.value.code == 2
+    assert "a devnet has 1 to 64 nodes, not 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["devnet", "up", "--base-port", "70000"])
+    assert "70000 is not a port number" in capsys.readouterr().err
+    assert main(["devnet", "up", "--base-port", "65535"]) == 2
+    assert "base port 65535 leaves no room for 3 nodes" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["devnet", "up", "--nodes", "1", "--base-port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1 from port {port}" in capsys.readouterr().err
+
+
+def test_grant_refuses_what_it_cannot_issue(
+    gateway_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["devnet", "grant", "did:key:nope"]) == 2
+    assert "is not a did:key DID" in capsys.readouterr().err
+    assert main(["devnet", "grant", "--anchor", "dmsgw"]) == 2
+    assert "give the gateway's DID" in capsys.readouterr().err
+    did = "did:key:z6MkehRgf7yJbgaGfYsdoAsKdBPE3dj2CYhowQdcjqSJgvVd"
+    assert main(["devnet", "grant", "--cap", "dms/node", did]) == 2
+    assert "a capability is a path" in capsys.readouterr().err
+    assert main(["devnet", "grant", "--duration", "0s", did]) == 2
+    assert "must be positive" in capsys.readouterr().err
