@@ -19,6 +19,7 @@ from dmsgw.transport.gojson import (
     GoDecodeError,
     GoStruct,
     GoType,
+    NotPlainError,
     StructOf,
     go_field,
 )
@@ -53,13 +54,19 @@ class ID:
 
     def public_key_obj(self) -> PubKey:
         """``crypto.PublicKeyFromID``: raises when the bytes are not a key protobuf."""
-        return unmarshal_public_key(self.public_key)
+        return _public_key(self.public_key)
 
 
 # IDs recur in every message: encode and decode each one once.
 @functools.lru_cache(maxsize=4096)
 def _base32(key: bytes) -> str:
     return base64.b32encode(key).decode("ascii")
+
+
+@functools.lru_cache(maxsize=4096)
+def _public_key(blob: bytes) -> PubKey:
+    """Keys are immutable, and parsing one builds an OpenSSL key object: once per sender."""
+    return unmarshal_public_key(blob)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -93,6 +100,12 @@ class _IDType(GoType):
             return ID.from_string(view.pub)
         except IDError as exc:
             raise GoDecodeError(f"unmarshaling ID: {exc}") from None
+
+    def fast(self, raw: Any) -> Any:
+        try:
+            return ID.from_string(_ID_VIEW.fast(raw).pub)
+        except IDError:
+            raise NotPlainError from None
 
     def zero(self) -> Any:
         return ID()

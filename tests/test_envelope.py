@@ -84,7 +84,10 @@ def test_reply_to_swaps_handles_and_keeps_expiry() -> None:
     ("data", "fragment"),
     [
         (b"", "unexpected end of JSON input"),
-        (b"not json", "invalid JSON"),
+        (b"not json", r"^unmarshal: invalid character 'o' in literal null \(expecting 'u'\)$"),
+        (b'{"to":', "^unmarshal: unexpected end of JSON input$"),
+        (b"{'be':1}", r"^unmarshal: invalid character '\\'' looking for beginning of object key"),
+        (b'{"nonce":NaN}', "^unmarshal: invalid character 'N' looking for beginning of value$"),
         (b"[]", "cannot unmarshal array"),
         (b'{"nonce":-1}', "cannot unmarshal number -1 into Go struct field Envelope.nonce"),
         (b'{"be":5}', "cannot unmarshal number 5 into Go struct field Envelope.be of type string"),

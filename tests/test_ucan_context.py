@@ -577,7 +577,10 @@ def test_load_old_untagged_file_read_only(tmp_path: Path) -> None:
     ("content", "problem"),
     [
         (None, r"does not exist \(create it with `nunet cap new dms`\)"),
-        ("{not json", "is not a valid context: invalid JSON"),
+        (
+            "{not json",
+            "is not a valid context: invalid character 'n' looking for beginning of object key",
+        ),
         ('{"did": "x"}', "is not a valid context: json: cannot unmarshal string"),
         ("{}", "names no DID"),
         (

@@ -29,6 +29,7 @@ from dmsgw.transport.gojson import (
     encode_any,
     go_field,
     marshal,
+    marshal_without,
 )
 
 SIGNATURE_PREFIX = b"dms:msg:"
@@ -152,7 +153,8 @@ class Envelope(GoStruct):
     sig: bytes | None = go_field("sig", BYTES, omitempty=True, default=None)
 
     def signature_data(self) -> bytes:
-        return SIGNATURE_PREFIX + marshal(dataclasses.replace(self, sig=None))
+        """``"dms:msg:"`` + the Go JSON of this envelope without ``sig``."""
+        return SIGNATURE_PREFIX + marshal_without(self, "sig")
 
     def expired(self, now_ns: int) -> bool:
         return now_ns > self.opt.exp

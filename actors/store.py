@@ -1,0 +1,154 @@
+"""The gateway's durable state: one record per pod, in embedded SQLite.
+
+Crash-only: a pod's record is written (and fsynced) before the gateway acts on it, so a
+gateway killed at any instant resumes every pod from here plus what the DMS knows. Writes are
+group-committed on a writer thread — many pods changing at once cost one transaction, and the
+event loop never waits on the disk. Records are msgpack blobs: compact, fast, and schema changes
+need no migration (unknown keys are ignored, missing ones defaulted by the reader).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from dmsgw.errors import DmsgwError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pods (
+    uid TEXT PRIMARY KEY,
+    record BLOB NOT NULL
+) WITHOUT ROWID
+"""
+_MAX_RECORD_BYTES = 16 * 1024 * 1024
+
+
+class StoreError(DmsgwError):
+    """The state file cannot be opened, read or written."""
+
+
+def pack(record: dict[str, Any]) -> bytes:
+    return msgpack.packb(record, use_bin_type=True)
+
+
+def unpack(blob: bytes) -> dict[str, Any]:
+    if len(blob) > _MAX_RECORD_BYTES:
+        raise StoreError(f"a pod record is corrupt: {len(blob)} bytes is more than any record")
+    try:
+        value = msgpack.unpackb(blob, raw=False)
+    except (
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+        ValueError,
+        TypeError,
+    ) as exc:
+        raise StoreError(f"a pod record is corrupt: {exc}") from None
+    if not isinstance(value, dict):
+        raise StoreError("a pod record is corrupt: not a map")
+    return value
+
+
+class PodStore:
+    """``put``/``delete`` are awaited until durable; ``load_all`` reads at start-up."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        try:
+            if str(path) != ":memory:":
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the state file {self.path}: {exc}") from None
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, bytes | None, asyncio.Future[None]]] = []
+        self._wakeup: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def load_all(self) -> list[dict[str, Any]]:
+        """Every record, as written (corrupt ones raise: the operator must look)."""
+        with self._lock:
+            rows = self._db.execute("SELECT record FROM pods").fetchall()
+        return [unpack(row[0]) for row in rows]
+
+    async def put(self, uid: str, record: dict[str, Any]) -> None:
+        await self._enqueue(uid, pack(record))
+
+    async def delete(self, uid: str) -> None:
+        await self._enqueue(uid, None)
+
+    async def _enqueue(self, uid: str, blob: bytes | None) -> None:
+        if self._closed:
+            raise StoreError("the state store is closed")
+        if self._writer is None or self._writer.done():
+            self._wakeup = asyncio.Event()
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((uid, blob, done))
+        assert self._wakeup is not None
+        self._wakeup.set()
+        await done
+
+    async def _write_loop(self) -> None:
+        assert self._wakeup is not None
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                if self._closed:
+                    return
+                continue
+            try:
+                await asyncio.to_thread(self._commit, [(u, b) for u, b, _ in batch])
+            except StoreError as exc:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+            else:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+    def _commit(self, batch: list[tuple[str, bytes | None]]) -> None:
+        with self._lock, self._transaction():
+            for uid, blob in batch:
+                if blob is None:
+                    self._db.execute("DELETE FROM pods WHERE uid = ?", (uid,))
+                else:
+                    self._db.execute(
+                        "INSERT INTO pods (uid, record) VALUES (?, ?) "
+                        "ON CONFLICT(uid) DO UPDATE SET record = excluded.record",
+                        (uid, blob),
+                    )
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            yield
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise StoreError(f"cannot write the state file {self.path}: {exc}") from None
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._writer is not None and self._wakeup is not None:
+            self._wakeup.set()
+            with contextlib.suppress(Exception):
+                await self._writer
+        with self._lock:
+            self._db.close()
