@@ -17,9 +17,15 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _families() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
-    from dmsgw import cli_cap, cli_client, cli_devnet, cli_key
+    from dmsgw import cli_cap, cli_client, cli_devnet, cli_key, cli_serve
 
-    return [cli_key.register, cli_cap.register, cli_client.register, cli_devnet.register]
+    return [
+        cli_key.register,
+        cli_cap.register,
+        cli_client.register,
+        cli_devnet.register,
+        cli_serve.register,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -163,7 +163,7 @@ class Node:
         )
 
 
-def _load_key(
+def load_key(
     key: str | PrivKey | None, key_dir: Path | None, passphrase: str | None
 ) -> tuple[str, PrivKey]:
     if isinstance(key, PrivKey):
@@ -174,7 +174,7 @@ def _load_key(
     return name, store.priv_key(name, secret)
 
 
-def _load_context(
+def load_capabilities(
     context: str | CapabilityContext | None,
     name: str,
     key: PrivKey,
@@ -191,7 +191,7 @@ def _load_context(
     return load_context(context_name, provider, directory=cap_dir, clock=clock)
 
 
-def _dms_model(
+def load_dms_model(
     dms_context: str | CapabilityContext | None, cap_dir: Path | None, clock: Clock
 ) -> CapabilityContext | None:
     if isinstance(dms_context, CapabilityContext):
@@ -226,10 +226,10 @@ def connect(
     """
     kdir = Path(key_dir) if key_dir is not None else None
     cdir = Path(cap_dir) if cap_dir is not None else None
-    name, private_key = _load_key(key, kdir, passphrase)
-    capabilities = _load_context(context, name, private_key, cdir, clock)
+    name, private_key = load_key(key, kdir, passphrase)
+    capabilities = load_capabilities(context, name, private_key, cdir, clock)
     security = SecurityContext(private_key, capabilities, clock=clock)
-    model = _dms_model(dms_context, cdir, clock)
+    model = load_dms_model(dms_context, cdir, clock)
     target_url = url or os.environ.get(URL_ENV) or DEFAULT_URL
     wire = transport or RestTransport(target_url)
     loop_thread = None if loop is not None else _LoopThread()

@@ -1,0 +1,533 @@
+"""The ``Gateway``: root of the actor tree and the interLink plugin's backend.
+
+It owns the pod registry (pod UID → ``PodActor``, supervised one-for-one: a crashed pod actor
+restarts from its stored record), creates pod actors idempotently, answers ``/status`` from the
+snapshots the pod actors publish (no round trip to the DMS), relays deletes, finds log files,
+and asks the ``ResourceActor`` for node capacity. On start it resumes every stored pod and
+reconciles with the DMS: pods it knows are followed again, ensembles whose pod disappeared while
+the gateway was down are shut down once interLink has had time to ask about them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from dmsgw.actors import bridge
+from dmsgw.actors.aio import AsyncActorRef
+from dmsgw.actors.logs import read_logs
+from dmsgw.actors.node import NodeActor
+from dmsgw.actors.pod import (
+    DEFAULT_POLICY,
+    POD_UID_KEY,
+    Invoke,
+    Phase,
+    PodActor,
+    PodPolicy,
+    PodRecord,
+    Snapshot,
+    Translate,
+    request_data,
+    snapshot_of,
+)
+from dmsgw.actors.registry import Registry
+from dmsgw.actors.resources import DMSUnreachableError, ResourceActor
+from dmsgw.actors.store import PodStore
+from dmsgw.actors.supervision import Backoff, Intensity, Restart, Strategy
+from dmsgw.actors.supervisor import ChildSpec, Supervisor
+from dmsgw.behaviors.capacity import consolidate_capacity, gpu_catalog
+from dmsgw.behaviors.deployment import (
+    DeploymentListRequest,
+    DeploymentLogsRequest,
+    DeploymentManifestRequest,
+    DeploymentShutdownRequest,
+)
+from dmsgw.behaviors.pod_ensemble import TranslationOptions, pod_to_ensemble
+from dmsgw.behaviors.resources import GPU
+from dmsgw.behaviors.status import DeploymentStatus
+from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
+from dmsgw.config import GatewayConfig
+from dmsgw.errors import DmsgwError
+from dmsgw.keys.crypto import Ed25519PrivKey, PrivKey
+from dmsgw.keys.did import DID
+from dmsgw.keys.keystore import KeyStore
+from dmsgw.keys.trust import provider_from_private_key
+from dmsgw.keys.ucan.context import CapabilityContext
+from dmsgw.session import load_capabilities, load_key
+from dmsgw.transport import k8s
+from dmsgw.transport.envelope import Handle
+from dmsgw.transport.interlink import (
+    CreateStruct,
+    LogStruct,
+    PingResponse,
+    PodStatus,
+    RetrievedPodData,
+)
+from dmsgw.transport.plugin_server import BackendUnavailable, Metrics, UnknownPodError
+from dmsgw.transport.rest import RestTransport
+from dmsgw.transport.security import SecurityContext
+
+log = logging.getLogger(__name__)
+
+JID_PREFIX = "dmsgw-"
+ORPHAN_GRACE_S = 300.0
+"""How long after a restart a pod that interLink never asks about counts as deleted."""
+
+
+def job_id(uid: str) -> str:
+    """The ``PodJID`` interLink stores as the pod's ``JobID`` annotation: stable per pod, so it
+    survives redeployments (the ensemble ID changes with each)."""
+    return JID_PREFIX + uid
+
+
+@dataclasses.dataclass
+class GatewayParts:
+    """What the gateway is made of (built by :func:`start_backend`, or by tests)."""
+
+    invoke: Invoke
+    store: PodStore
+    translate: Translate
+    snapshot: Snapshot
+    unknown_pod: Callable[[k8s.Pod], PodStatus]
+    loop: asyncio.AbstractEventLoop
+    policy: PodPolicy = DEFAULT_POLICY
+    clock: Clock = system_clock
+    orphan_grace_s: float = ORPHAN_GRACE_S
+
+
+class Gateway:
+    """Implements the plugin backend (create, delete, status, ping, logs)."""
+
+    def __init__(self, parts: GatewayParts) -> None:
+        self.parts = parts
+        self.registry = Registry()
+        self.snapshots: dict[str, PodStatus] = {}
+        self._records: dict[str, PodRecord] = {}
+        self._asked: set[str] = set()
+        self._started_ns = parts.clock()
+        self._supervisor = Supervisor.start(
+            strategy=Strategy.ONE_FOR_ONE,
+            intensity=Intensity(max_restarts=100, period_s=60.0),
+            backoff=Backoff(min_s=0.5, max_s=30.0),
+            registry=self.registry,
+            clock=parts.clock,
+        )
+        self._lock = asyncio.Lock()
+
+    # --- start-up and shutdown ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Resume every stored pod (crash-only recovery)."""
+        records = [PodRecord.from_map(m) for m in self.parts.store.load_all()]
+        for record in records:
+            if record.phase == Phase.TERMINAL:
+                self._records[record.uid] = record
+                self.snapshots[record.uid] = self.parts.snapshot(record)
+                continue
+            await self._spawn(record)
+        log.info("gateway resumed %d pods from %s", len(records), self.parts.store.path)
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._supervisor.stop)
+        await self.parts.store.close()
+
+    async def _spawn(self, record: PodRecord) -> None:
+        self._records[record.uid] = record
+        parts = self.parts
+
+        def start(hook: Any) -> AsyncActorRef[PodActor]:
+            latest = self._records[record.uid]  # a restarted actor resumes from the newest record
+            return PodActor.start(
+                latest,
+                invoke=parts.invoke,
+                store=parts.store,
+                translate=parts.translate,
+                snapshot=parts.snapshot,
+                snapshots=self.snapshots,
+                on_deleted=self._forget,
+                policy=parts.policy,
+                clock=parts.clock,
+                rng=random.Random(),
+                loop=parts.loop,
+                exit_hook=hook,
+            )
+
+        spec = ChildSpec(_name(record.uid), start, Restart.TRANSIENT)
+        await bridge.call(self._supervisor.proxy().start_child(spec))
+
+    def _forget(self, uid: str) -> None:
+        """A pod actor finished deleting its pod."""
+        self._records.pop(uid, None)
+
+    # --- the plugin backend ---------------------------------------------------------------
+
+    async def create(self, pods: list[RetrievedPodData]) -> list[CreateStruct]:
+        """Record each pod and start its actor; idempotent on UID. Answers at once: the
+        deployment happens in the pod actor."""
+        results = []
+        async with self._lock:
+            for data in pods:
+                uid = data.pod.metadata.uid
+                if uid not in self._records:
+                    record = PodRecord(
+                        uid=uid,
+                        namespace=data.pod.metadata.namespace,
+                        name=data.pod.metadata.name,
+                        jid=job_id(uid),
+                        request=data.to_json(),
+                        created_ns=self.parts.clock(),
+                    )
+                    await self.parts.store.put(uid, record.to_map())
+                    await self._spawn(record)
+                results.append(CreateStruct.model_validate({"PodUID": uid, "PodJID": job_id(uid)}))
+        return results
+
+    async def delete(self, pod: k8s.Pod) -> None:
+        """Shut the pod's ensemble down; idempotent (interLink never retries a delete)."""
+        uid = pod.metadata.uid
+        ref = self.registry.get(_name(uid))
+        if ref is not None and ref.is_alive():
+            await ref.proxy().delete()  # type: ignore[attr-defined]
+            return
+        record = self._records.pop(uid, None)
+        self.snapshots.pop(uid, None)
+        if record is not None:
+            await self.parts.store.delete(uid)
+
+    async def status(self, pods: list[k8s.Pod]) -> list[PodStatus]:
+        """Snapshots only: no DMS round trip. An unknown pod that carries our ``JobID`` is
+        re-adopted if the DMS still runs its ensemble."""
+        out = []
+        for pod in pods:
+            uid = pod.metadata.uid
+            self._asked.add(uid)
+            snapshot = self.snapshots.get(uid)
+            if snapshot is None:
+                snapshot = await self._readopt(pod)
+            out.append(snapshot)
+        return out
+
+    def logs(self, request: LogStruct) -> AsyncIterator[bytes]:
+        """The container's log from the files the DMS writes (see :mod:`dmsgw.actors.logs`)."""
+        record = self._records.get(request.pod_uid)
+        if record is None:
+            raise UnknownPodError(f"no pod with UID {request.pod_uid!r} is known to this gateway")
+        names = {
+            c.name for c in (*_pod(record).spec.init_containers, *_pod(record).spec.containers)
+        }
+        if request.container_name and request.container_name not in names:
+            raise UnknownPodError(
+                f"pod {record.namespace}/{record.name} has no container {request.container_name!r}"
+            )
+        return self._log_stream(record, request)
+
+    async def _log_stream(self, record: PodRecord, request: LogStruct) -> AsyncIterator[bytes]:
+        ensemble = record.previous_ensemble_id if request.opts.previous else record.ensemble_id
+        if not ensemble:
+            what = "no previous run" if request.opts.previous else "not been deployed yet"
+            raise DmsgwError(f"pod {record.namespace}/{record.name} has {what}")
+        container = request.container_name or _pod(record).spec.containers[0].name
+        allocation = await self._allocation_key(ensemble, container)
+
+        async def fetch() -> Path:
+            reply = await self.parts.invoke(
+                "/dms/node/deployment/logs", DeploymentLogsRequest(ensemble, allocation)
+            )
+            return Path(reply.logs_written_to)
+
+        def running() -> bool:
+            snapshot = self.snapshots.get(record.uid)
+            statuses = [
+                *(snapshot.containers if snapshot else ()),
+                *(snapshot.init_containers if snapshot else ()),
+            ]
+            return any(s.name == container and s.state.terminated is None for s in statuses)
+
+        async for chunk in read_logs(fetch, request.opts, running=running):
+            yield chunk
+
+    async def _allocation_key(self, ensemble: str, container: str) -> str:
+        """The manifest's name for the container's allocation (``<node>.<allocation>``)."""
+        reply = await self.parts.invoke(
+            "/dms/node/deployment/manifest", DeploymentManifestRequest(ensemble)
+        )
+        for key in reply.manifest.allocations or {}:
+            if key == container or key.endswith("." + container):
+                return str(key)
+        raise DmsgwError(f"ensemble {ensemble} has no allocation for container {container!r}")
+
+    # --- recovery ---------------------------------------------------------------------------
+
+    async def _readopt(self, pod: k8s.Pod) -> PodStatus:
+        uid = pod.metadata.uid
+        jid = pod.metadata.annotations.get("JobID", "") if pod.metadata.annotations else ""
+        if jid == job_id(uid):
+            ensemble = await self._ensemble_of(uid)
+            if ensemble:
+                record = PodRecord(
+                    uid=uid,
+                    namespace=pod.metadata.namespace,
+                    name=pod.metadata.name,
+                    jid=jid,
+                    request=RetrievedPodData(pod=pod).to_json(),
+                    phase=Phase.RUNNING,
+                    ensemble_id=ensemble,
+                    created_ns=self.parts.clock(),
+                )
+                await self.parts.store.put(uid, record.to_map())
+                await self._spawn(record)
+                log.info("re-adopted pod %s (ensemble %s) from its JobID annotation", uid, ensemble)
+                return self.snapshots.get(uid) or self.parts.snapshot(record)
+        return self.parts.unknown_pod(pod)
+
+    async def _ensemble_of(self, uid: str) -> str:
+        try:
+            listing = await self.parts.invoke(
+                "/dms/node/deployment/list", DeploymentListRequest(metadata={POD_UID_KEY: uid})
+            )
+        except DmsgwError:
+            return ""
+        live = [
+            d
+            for d in listing.deployments or ()
+            if (d.metadata or {}).get(POD_UID_KEY) == uid
+            and DeploymentStatus.parse(d.status)
+            not in (DeploymentStatus.COMPLETED, DeploymentStatus.FAILED)
+        ]
+        return live[-1].orchestrator_id if live else ""
+
+    async def collect_orphans(self) -> list[str]:
+        """After the grace period, shut down ensembles whose pod interLink never asked about
+        since the restart (deleted while we were down), and DMS ensembles of ours that no
+        record knows. Returns the UIDs handled."""
+        waited = (self.parts.clock() - self._started_ns) / NS_PER_SECOND
+        if waited < self.parts.orphan_grace_s:
+            return []
+        gone = [
+            uid
+            for uid, record in list(self._records.items())
+            if uid not in self._asked and record.phase not in (Phase.TERMINAL, Phase.DELETING)
+        ]
+        for uid in gone:
+            log.warning("pod %s was not asked about for %.0f s: deleting its ensemble", uid, waited)
+            await self.delete(
+                k8s.Pod(metadata=k8s.ObjectMeta(uid=uid, name=self._records[uid].name))
+            )
+        strays = await self._stray_ensembles()
+        for ensemble_id in strays:
+            log.warning("ensemble %s belongs to no known pod: shutting it down", ensemble_id)
+            try:
+                await self.parts.invoke(
+                    "/dms/node/deployment/shutdown", DeploymentShutdownRequest(ensemble_id)
+                )
+            except DmsgwError as exc:
+                log.info("shutdown of stray ensemble %s: %s", ensemble_id, exc)
+        return gone
+
+    async def _stray_ensembles(self) -> list[str]:
+        try:
+            listing = await self.parts.invoke("/dms/node/deployment/list", DeploymentListRequest())
+        except DmsgwError:
+            return []
+        return [
+            d.orchestrator_id
+            for d in listing.deployments or ()
+            if (d.metadata or {}).get(POD_UID_KEY)
+            and (d.metadata or {}).get(POD_UID_KEY) not in self._records
+            and DeploymentStatus.parse(d.status) == DeploymentStatus.RUNNING
+        ]
+
+
+def _name(uid: str) -> str:
+    return f"pod/{uid}"
+
+
+def _pod(record: PodRecord) -> k8s.Pod:
+    return request_data(record).pod
+
+
+# --- the interLink plugin backend ---------------------------------------------------------
+
+
+class GatewayBackend:
+    """The plugin server's backend: the :class:`Gateway` plus capacity and log files."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        resources: AsyncActorRef[ResourceActor],
+        *,
+        pods_capacity: int,
+        gpu_models: dict[str, GPU],
+        closers: list[Callable[[], Awaitable[None]]],
+    ) -> None:
+        self.gateway = gateway
+        self._gpu_models = gpu_models
+        self._resources = resources
+        self._pods_capacity = pods_capacity
+        self._closers = closers
+        self._advertised: set[str] = set()
+        self._orphans: asyncio.Task[None] | None = None
+
+    def start_orphan_collection(self, every_s: float = 60.0) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(every_s)
+                try:
+                    await self.gateway.collect_orphans()
+                except DmsgwError as exc:
+                    log.warning("orphan collection: %s", exc)
+
+        self._orphans = asyncio.get_running_loop().create_task(loop())
+
+    async def create(self, pods: list[RetrievedPodData]) -> list[CreateStruct]:
+        return await self.gateway.create(pods)
+
+    async def delete(self, pod: k8s.Pod) -> None:
+        await self.gateway.delete(pod)
+
+    async def status(self, pods: list[k8s.Pod]) -> list[PodStatus]:
+        return await self.gateway.status(pods)
+
+    async def ping(self) -> PingResponse:
+        try:
+            peers = await self._resources.proxy().free_resources()
+        except DMSUnreachableError as exc:
+            raise BackendUnavailable(str(exc)) from None
+        self._gpu_models.update(gpu_catalog(p.free for p in peers))
+        reply = consolidate_capacity(
+            (p.free for p in peers), max_pods=self._pods_capacity, advertised=self._advertised
+        )
+        if reply.resources is not None:
+            self._advertised |= {a.resource_type for a in reply.resources.accelerators or ()}
+        return reply
+
+    def logs(self, request: LogStruct) -> AsyncIterator[bytes]:
+        return self.gateway.logs(request)
+
+    async def close(self) -> None:
+        if self._orphans is not None:
+            self._orphans.cancel()
+        if self._resources.stop():
+            await self._resources.wait_stopped()
+        await self.gateway.close()
+        for close in reversed(self._closers):
+            await close()
+
+
+# --- assembling the gateway for ``dmsgw serve`` ------------------------------------------
+
+
+def unknown_pod_status(pod: k8s.Pod) -> PodStatus:
+    """A pod this gateway has no record of: reported ended with an error, so that it does not
+    hang in Pending forever (interLink keeps polling a pod until it ends)."""
+    ended = k8s.ContainerStatus.model_validate(
+        {
+            "name": "",
+            "ready": False,
+            "restartCount": 0,
+            "image": "",
+            "imageID": "",
+            "state": {
+                "terminated": {
+                    "exitCode": 1,
+                    "reason": "NotFound",
+                    "message": "the gateway has no record of this pod, and the DMS runs "
+                    "no ensemble for it",
+                }
+            },
+        }
+    )
+    names = [c.name for c in pod.spec.containers] or [pod.metadata.name or "pod"]
+    return PodStatus.model_validate(
+        {
+            "name": pod.metadata.name,
+            "UID": pod.metadata.uid,
+            "namespace": pod.metadata.namespace,
+            "JID": "",
+            "containers": [ended.model_copy(update={"name": n}).to_wire() for n in names],
+            "initContainers": [],
+        }
+    )
+
+
+async def start_backend(config: GatewayConfig, *, metrics: Metrics) -> GatewayBackend:
+    """Build and start the gateway described by ``config`` (the embedded devnet when no DMS
+    URL is configured) and return it as the plugin server's backend."""
+    from dmsgw.devnet.devnet import Devnet
+
+    loop = asyncio.get_running_loop()
+    closers: list[Callable[[], Awaitable[None]]] = []
+    passphrase = config.passphrase.get_secret_value() if config.passphrase else None
+    if config.embedded_devnet:
+        devnet = Devnet()
+        await devnet.start()
+        closers.append(devnet.stop)
+        key = _embedded_key(config, passphrase)
+        grant = devnet.grant(DID.from_public_key(key.public_key()), ["/dms/node"])
+        capabilities = CapabilityContext(provider_from_private_key(key), provide=grant)
+        url = devnet.urls[0]
+        log.info("no DMS configured: started the embedded devnet (%s)", ", ".join(devnet.urls))
+    else:
+        name, key = load_key(config.key_name, config.key_dir, passphrase)
+        capabilities = load_capabilities(
+            config.cap_context, name, key, config.cap_dir, system_clock
+        )
+        url = str(config.dms_url)
+    transport = RestTransport(url)
+    closers.append(transport.close)
+    node = NodeActor.start(SecurityContext(key, capabilities), transport, loop=loop)
+
+    async def stop_node() -> None:
+        if node.stop():
+            await node.wait_stopped()
+
+    closers.append(stop_node)
+
+    async def invoke(
+        behavior: str, payload: Any = None, *, to: str | None = None, timeout_s: float | None = None
+    ) -> Any:
+        target = Handle.parse(to) if to else None
+        return await node.proxy().invoke(behavior, payload, to=target, timeout_s=timeout_s)
+
+    resources = ResourceActor.start(invoke, loop=loop)
+    gpu_models: dict[str, GPU] = {}  # filled by each ping: the GPU classes peers report
+
+    def translate(data: RetrievedPodData, generation: int) -> Any:
+        options = TranslationOptions(generation=generation, gpu_models=dict(gpu_models))
+        return pod_to_ensemble(data, options=options)
+
+    parts = GatewayParts(
+        invoke=invoke,
+        store=PodStore(config.state_path),
+        translate=translate,
+        snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
+        unknown_pod=unknown_pod_status,
+        loop=loop,
+    )
+    gateway = Gateway(parts)
+    await gateway.start()
+    backend = GatewayBackend(
+        gateway,
+        resources,
+        pods_capacity=config.pods_capacity,
+        gpu_models=gpu_models,
+        closers=closers,
+    )
+    metrics.gauge("pods", "Pods the gateway tracks").set_function(lambda: len(gateway.snapshots))
+    backend.start_orphan_collection()
+    return backend
+
+
+def _embedded_key(config: GatewayConfig, passphrase: str | None) -> PrivKey:
+    """The configured key when it exists and can be unlocked without asking; otherwise a key
+    for this run only (the embedded devnet lives no longer than the process either)."""
+    store = KeyStore(config.key_dir)
+    if passphrase is not None and store.exists(config.key_name):
+        return store.priv_key(config.key_name, passphrase)
+    return Ed25519PrivKey.generate()

@@ -1,0 +1,446 @@
+"""``PodActor``: one per Kubernetes pod UID, supervising that pod's ensemble on the DMS.
+
+Its life: persist → deploy (retrying transient DMS failures with backoff, never twice for one
+attempt) → follow the ensemble's status → apply the pod's ``restartPolicy`` → on delete, shut
+the ensemble down until done. Every transition is written to the store *before* it is acted on
+(crash-only), and every change publishes a fresh snapshot that ``/status`` reads without a
+round trip. The DMS I/O runs in a follower task that only reports back to the actor, so the
+actor's state changes one message at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import random
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from dmsgw.actors.aio import AsyncActor
+from dmsgw.actors.node import DMSBehaviorError
+from dmsgw.actors.store import PodStore
+from dmsgw.behaviors.deployment import (
+    DeploymentListRequest,
+    DeploymentShutdownRequest,
+    DeploymentStatusRequest,
+    DeploymentStatusResponse,
+    NewDeploymentRequest,
+)
+from dmsgw.behaviors.ensemble import EnsembleConfig
+from dmsgw.behaviors.pod_ensemble import METADATA_GENERATION, METADATA_POD_UID
+from dmsgw.behaviors.pod_status import ContainerObservation, container_statuses, pod_status
+from dmsgw.behaviors.status import DeploymentStatus
+from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
+from dmsgw.errors import DmsgwError
+from dmsgw.transport.interlink import PodStatus, RetrievedPodData, parse_create_body
+from dmsgw.transport.rest import TransportError
+
+log = logging.getLogger(__name__)
+
+POD_UID_KEY = METADATA_POD_UID
+ATTEMPT_KEY = METADATA_GENERATION  # one deployment per attempt: its generation
+
+
+class Invoke(Protocol):
+    """How a pod reaches the DMS (the NodeActor's ``invoke``)."""
+
+    async def __call__(
+        self, behavior: str, payload: Any = None, *, timeout_s: float | None = None
+    ) -> Any: ...
+
+
+class Phase:
+    """Where a pod is in its life (stored as text)."""
+
+    PENDING = "pending"  # recorded, not yet deployed
+    DEPLOYING = "deploying"  # deployment/new under way for ``attempt``
+    RUNNING = "running"  # an ensemble exists; following it
+    BACKOFF = "backoff"  # ended; waiting to redeploy (restartPolicy)
+    TERMINAL = "terminal"  # ended for good (or failed before deploying)
+    DELETING = "deleting"  # shutting the ensemble down
+
+
+TERMINAL_DMS = {DeploymentStatus.COMPLETED, DeploymentStatus.FAILED}
+
+
+@dataclasses.dataclass
+class PodRecord:
+    """What is persisted of a pod (msgpack map; unknown keys ignored, missing defaulted)."""
+
+    uid: str
+    namespace: str
+    name: str
+    jid: str
+    request: bytes  # the RetrievedPodData JSON interLink sent
+    phase: str = Phase.PENDING
+    attempt: int = 0
+    restarts: int = 0
+    ensemble_id: str = ""
+    previous_ensemble_id: str = ""  # the ensemble before the last restart (logs --previous)
+    dms_status: str = ""
+    reason: str = ""
+    message: str = ""
+    created_ns: int = 0
+    started_ns: int = 0
+    finished_ns: int = 0
+    observed: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_map(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_map(cls, value: Mapping[str, Any]) -> PodRecord:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in value.items() if k in names})
+
+
+@dataclasses.dataclass(frozen=True)
+class PodPolicy:
+    """Timings of a pod's life; tests shrink them."""
+
+    poll_min_s: float = 0.5
+    poll_max_s: float = 5.0
+    retry_min_s: float = 1.0
+    retry_max_s: float = 60.0
+    restart_min_s: float = 10.0
+    restart_max_s: float = 300.0
+    deploy_timeout_s: float = 120.0
+
+
+DEFAULT_POLICY = PodPolicy()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Observed:
+    status: DeploymentStatus
+    reply: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class _Deployed:
+    attempt: int
+    ensemble_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _DeployFailed:
+    attempt: int
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShutDown:
+    pass
+
+
+Translate = Callable[[RetrievedPodData, int], EnsembleConfig]
+"""``translate(pod data, generation)``: the generation (deploy attempt) is part of the ensemble."""
+Snapshot = Callable[["PodRecord"], PodStatus]
+
+
+class PodActor(AsyncActor):
+    """Supervises one pod's ensemble; see the module docstring for its life."""
+
+    mailbox_size = 100
+
+    def __init__(
+        self,
+        record: PodRecord,
+        *,
+        invoke: Invoke,
+        store: PodStore,
+        translate: Translate,
+        snapshot: Snapshot,
+        snapshots: dict[str, PodStatus],
+        on_deleted: Callable[[str], None],
+        policy: PodPolicy = DEFAULT_POLICY,
+        clock: Clock = system_clock,
+        rng: random.Random | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.record = record
+        self._invoke = invoke
+        self._store = store
+        self._translate = translate
+        self._snapshot = snapshot
+        self._snapshots = snapshots
+        self._on_deleted = on_deleted
+        self._policy = policy
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._task: asyncio.Task[None] | None = None
+
+    # --- life cycle ---------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        """Resume from the record: a new pod deploys, a known ensemble is followed."""
+        self._publish()
+        phase = self.record.phase
+        if phase in (Phase.PENDING, Phase.DEPLOYING, Phase.BACKOFF):
+            self._run(self._deploy(self.record.attempt if phase == Phase.DEPLOYING else None))
+        elif phase == Phase.RUNNING:
+            self._run(self._follow(self.record.ensemble_id))
+        elif phase == Phase.DELETING:
+            self._run(self._shutdown(self.record.ensemble_id))
+
+    async def on_stop(self) -> None:
+        await self._cancel()
+
+    def _run(self, coro: Any) -> None:
+        self._task = asyncio.get_running_loop().create_task(coro)
+
+    async def _cancel(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _save(self) -> None:
+        await self._store.put(self.record.uid, self.record.to_map())
+        self._publish()
+
+    def _publish(self) -> None:
+        self._snapshots[self.record.uid] = self._snapshot(self.record)
+
+    # --- what the gateway asks ----------------------------------------------------------
+
+    async def delete(self) -> None:
+        """Shut the ensemble down (idempotent); the actor stops when it is done."""
+        if self.record.phase == Phase.DELETING:
+            return
+        await self._cancel()
+        self.record.phase = Phase.DELETING
+        await self._save()
+        self._run(self._shutdown(self.record.ensemble_id))
+
+    # --- messages from the follower task ------------------------------------------------
+
+    async def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _Deployed):
+            await self._on_deployed(message)
+        elif isinstance(message, _DeployFailed):
+            await self._on_deploy_failed(message)
+        elif isinstance(message, _Observed):
+            await self._on_observed(message)
+        elif isinstance(message, _ShutDown):
+            await self._on_shut_down()
+        else:
+            raise TypeError(f"PodActor does not handle {message!r}")
+
+    async def _on_deployed(self, message: _Deployed) -> None:
+        if self.record.phase != Phase.DEPLOYING or message.attempt != self.record.attempt:
+            return
+        self.record.phase = Phase.RUNNING
+        self.record.ensemble_id = message.ensemble_id
+        self.record.dms_status = DeploymentStatus.PREPARING.go_name
+        await self._save()
+        self._run(self._follow(message.ensemble_id))
+
+    async def _on_deploy_failed(self, message: _DeployFailed) -> None:
+        if self.record.phase != Phase.DEPLOYING or message.attempt != self.record.attempt:
+            return
+        self.record.phase = Phase.TERMINAL
+        self.record.reason = "ProviderFailed"
+        self.record.message = message.message
+        self.record.finished_ns = self._clock()
+        await self._save()
+
+    async def _on_observed(self, message: _Observed) -> None:
+        if self.record.phase != Phase.RUNNING:
+            return
+        record = self.record
+        record.dms_status = message.status.go_name
+        record.observed = _plain(message.reply)
+        if message.status == DeploymentStatus.RUNNING and not record.started_ns:
+            record.started_ns = self._clock()
+        if message.status in TERMINAL_DMS:
+            record.finished_ns = self._clock()
+            if self._restarts(message.status):
+                record.phase = Phase.BACKOFF
+                record.restarts += 1
+                await self._save()
+                self._run(self._deploy(None, delay_s=self._restart_delay()))
+                return
+            record.phase = Phase.TERMINAL
+        await self._save()
+
+    async def _on_shut_down(self) -> None:
+        await self._store.delete(self.record.uid)
+        self._snapshots.pop(self.record.uid, None)
+        self._on_deleted(self.record.uid)
+        self.actor_ref.stop()
+
+    def _restarts(self, status: DeploymentStatus) -> bool:
+        policy = request_data(self.record).pod.spec.restart_policy
+        return policy == "Always" or (policy == "OnFailure" and status == DeploymentStatus.FAILED)
+
+    def _restart_delay(self) -> float:
+        p = self._policy
+        return min(p.restart_max_s, p.restart_min_s * 2.0 ** max(self.record.restarts - 1, 0))
+
+    # --- the follower task: DMS I/O only, results reported back as messages --------------
+
+    async def _deploy(self, attempt: int | None, *, delay_s: float = 0.0) -> None:
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        if attempt is None:
+            self.record.attempt += 1
+            self.record.phase = Phase.DEPLOYING
+            self.record.previous_ensemble_id = (
+                self.record.ensemble_id or self.record.previous_ensemble_id
+            )
+            self.record.ensemble_id = ""
+            await self._save()
+        attempt = self.record.attempt
+        try:
+            ensemble = self._ensemble(attempt)
+        except DmsgwError as exc:
+            self.actor_ref.tell(_DeployFailed(attempt, str(exc)))
+            return
+        tries = 0
+        while True:
+            existing = await self._find_existing(attempt)
+            if existing:
+                self.actor_ref.tell(_Deployed(attempt, existing))
+                return
+            try:
+                reply = await self._invoke(
+                    "/dms/node/deployment/new",
+                    NewDeploymentRequest(ensemble),
+                    timeout_s=self._policy.deploy_timeout_s,
+                )
+            except DMSBehaviorError as exc:
+                self.actor_ref.tell(_DeployFailed(attempt, str(exc)))
+                return
+            except (TransportError, DmsgwError) as exc:
+                tries += 1
+                delay = self._retry_delay(tries)
+                log.warning(
+                    "pod %s: deploy attempt %d failed (%s); retrying in %.1f s",
+                    self.record.uid,
+                    attempt,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            if reply.status.upper() != "OK" or not reply.ensemble_id:
+                self.actor_ref.tell(
+                    _DeployFailed(attempt, reply.error or f"status {reply.status!r}")
+                )
+                return
+            self.actor_ref.tell(_Deployed(attempt, reply.ensemble_id))
+            return
+
+    def _ensemble(self, attempt: int) -> EnsembleConfig:
+        return self._translate(request_data(self.record), attempt)
+
+    async def _find_existing(self, attempt: int) -> str:
+        """An ensemble already deployed for this attempt (the reply to an earlier try may have
+        been lost, or the gateway died after the DMS accepted it): never deploy twice."""
+        wanted = {POD_UID_KEY: self.record.uid, ATTEMPT_KEY: str(attempt)}
+        try:
+            listing = await self._invoke(
+                "/dms/node/deployment/list", DeploymentListRequest(metadata=wanted)
+            )
+        except DmsgwError:
+            return ""
+        for item in listing.deployments or ():
+            meta = getattr(item, "metadata", None) or {}
+            if all(meta.get(k) == v for k, v in wanted.items()):
+                return str(item.orchestrator_id)
+        return ""
+
+    def _retry_delay(self, tries: int) -> float:
+        p = self._policy
+        base = min(p.retry_max_s, p.retry_min_s * 2.0 ** (tries - 1))
+        return base * (0.8 + 0.4 * self._rng.random())
+
+    async def _follow(self, ensemble_id: str) -> None:
+        interval = self._policy.poll_min_s
+        last: DeploymentStatus | None = None
+        while True:
+            try:
+                reply = await self._invoke(
+                    "/dms/node/deployment/status", DeploymentStatusRequest(ensemble_id)
+                )
+            except DmsgwError as exc:
+                log.info("pod %s: status of %s unavailable: %s", self.record.uid, ensemble_id, exc)
+                await asyncio.sleep(interval)
+                interval = min(interval * 2, self._policy.poll_max_s)
+                continue
+            status = DeploymentStatus.parse(reply.status)
+            if status != last:
+                self.actor_ref.tell(_Observed(status, reply))
+                interval = self._policy.poll_min_s
+                last = status
+                if status in TERMINAL_DMS:
+                    return
+            else:
+                interval = min(interval * 1.5, self._policy.poll_max_s)
+            await asyncio.sleep(interval)
+
+    async def _shutdown(self, ensemble_id: str) -> None:
+        tries = 0
+        while ensemble_id:
+            try:
+                state = await self._invoke(
+                    "/dms/node/deployment/status", DeploymentStatusRequest(ensemble_id)
+                )
+                status = DeploymentStatus.parse(state.status)
+                if status in TERMINAL_DMS or status == DeploymentStatus.UNKNOWN:
+                    break
+                if status == DeploymentStatus.RUNNING:
+                    await self._invoke(
+                        "/dms/node/deployment/shutdown", DeploymentShutdownRequest(ensemble_id)
+                    )
+            except DMSBehaviorError as exc:
+                if "not found" in str(exc).lower():
+                    break  # the DMS no longer knows it: nothing left to stop
+                log.info("pod %s: shutdown of %s: %s", self.record.uid, ensemble_id, exc)
+            except DmsgwError as exc:
+                log.info("pod %s: shutdown of %s: %s", self.record.uid, ensemble_id, exc)
+            tries += 1
+            await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
+        self.actor_ref.tell(_ShutDown())
+
+
+def request_data(record: PodRecord) -> RetrievedPodData:
+    """The ``/create`` body the record keeps (it was valid when stored)."""
+    return parse_create_body(record.request)[0]
+
+
+def _plain(reply: Any) -> dict[str, Any]:
+    """A reply as a plain map, to persist what was last observed."""
+    raw = reply.to_json() if hasattr(reply, "to_json") else b"{}"
+    value = json.loads(raw)
+    return value if isinstance(value, dict) else {}
+
+
+def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
+    """The ``/status`` entry for a pod record: its containers as Kubernetes sees them."""
+    pod = request_data(record).pod
+    observed = DeploymentStatusResponse.from_json(json.dumps(record.observed or {}))
+    status = record.dms_status or DeploymentStatus.PREPARING.go_name
+    if record.phase == Phase.TERMINAL and record.reason == "ProviderFailed":
+        status = DeploymentStatus.FAILED.go_name
+    seen = {
+        c.name: ContainerObservation(restart_count=record.restarts)
+        for c in (*pod.spec.init_containers, *pod.spec.containers)
+    }
+    statuses = container_statuses(
+        pod,
+        status,
+        now=datetime.fromtimestamp(now_ns / NS_PER_SECOND, UTC),
+        allocation_info=observed.allocation_info,
+        observations=seen,
+        error=record.message or observed.error,
+        final=record.phase == Phase.TERMINAL,
+    )
+    return pod_status(pod, record.jid, statuses)

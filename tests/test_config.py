@@ -1,0 +1,297 @@
+"""``dmsgw serve``'s configuration: precedence, messages naming key and source, secrets."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from dmsgw.config import (
+    SETTINGS,
+    ConfigError,
+    GatewayConfig,
+    configure_logging,
+    load_config,
+)
+from dmsgw.transport.plugin_server import ListenAddress
+
+TOKEN = "tok-5f1e0c9a7b3d"
+PASSPHRASE = "correct horse battery staple"
+SIG = "9xAr/p3dx5G6Dc+VGsvmuTJnGymCr68Ni+zQDZOs+6nNS+GEPNBHhRI1wv3y7wnfE59yjqFRPgbxVkXSF9q9AA=="
+
+
+def write(tmp_path: Path, text: str, name: str = "gateway.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def error_of(**kwargs: object) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_config(**kwargs)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+# --- sources and precedence ----------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    config = load_config(env={"XDG_STATE_HOME": "/var/state"})
+    assert str(config.listen) == "127.0.0.1:4000"
+    assert str(config.operator_listen) == "127.0.0.1:4001"
+    assert config.embedded_devnet and config.dms_url is None
+    assert (config.key_name, config.cap_context) == ("dmsgw", "dmsgw")
+    assert config.key_dir == Path("~/.nunet/key").expanduser()
+    assert config.state_path == Path("/var/state/dmsgw/gateway.sqlite3")
+    assert (config.token, config.passphrase) == (None, None)
+    assert (config.log_level, config.log_format) == ("INFO", "json")
+    assert config.sources == {}
+
+
+def test_state_path_without_xdg() -> None:
+    expected = Path("~/.local/state/dmsgw/gateway.sqlite3").expanduser()
+    assert load_config(env={}).state_path == expected
+    assert load_config(env={"XDG_STATE_HOME": "relative"}).state_path == expected
+
+
+def test_flags_win_over_env_which_wins_over_the_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'listen = "127.0.0.1:5000"\npods_capacity = 10\nlog_format = "text"\n'
+        'dms_url = "http://dms.example:9999/"\n',
+    )
+    env = {"DMSGW_LISTEN": "127.0.0.1:6000", "DMSGW_LOG_FORMAT": "json", "DMSGW_LOG_LEVEL": "debug"}
+    config = load_config(
+        config_file=path, env=env, flags={"listen": "127.0.0.1:7000", "log_level": None}
+    )
+    assert str(config.listen) == "127.0.0.1:7000"
+    assert config.log_format == "json"
+    assert config.log_level == "DEBUG"
+    assert config.pods_capacity == 10
+    assert config.dms_url == "http://dms.example:9999"
+    assert config.sources == {
+        "listen": "flag --listen",
+        "log_format": "env DMSGW_LOG_FORMAT",
+        "log_level": "env DMSGW_LOG_LEVEL",
+        "pods_capacity": f"file {path}",
+        "dms_url": f"file {path}",
+    }
+    assert config.describe()["listen"] == "127.0.0.1:7000 (flag --listen)"
+
+
+def test_config_file_from_the_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, "pods_capacity = 42\n")
+    assert load_config(env={"DMSGW_CONFIG": str(path)}).pods_capacity == 42
+
+
+def test_relative_paths_in_the_file_are_relative_to_it(tmp_path: Path) -> None:
+    path = write(tmp_path, 'state_path = "state/gw.sqlite3"\nkey_dir = "/abs/keys"\n')
+    config = load_config(config_file=path, env={"DMSGW_CAP_DIR": "caps"})
+    assert config.state_path == tmp_path / "state" / "gw.sqlite3"
+    assert config.key_dir == Path("/abs/keys")
+    assert config.cap_dir == Path("caps")
+
+
+def test_empty_dms_url_means_the_embedded_devnet() -> None:
+    assert load_config(env={"DMSGW_DMS_URL": ""}).embedded_devnet
+    assert not load_config(env={"DMSGW_DMS_URL": "https://dms:9999"}).embedded_devnet
+
+
+def test_every_setting_has_an_env_and_a_flag() -> None:
+    fields = set(GatewayConfig.model_fields)
+    for setting in SETTINGS:
+        assert setting.key in fields
+        assert setting.env == f"DMSGW_{setting.key.upper()}"
+        assert setting.flag.startswith("--")
+
+
+# --- listen addresses ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("unix:///run/dmsgw/plugin.sock", ListenAddress(path=Path("/run/dmsgw/plugin.sock"))),
+        ("/run/dmsgw/plugin.sock", ListenAddress(path=Path("/run/dmsgw/plugin.sock"))),
+        ("127.0.0.1:4100", ListenAddress(port=4100)),
+        ("4100", ListenAddress(port=4100)),
+        ("[::1]:4100", ListenAddress(host="::1", port=4100)),
+    ],
+)
+def test_listen_is_a_unix_socket_or_host_port(value: str, expected: ListenAddress) -> None:
+    assert load_config(env={"DMSGW_LISTEN": value}).listen == expected
+
+
+def test_a_listen_port_from_toml_may_be_a_number(tmp_path: Path) -> None:
+    config = load_config(config_file=write(tmp_path, "operator_listen = 9100\n"), env={})
+    assert str(config.operator_listen) == "127.0.0.1:9100"
+
+
+def test_operator_host_alone_gets_the_operator_port() -> None:
+    config = load_config(env={"DMSGW_OPERATOR_LISTEN": "0.0.0.0"})
+    assert str(config.operator_listen) == "0.0.0.0:4001"  # no token needed: read-only
+
+
+def test_non_loopback_without_a_token_is_refused() -> None:
+    message = error_of(env={"DMSGW_LISTEN": "0.0.0.0:4000"})
+    assert message.startswith(
+        "listen (env DMSGW_LISTEN) = 0.0.0.0:4000 is not loopback, so the plugin API needs a "
+        "bearer token: set $DMSGW_TOKEN or token_file"
+    )
+    config = load_config(env={"DMSGW_LISTEN": "0.0.0.0:4000", "DMSGW_TOKEN": TOKEN})
+    assert config.server_options().token == TOKEN
+
+
+# --- validation messages -------------------------------------------------------------------
+
+
+def test_errors_name_each_key_and_its_source(tmp_path: Path) -> None:
+    path = write(tmp_path, 'pods_capacity = 0\nlog_format = "xml"\n')
+    message = error_of(
+        config_file=path,
+        env={"DMSGW_LISTEN": ":4000", "DMSGW_MAX_BODY_BYTES": "lots"},
+        flags={"deadline_s": "200"},
+    )
+    assert message.split("; ") == [
+        "listen (env DMSGW_LISTEN): ':4000': give a host (0.0.0.0 for every interface)",
+        f"pods_capacity (file {path}): input should be greater than or equal to 1 (got 0)",
+        f"log_format (file {path}): input should be 'json' or 'text' (got 'xml')",
+        "max_body_bytes (env DMSGW_MAX_BODY_BYTES): input should be a valid integer, unable to "
+        "parse string as an integer (got 'lots')",
+        "deadline_s (flag --deadline): input should be less than or equal to 110 (got '200')",
+    ]
+
+
+def test_bad_urls_and_names() -> None:
+    message = error_of(env={"DMSGW_DMS_URL": "dms:9999", "DMSGW_KEY_NAME": "../etc"})
+    assert "dms_url (env DMSGW_DMS_URL): 'dms:9999' is not an http:// or https:// URL" in message
+    assert "key_name (env DMSGW_KEY_NAME): '../etc': use 1-100 letters" in message
+
+
+def test_unknown_keys_in_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, 'listn = "127.0.0.1:4000"\ncolour = "blue"\n')
+    message = error_of(config_file=path, env={})
+    assert message.startswith(
+        f"listn (file {path}): unknown key; did you mean 'listen'?; colour (file {path}): "
+        "unknown key; known keys: dms_url, key_name"
+    )
+
+
+@pytest.mark.parametrize("key", ["token", "passphrase"])
+def test_secrets_are_refused_in_the_file(tmp_path: Path, key: str) -> None:
+    path = write(tmp_path, f'{key} = "{TOKEN}"\n')
+    message = error_of(config_file=path, env={})
+    assert message.startswith(f"{key} (file {path}): secrets are not read from the config file")
+    assert TOKEN not in message
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.toml"
+    assert error_of(config_file=missing, env={}) == (
+        f"config file {missing} (flag --config): not found"
+    )
+    assert error_of(env={"DMSGW_CONFIG": str(missing)}).endswith("(env DMSGW_CONFIG): not found")
+    broken = write(tmp_path, "listen = \n")
+    assert error_of(config_file=broken, env={}).startswith(
+        f"config file {broken} (flag --config): not TOML: Invalid value (at line 1, column 10)"
+    )
+
+
+def test_frozen() -> None:
+    config = load_config(env={})
+    with pytest.raises(ValidationError):
+        config.pods_capacity = 5  # type: ignore[misc]
+
+
+# --- secrets -------------------------------------------------------------------------------
+
+
+def test_token_from_a_file(tmp_path: Path) -> None:
+    write(tmp_path, f"{TOKEN}\n", name="token")
+    path = write(tmp_path, 'token_file = "token"\n')
+    config = load_config(config_file=path, env={})
+    assert config.token is not None and config.token.get_secret_value() == TOKEN
+    assert config.sources["token"] == f"token_file {tmp_path / 'token'}"
+
+
+def test_token_problems(tmp_path: Path) -> None:
+    empty = write(tmp_path, "\n", name="empty")
+    assert error_of(env={}, flags={"token_file": str(empty)}) == (
+        f"token_file (flag --token-file): {empty} is empty"
+    )
+    missing = tmp_path / "nope"
+    assert error_of(env={"DMSGW_TOKEN_FILE": str(missing)}) == (
+        f"token_file (env DMSGW_TOKEN_FILE): cannot read {missing}: No such file or directory"
+    )
+    both = error_of(env={"DMSGW_TOKEN": TOKEN, "DMSGW_TOKEN_FILE": str(empty)})
+    assert both.startswith("token: both $DMSGW_TOKEN and token_file (env DMSGW_TOKEN_FILE)")
+    spaced = error_of(env={"DMSGW_TOKEN": "two words"})
+    assert spaced == "token (env DMSGW_TOKEN): a bearer token is printable ASCII without spaces"
+
+
+def test_secrets_are_not_in_repr_str_or_describe() -> None:
+    config = load_config(env={"DMSGW_TOKEN": TOKEN, "DMS_PASSPHRASE": PASSPHRASE})
+    assert config.passphrase is not None
+    assert config.passphrase.get_secret_value() == PASSPHRASE
+    described = config.describe()
+    assert (described["token"], described["passphrase"]) == ("set", "set")
+    for text in (repr(config), str(config), json.dumps(described)):
+        assert TOKEN not in text and PASSPHRASE not in text
+
+
+@pytest.fixture
+def captured_log() -> Iterator[io.StringIO]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    stream = io.StringIO()
+    yield stream
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def _log_secrets(logger: logging.Logger) -> None:
+    token_list = json.dumps({"tok": [{"dms": {"act": "delegate", "sig": SIG}}]})
+    logger.info("got header Authorization: Bearer %s", "abc.def-ghi")
+    logger.info("anchor %s", token_list)
+    logger.info("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl here")
+    logger.warning("unlock", extra={"passphrase": "whatever-it-is", "token": "other-secret"})
+    logger.info("config", extra={"config": {"note": f"token is {TOKEN}"}})
+    try:
+        raise RuntimeError(f"bad passphrase {PASSPHRASE}")
+    except RuntimeError:
+        logger.exception("failed")
+
+
+def test_json_log_lines_redact_secrets(captured_log: io.StringIO) -> None:
+    configure_logging("INFO", "json", secrets=[TOKEN, PASSPHRASE], stream=captured_log)
+    configure_logging("INFO", "json", secrets=[TOKEN, PASSPHRASE], stream=captured_log)
+    _log_secrets(logging.getLogger("dmsgw.test"))
+    output = captured_log.getvalue()
+    for secret in (TOKEN, PASSPHRASE, SIG, "abc.def-ghi", "c2lnbmF0dXJl", "whatever-it-is"):
+        assert secret not in output
+    entries = [json.loads(line) for line in output.splitlines()]
+    assert len(entries) == 6  # configured twice, still one handler
+    first = entries[0]
+    assert first["level"] == "INFO" and first["logger"] == "dmsgw.test"
+    assert first["message"] == "got header Authorization: Bearer [REDACTED]"
+    assert first["time"].endswith("Z")
+    assert entries[3]["passphrase"] == entries[3]["token"] == "[REDACTED]"
+    assert "[REDACTED]" in entries[1]["message"]
+    assert entries[5]["exception"].startswith("Traceback")
+
+
+def test_text_log_redacts_secrets(captured_log: io.StringIO) -> None:
+    configure_logging("INFO", "text", secrets=[TOKEN, PASSPHRASE], stream=captured_log)
+    _log_secrets(logging.getLogger("dmsgw.test"))
+    output = captured_log.getvalue()
+    for secret in (TOKEN, PASSPHRASE, SIG, "abc.def-ghi", "whatever-it-is"):
+        assert secret not in output
+    assert " INFO dmsgw.test: got header Authorization: Bearer [REDACTED]\n" in output
+    assert "passphrase=[REDACTED] token=[REDACTED]" in output

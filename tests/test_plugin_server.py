@@ -1,0 +1,690 @@
+"""The plugin API as interLink 0.6.2 calls it, over a fake backend.
+
+Each route gets the bodies interLink sends (``tests/data/interlink``: the 0.5+ object and the
+0.4 list on ``/create``, JSON bodies on GET), and each answer is checked the way interLink
+reads it: exactly 200 with the Go type's JSON, or a status code with one line of text.
+Synchronisation uses events the fake backend sets, never sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientSession, UnixConnector, web
+from aiohttp.test_utils import TestClient
+
+from dmsgw.errors import DmsgwError
+from dmsgw.transport import k8s
+from dmsgw.transport.interlink import (
+    CreateStruct,
+    LogStruct,
+    PingResponse,
+    PodStatus,
+    ResourcesResponse,
+    RetrievedPodData,
+)
+from dmsgw.transport.plugin_server import (
+    SESSION_HEADER,
+    AddressError,
+    BackendUnavailable,
+    Health,
+    ListenAddress,
+    Metrics,
+    MetricsError,
+    PluginServer,
+    Serve,
+    ServeError,
+    ServeInfo,
+    ServerOptions,
+    UnknownPodError,
+    operator_app,
+)
+
+DATA = Path(__file__).parent / "data" / "interlink"
+UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
+QUICKSTART_UID = "1df0a37e-a29b-426b-9b14-43f95dfc5a2f"
+UNKNOWN_UID = "99999999-9999-4999-8999-999999999999"
+TEXT = "text/plain"
+
+
+def body(name: str) -> bytes:
+    return (DATA / name).read_bytes()
+
+
+def waiting(name: str) -> k8s.ContainerStatus:
+    return k8s.ContainerStatus.model_validate(
+        {"name": name, "ready": False, "restartCount": 0, "image": "busybox", "imageID": "",
+         "state": {"waiting": {"reason": "ContainerCreating"}}}
+    )  # fmt: skip
+
+
+def failed(name: str) -> k8s.ContainerStatus:
+    return k8s.ContainerStatus.model_validate(
+        {"name": name, "ready": False, "restartCount": 0, "image": "", "imageID": "",
+         "state": {"terminated": {"exitCode": 404, "reason": "NotFound"}}}
+    )  # fmt: skip
+
+
+class FakeBackend:
+    """Answers like the gateway would, and records what it was asked."""
+
+    def __init__(self) -> None:
+        self.created: list[list[RetrievedPodData]] = []
+        self.deleted: list[str] = []
+        self.ping_error: Exception | None = None
+        self.error: Exception | None = None
+        self.hang = False
+        self.cancelled = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.follow_gate = asyncio.Event()
+        self.logs_closed = asyncio.Event()
+        self.closed = False
+
+    async def create(self, pods: list[RetrievedPodData]) -> list[CreateStruct]:
+        self.entered.set()
+        if self.error is not None:
+            raise self.error
+        if self.hang:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        await self.release.wait()
+        self.created.append(pods)
+        return [
+            CreateStruct(pod_uid=p.pod.metadata.uid, pod_jid=f"job-{p.pod.metadata.uid[:8]}")
+            for p in pods
+        ]
+
+    async def delete(self, pod: k8s.Pod) -> None:
+        if self.error is not None:
+            raise self.error
+        self.deleted.append(pod.metadata.uid)
+
+    async def status(self, pods: list[k8s.Pod]) -> list[PodStatus]:
+        if self.error is not None:
+            raise self.error
+        return [self._status(pod) for pod in pods]
+
+    def _status(self, pod: k8s.Pod) -> PodStatus:
+        meta = pod.metadata
+        known = meta.uid == UID
+        return PodStatus(
+            name=meta.name,
+            uid=meta.uid,
+            namespace=meta.namespace,
+            jid="job-0b8c6f6e" if known else "",
+            containers=[waiting(c.name) if known else failed(c.name) for c in pod.spec.containers],
+        )
+
+    async def ping(self) -> PingResponse:
+        if self.ping_error is not None:
+            raise self.ping_error
+        return PingResponse(
+            status="ok", resources=ResourcesResponse(cpu="8", memory="16Gi", pods="100")
+        )
+
+    def logs(self, request: LogStruct) -> AsyncIterator[bytes]:
+        if request.pod_uid != UID:
+            raise UnknownPodError(f"no pod with uid {request.pod_uid}")
+        return self._lines(request)
+
+    async def _lines(self, request: LogStruct) -> AsyncIterator[bytes]:
+        try:
+            yield b"line 1\n"
+            if request.opts.follow:
+                await self.follow_gate.wait()
+                yield b"line 2\n"
+                if self.error is not None:
+                    raise self.error
+        finally:
+            self.logs_closed.set()
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def backend() -> FakeBackend:
+    fake = FakeBackend()
+    fake.release.set()
+    return fake
+
+
+Client = TestClient[web.Request, web.Application]
+MakeClient = Callable[..., Awaitable[Client]]
+
+
+@pytest.fixture
+def make_client(
+    backend: FakeBackend, aiohttp_client: Callable[..., Awaitable[Client]]
+) -> MakeClient:
+    async def make(metrics: Metrics | None = None, **options: Any) -> Client:
+        server = PluginServer(backend, ServerOptions(**options), metrics or Metrics())
+        return await aiohttp_client(server.app())
+
+    return make
+
+
+def logs_body(*, follow: bool, uid: str = UID) -> bytes:
+    request = json.loads(body("logs_request.json"))
+    request["PodUID"] = uid
+    request["Opts"]["Follow"] = follow
+    return json.dumps(request).encode()
+
+
+async def one_line(response: Any) -> str:
+    text: str = await response.text()
+    assert response.content_type == TEXT
+    assert "\n" not in text and "Traceback" not in text
+    return text
+
+
+# --- /create ---------------------------------------------------------------------------------
+
+
+async def test_create_object_body(make_client: MakeClient, backend: FakeBackend) -> None:
+    client = await make_client()
+    response = await client.post("/create", data=body("create_v05_example.json"))
+    assert response.status == 200
+    assert response.content_type == "application/json"
+    assert await response.json() == {"PodUID": UID, "PodJID": "job-0b8c6f6e"}
+    assert [[p.pod.metadata.uid for p in call] for call in backend.created] == [[UID]]
+
+
+async def test_create_list_body_answers_one_object(
+    make_client: MakeClient, backend: FakeBackend
+) -> None:
+    client = await make_client()
+    response = await client.post("/create", data=body("create_v04_quickstart.json"))
+    assert response.status == 200
+    assert await response.json() == {"PodUID": QUICKSTART_UID, "PodJID": "job-1df0a37e"}
+
+
+async def test_create_list_of_two_answers_the_first(
+    make_client: MakeClient, backend: FakeBackend
+) -> None:
+    pods = [json.loads(body("create_v05_example.json")) for _ in range(2)]
+    pods[1]["pod"]["metadata"]["uid"] = UNKNOWN_UID
+    client = await make_client()
+    response = await client.post("/create", data=json.dumps(pods))
+    assert await response.json() == {"PodUID": UID, "PodJID": "job-0b8c6f6e"}
+    assert [p.pod.metadata.uid for p in backend.created[0]] == [UID, UNKNOWN_UID]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"", "body: empty, expected JSON"),
+        (b"{not json", "body: not JSON: Expecting property name enclosed in double quotes"),
+        (b"[]", "body: the list of pods to create is empty"),
+        (b'"pod"', "body: expected a JSON object (RetrievedPodData) or a list of them"),
+        (b'{"container": []}', "pod: field required"),
+        (b'{"pod": {"metadata": {"name": "x"}}}', "pod.metadata.uid: field required"),
+    ],
+)
+async def test_create_bad_bodies_are_400_naming_the_problem(
+    make_client: MakeClient, backend: FakeBackend, raw: bytes, message: str
+) -> None:
+    client = await make_client()
+    response = await client.post("/create", data=raw)
+    assert response.status == 400
+    assert (await one_line(response)).startswith(message)
+    assert backend.created == []
+
+
+async def test_create_outliving_the_deadline_is_503_and_cancelled(
+    make_client: MakeClient, backend: FakeBackend
+) -> None:
+    backend.hang = True
+    client = await make_client(deadline_s=0.05)
+    response = await client.post("/create", data=body("create_v05_example.json"))
+    assert response.status == 503
+    text = await one_line(response)
+    assert text.startswith("create: no answer within the gateway's 0.05 s deadline")
+    assert backend.cancelled.is_set()
+
+
+async def test_backend_timeout_is_not_mistaken_for_the_deadline(
+    make_client: MakeClient, backend: FakeBackend
+) -> None:
+    backend.error = TimeoutError()
+    client = await make_client()
+    response = await client.post("/create", data=body("create_v05_example.json"))
+    assert response.status == 500
+    assert await one_line(response) == "internal error (TimeoutError); see the gateway's log"
+
+
+async def test_backend_errors_are_500_with_one_line(
+    make_client: MakeClient, backend: FakeBackend
+) -> None:
+    backend.error = DmsgwError("store: disk full\n(while writing pod 0b8c6f6e)")
+    client = await make_client()
+    response = await client.post("/create", data=body("create_v05_example.json"))
+    assert response.status == 500
+    assert await one_line(response) == "store: disk full (while writing pod 0b8c6f6e)"
+
+
+async def test_bugs_are_500_without_a_traceback(
+    make_client: MakeClient, backend: FakeBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend.error = KeyError("secret internals")
+    client = await make_client()
+    response = await client.post("/delete", data=body("delete_request.json"))
+    assert response.status == 500
+    assert await one_line(response) == "internal error (KeyError); see the gateway's log"
+    assert any(record.exc_info for record in caplog.records)  # the log keeps the traceback
+
+
+# --- /delete ---------------------------------------------------------------------------------
+
+
+async def test_delete(make_client: MakeClient, backend: FakeBackend) -> None:
+    client = await make_client()
+    response = await client.post("/delete", data=body("delete_request.json"))
+    assert response.status == 200
+    assert UID in await response.text()
+    assert backend.deleted == [UID]
+
+
+async def test_delete_needs_a_pod(make_client: MakeClient) -> None:
+    client = await make_client()
+    response = await client.post("/delete", data=b"[]")
+    assert response.status == 400
+    assert await one_line(response) == "body: expected a JSON object (a Pod), got an array"
+
+
+# --- /status and the ping ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_status_with_a_json_body(make_client: MakeClient, method: str) -> None:
+    client = await make_client()
+    response = await client.request(method, "/status", data=body("status_request.json"))
+    assert response.status == 200
+    [status] = await response.json()
+    assert status["UID"] == UID
+    assert status["JID"] == "job-0b8c6f6e"
+    assert status["containers"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+
+
+async def test_status_of_an_unknown_uid_is_the_backends_answer(make_client: MakeClient) -> None:
+    pods = json.loads(body("status_request.json"))
+    pods[0]["metadata"]["uid"] = UNKNOWN_UID
+    client = await make_client()
+    response = await client.request("GET", "/status", data=json.dumps(pods))
+    assert response.status == 200
+    [status] = await response.json()
+    assert status["UID"] == UNKNOWN_UID
+    assert status["containers"][0]["state"]["terminated"]["exitCode"] == 404
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_ping_answers_capacity(make_client: MakeClient, method: str) -> None:
+    client = await make_client()
+    response = await client.request(method, "/status", data=b"[]")
+    assert response.status == 200
+    assert await response.json() == {
+        "status": "ok",
+        "resources": {"cpu": "8", "memory": "16Gi", "pods": "100"},
+    }
+
+
+async def test_ping_when_the_dms_is_unreachable_is_503(
+    make_client: MakeClient, backend: FakeBackend
+) -> None:
+    backend.ping_error = BackendUnavailable("DMS http://127.0.0.1:9999 unreachable")
+    client = await make_client()
+    response = await client.request("GET", "/status", data=b"[]")
+    assert response.status == 503
+    assert await one_line(response) == "not ready: DMS http://127.0.0.1:9999 unreachable"
+
+
+async def test_status_bad_body(make_client: MakeClient) -> None:
+    client = await make_client()
+    response = await client.request("GET", "/status", data=b'[{"metadata": {"name": "x"}}]')
+    assert response.status == 400
+    assert await one_line(response) == "[0].metadata.uid: field required"
+
+
+# --- /getLogs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_logs(make_client: MakeClient, method: str, backend: FakeBackend) -> None:
+    client = await make_client()
+    response = await client.request(method, "/getLogs", data=logs_body(follow=False))
+    assert response.status == 200
+    assert response.content_type == TEXT
+    assert await response.read() == b"line 1\n"
+    assert backend.logs_closed.is_set()
+
+
+async def test_logs_of_an_unknown_pod_are_404(make_client: MakeClient) -> None:
+    client = await make_client()
+    for follow in (False, True):
+        response = await client.get("/getLogs", data=logs_body(follow=follow, uid=UNKNOWN_UID))
+        assert response.status == 404
+        assert await one_line(response) == f"no pod with uid {UNKNOWN_UID}"
+
+
+async def test_logs_follow_streams_each_chunk_before_the_end(
+    make_client: MakeClient, backend: FakeBackend
+) -> None:
+    client = await make_client()
+    response = await client.get("/getLogs", data=logs_body(follow=True))
+    assert response.status == 200
+    assert await response.content.readexactly(7) == b"line 1\n"
+    assert not backend.follow_gate.is_set()  # the backend is still holding the rest back
+    backend.follow_gate.set()
+    assert await response.content.read() == b"line 2\n"
+
+
+async def test_logs_follow_ending_in_an_error_says_so_last(
+    make_client: MakeClient, backend: FakeBackend
+) -> None:
+    backend.error = DmsgwError("DMS connection lost")
+    backend.follow_gate.set()
+    client = await make_client()
+    response = await client.get("/getLogs", data=logs_body(follow=True))
+    assert response.status == 200
+    assert await response.read() == (
+        b"line 1\nline 2\n\ndmsgw: log stream ended: DMS connection lost\n"
+    )
+
+
+async def test_logs_bad_body(make_client: MakeClient) -> None:
+    client = await make_client()
+    response = await client.get("/getLogs", data=b'{"PodUID": ""}')
+    assert response.status == 400
+    assert (await one_line(response)).startswith("PodUID: string should have at least 1")
+
+
+# --- limits, methods, the session header ---------------------------------------------------
+
+
+async def test_body_over_the_limit_is_413(make_client: MakeClient, backend: FakeBackend) -> None:
+    client = await make_client(max_body_bytes=1024)
+    response = await client.post("/create", data=b" " * 2048)
+    assert response.status == 413
+    assert await one_line(response) == "body: 2048 bytes is over the 1024-byte limit"
+
+    async def chunked() -> AsyncIterator[bytes]:  # no Content-Length to check up front
+        for _ in range(4):
+            yield b" " * 512
+
+    response = await client.post("/create", data=chunked())
+    assert response.status == 413
+    assert await one_line(response) == "body: over the 1024-byte limit"
+    assert backend.created == []
+
+
+async def test_wrong_method_and_path(make_client: MakeClient) -> None:
+    client = await make_client()
+    response = await client.get("/create")
+    assert response.status == 405
+    assert response.headers["Allow"] == "POST"
+    assert (await client.post("/pinglink", data=b"[]")).status == 404
+
+
+async def test_every_request_is_logged_with_the_session(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = await make_client()
+    caplog.set_level("DEBUG", logger="dmsgw.plugin")
+    headers = {SESSION_HEADER: "CreatePod#12345"}
+    await client.post("/create", data=b"{}", headers=headers)
+    await client.get("/status", data=b"[]", headers={SESSION_HEADER: "PingInterLink#7"})
+    records = [r for r in caplog.records if r.name == "dmsgw.plugin"]
+    assert [(r.getMessage(), r.session, r.levelname) for r in records] == [
+        ("POST /create 400", "CreatePod#12345", "WARNING"),
+        ("GET /status 200", "PingInterLink#7", "DEBUG"),
+    ]
+    assert records[0].error == "pod: field required"
+
+
+# --- the bearer token ----------------------------------------------------------------------
+
+
+def test_non_loopback_without_a_token_is_refused() -> None:
+    with pytest.raises(ServeError, match=r"0\.0\.0\.0:4000, which is not loopback, needs a bearer"):
+        ServerOptions(listen=ListenAddress.parse("0.0.0.0:4000"))
+    ServerOptions(listen=ListenAddress.parse("0.0.0.0:4000"), token="s3cret-token")
+    ServerOptions(listen=ListenAddress.parse("/tmp/dmsgw.sock"))
+
+
+async def test_bearer_token_is_checked_on_every_request(make_client: MakeClient) -> None:
+    client = await make_client(listen=ListenAddress.parse("0.0.0.0:0"), token="s3cret-token")
+    for headers, expected in [
+        ({}, "authorization: send the gateway's token as Authorization: Bearer"),
+        ({"Authorization": "Basic czNjcmV0"}, "authorization: send the gateway's token"),
+        ({"Authorization": "Bearer wrong"}, "authorization: wrong bearer token"),
+    ]:
+        for method, path in [("GET", "/status"), ("POST", "/create"), ("GET", "/getLogs")]:
+            response = await client.request(method, path, data=b"[]", headers=headers)
+            assert response.status == 401
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+            assert (await one_line(response)).startswith(expected)
+    good = {"Authorization": "Bearer s3cret-token"}
+    assert (await client.get("/status", data=b"[]", headers=good)).status == 200
+
+
+# --- options, addresses, metrics registry ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("4000", "127.0.0.1:4000"),
+        ("localhost:4100", "127.0.0.1:4100"),
+        ("http://127.0.0.1:4000", "127.0.0.1:4000"),
+        ("[::1]:4000", "[::1]:4000"),
+        ("0.0.0.0", "0.0.0.0:4000"),
+        ("gateway.example:80", "gateway.example:80"),
+        ("unix:///run/dmsgw/plugin.sock", "unix:///run/dmsgw/plugin.sock"),
+        ("/run/dmsgw/plugin.sock", "unix:///run/dmsgw/plugin.sock"),
+    ],
+)
+def test_listen_addresses(text: str, expected: str) -> None:
+    assert str(ListenAddress.parse(text)) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "loopback"),
+    [("127.0.0.1:1", True), ("[::1]:1", True), ("/x.sock", True), ("0.0.0.0:1", False),
+     ("10.0.0.1:1", False), ("gateway.example:1", False)],
+)  # fmt: skip
+def test_loopback(text: str, loopback: bool) -> None:
+    assert ListenAddress.parse(text).is_loopback is loopback
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty address"),
+        ("::1:4000", "write an IPv6 address in brackets"),
+        ("127.0.0.1:99999", "the port must be a number from 0 to 65535"),
+        (":4000", "give a host"),
+        ("http://127.0.0.1:4000/api", "an address has no path"),
+        ("bad_host!:1", "is neither an IP address nor a host name"),
+        ("unix://", "the unix socket path is empty"),
+        ("/" + "x" * 200, "a unix socket path is at most 107 bytes long"),
+    ],
+)
+def test_bad_listen_addresses(text: str, message: str) -> None:
+    with pytest.raises(AddressError, match=message):
+        ListenAddress.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"deadline_s": 0}, "deadline_s must be above 0 and at most 110 s"),
+        ({"deadline_s": 120}, "interLink waits 120 s"),
+        ({"max_body_bytes": 0}, "max_body_bytes must be positive"),
+        ({"shutdown_grace_s": -1}, "shutdown_grace_s cannot be negative"),
+    ],
+)
+def test_bad_options(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ServeError, match=message):
+        ServerOptions(**options)
+
+
+def test_token_is_not_in_the_options_repr() -> None:
+    assert "s3cret" not in repr(ServerOptions(token="s3cret-token"))
+
+
+def test_metrics_registry_returns_the_same_metric_and_refuses_clashes() -> None:
+    metrics = Metrics(process=False)
+    pods = metrics.gauge("pods", "Pods by phase.", ("phase",))
+    assert metrics.gauge("dmsgw_pods", "Pods by phase.", ("phase",)) is pods
+    with pytest.raises(MetricsError, match=r"dmsgw_pods exists as a gauge with labels \['phase'\]"):
+        metrics.counter("pods", "Pods.")
+    with pytest.raises(MetricsError):
+        metrics.gauge("pods", "Pods.", ("node",))
+
+
+# --- the operator app ----------------------------------------------------------------------
+
+
+async def test_metrics_count_requests_and_show_backend_metrics(
+    make_client: MakeClient, aiohttp_client: Callable[..., Awaitable[Client]]
+) -> None:
+    metrics = Metrics()
+    phases = metrics.gauge("pods", "Pods the gateway follows, by phase.", ("phase",))
+    phases.labels("running").set(3)
+    client = await make_client(metrics)
+    await client.post("/create", data=body("create_v05_example.json"))
+    await client.post("/create", data=b"{")
+    await client.get("/status", data=b"[]")
+    health = Health()
+    operator = await aiohttp_client(operator_app(health, metrics))
+    response = await operator.get("/metrics")
+    assert response.status == 200
+    assert response.content_type == TEXT
+    text = await response.text()
+    for line in [
+        'dmsgw_plugin_requests_total{code="200",method="POST",route="/create"} 1.0',
+        'dmsgw_plugin_requests_total{code="400",method="POST",route="/create"} 1.0',
+        'dmsgw_plugin_requests_total{code="200",method="GET",route="/status"} 1.0',
+        'dmsgw_plugin_request_duration_seconds_count{method="POST",route="/create"} 2.0',
+        'dmsgw_plugin_requests_in_flight{route="/create"} 0.0',
+        'dmsgw_pods{phase="running"} 3.0',
+    ]:
+        assert line in text.splitlines()
+    assert "process_resident_memory_bytes" in text
+
+
+async def test_healthz_and_readyz(
+    backend: FakeBackend, aiohttp_client: Callable[..., Awaitable[Client]]
+) -> None:
+    health = Health()
+    client = await aiohttp_client(operator_app(health, Metrics(process=False)))
+
+    async def check(path: str, status: int) -> dict[str, Any]:
+        response = await client.get(path)
+        assert response.status == status
+        report: dict[str, Any] = await response.json()
+        return report
+
+    starting = await check("/healthz", 200)
+    assert starting["live"] is True and starting["ready"] is False
+    assert starting["reason"] == "the gateway is starting"
+    await check("/readyz", 503)
+    health.serving(backend)
+    serving = await check("/readyz", 200)
+    assert (serving["status"], serving["ready"]) == ("serving", True)
+    backend.ping_error = BackendUnavailable("DMS unreachable")
+    down = await check("/healthz", 200)  # still live: a restart would not bring the DMS back
+    assert (down["ready"], down["reason"]) == (False, "DMS unreachable")
+    await check("/readyz", 503)
+
+
+# --- Serve: start, drain, stop ---------------------------------------------------------------
+
+
+def loopback_options(**overrides: Any) -> ServerOptions:
+    ports = {"listen": ListenAddress(port=0), "operator_listen": ListenAddress(port=0)}
+    return ServerOptions(**(ports | overrides))
+
+
+async def start_serve(
+    backend: FakeBackend, options: ServerOptions
+) -> tuple[asyncio.Task[None], ServeInfo, asyncio.Event]:
+    started: asyncio.Future[ServeInfo] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+
+    async def factory(_: Metrics) -> FakeBackend:
+        return backend
+
+    task = asyncio.create_task(Serve(factory, options).run(started=started.set_result, stop=stop))
+    await asyncio.wait({started, task}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # raises what stopped it from starting
+    return task, started.result(), stop
+
+
+async def test_serve_drains_in_flight_requests_then_closes_the_backend() -> None:
+    backend = FakeBackend()
+    task, info, stop = await start_serve(backend, loopback_options())
+    async with ClientSession() as session:
+        assert (await session.get(info.healthz)).status == 200
+        create = asyncio.create_task(
+            session.post(f"{info.plugin.url}/create", data=body("create_v05_example.json"))
+        )
+        logs = await session.get(f"{info.plugin.url}/getLogs", data=logs_body(follow=True))
+        await backend.entered.wait()
+        stop.set()
+        # The follow stream ends when the server has begun to stop, with /create in flight.
+        assert await logs.read() == b"line 1\n"
+        assert not backend.closed and not create.done()
+        backend.release.set()
+        response = await create
+        assert response.status == 200
+        assert (await response.json())["PodUID"] == UID
+    await task
+    assert backend.closed
+
+
+async def test_serve_ends_follow_streams_on_stop() -> None:
+    backend = FakeBackend()
+    task, info, stop = await start_serve(backend, loopback_options())
+    async with ClientSession() as session:
+        response = await session.get(f"{info.plugin.url}/getLogs", data=logs_body(follow=True))
+        assert await response.content.readexactly(7) == b"line 1\n"
+        stop.set()
+        assert await response.content.read() == b""  # ended cleanly, not cut off
+    await task
+    assert backend.logs_closed.is_set() and backend.closed
+
+
+async def test_serve_on_a_unix_socket(tmp_path: Path, backend: FakeBackend) -> None:
+    socket_path = tmp_path / "plugin.sock"
+    options = loopback_options(listen=ListenAddress(path=socket_path))
+    task, info, stop = await start_serve(backend, options)
+    assert info.plugin.path == socket_path
+    connector = UnixConnector(path=str(socket_path))
+    async with ClientSession(connector=connector) as session:
+        response = await session.get("http://unix/status", data=b"[]")
+        assert response.status == 200
+    with pytest.raises(ServeError, match="another process is listening on"):
+        await start_serve(FakeBackend(), options)
+    stop.set()
+    await task
+    assert not socket_path.exists()
+
+
+async def test_serve_refuses_an_address_in_use(backend: FakeBackend) -> None:
+    task, info, stop = await start_serve(backend, loopback_options())
+    taken = loopback_options(listen=info.plugin)
+    with pytest.raises(ServeError, match=f"cannot listen on {info.plugin}: .*in use"):
+        await start_serve(FakeBackend(), taken)
+    stop.set()
+    await task
