@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/dmsgw whoami
+	$(BIN)/dmsgw serve
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

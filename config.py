@@ -558,4 +558,7 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # One line per HTTP request of the embedded devnet's DMS API would drown the gateway's own
+    # log at INFO; the plugin API logs its requests itself.
+    logging.getLogger("aiohttp.access").setLevel(max(logging.WARNING, root.level))
     return handler
