@@ -25,6 +25,7 @@ from dmsgw.actors.node import DMSBehaviorError
 from dmsgw.actors.store import PodStore
 from dmsgw.behaviors.deployment import (
     DeploymentListRequest,
+    DeploymentManifestRequest,
     DeploymentShutdownRequest,
     DeploymentStatusRequest,
     DeploymentStatusResponse,
@@ -33,7 +34,7 @@ from dmsgw.behaviors.deployment import (
 from dmsgw.behaviors.ensemble import EnsembleConfig
 from dmsgw.behaviors.pod_ensemble import METADATA_GENERATION, METADATA_POD_UID
 from dmsgw.behaviors.pod_status import ContainerObservation, container_statuses, pod_status
-from dmsgw.behaviors.status import DeploymentStatus
+from dmsgw.behaviors.status import DeploymentStatus, EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
 from dmsgw.errors import DmsgwError
 from dmsgw.transport.interlink import PodStatus, RetrievedPodData, parse_create_body
@@ -118,6 +119,7 @@ DEFAULT_POLICY = PodPolicy()
 class _Observed:
     status: DeploymentStatus
     reply: Any
+    manifest: Any = None  # fetched when the deployment ends: how each allocation ended
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +137,11 @@ class _DeployFailed:
 @dataclasses.dataclass(frozen=True)
 class _ShutDown:
     pass
+
+
+@dataclasses.dataclass(frozen=True)
+class _TaskCrashed:
+    error: BaseException | None
 
 
 Translate = Callable[[RetrievedPodData, int], EnsembleConfig]
@@ -193,6 +200,15 @@ class PodActor(AsyncActor):
 
     def _run(self, coro: Any) -> None:
         self._task = asyncio.get_running_loop().create_task(coro)
+        self._task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A bug in the follower task crashes the actor, so that its supervisor restarts it
+        from the stored record instead of leaving the pod unattended."""
+        if task.cancelled() or task.exception() is None:
+            return
+        with contextlib.suppress(Exception):  # the actor may be stopping already
+            self.actor_ref.tell(_TaskCrashed(task.exception()))
 
     async def _cancel(self) -> None:
         task, self._task = self._task, None
@@ -230,6 +246,8 @@ class PodActor(AsyncActor):
             await self._on_observed(message)
         elif isinstance(message, _ShutDown):
             await self._on_shut_down()
+        elif isinstance(message, _TaskCrashed):
+            raise RuntimeError(f"pod {self.record.uid}: follower failed") from message.error
         else:
             raise TypeError(f"PodActor does not handle {message!r}")
 
@@ -256,7 +274,13 @@ class PodActor(AsyncActor):
             return
         record = self.record
         record.dms_status = message.status.go_name
-        record.observed = _plain(message.reply)
+        observed = _plain(message.reply)
+        if not observed.get("allocation_info") and record.observed.get("allocation_info"):
+            # The DMS stops listing allocations when the deployment ends: keep how they ended.
+            observed["allocation_info"] = record.observed["allocation_info"]
+        if message.manifest is not None:
+            observed["manifest"] = _plain(message.manifest)
+        record.observed = observed
         if message.status == DeploymentStatus.RUNNING and not record.started_ns:
             record.started_ns = self._clock()
         if message.status in TERMINAL_DMS:
@@ -277,8 +301,19 @@ class PodActor(AsyncActor):
         self.actor_ref.stop()
 
     def _restarts(self, status: DeploymentStatus) -> bool:
+        """``restartPolicy``: Always redeploys, OnFailure when the deployment failed or a
+        container ended with an error (an ensemble of tasks "completes" either way)."""
         policy = request_data(self.record).pod.spec.restart_policy
-        return policy == "Always" or (policy == "OnFailure" and status == DeploymentStatus.FAILED)
+        if policy == "Always":
+            return True
+        if policy != "OnFailure":
+            return False
+        if status == DeploymentStatus.FAILED:
+            return True
+        ended = self._snapshot(self.record).containers
+        return any(
+            c.state.terminated is not None and c.state.terminated.exit_code != 0 for c in ended
+        )
 
     def _restart_delay(self) -> float:
         p = self._policy
@@ -363,8 +398,10 @@ class PodActor(AsyncActor):
         return base * (0.8 + 0.4 * self._rng.random())
 
     async def _follow(self, ensemble_id: str) -> None:
+        """Report each change of the deployment's status or of an allocation's status (a task
+        fails while the deployment still runs, and the DMS reports allocations only then)."""
         interval = self._policy.poll_min_s
-        last: DeploymentStatus | None = None
+        last: tuple[Any, ...] | None = None
         while True:
             try:
                 reply = await self._invoke(
@@ -376,15 +413,28 @@ class PodActor(AsyncActor):
                 interval = min(interval * 2, self._policy.poll_max_s)
                 continue
             status = DeploymentStatus.parse(reply.status)
-            if status != last:
-                self.actor_ref.tell(_Observed(status, reply))
+            allocations = reply.allocation_info or {}
+            key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
+            if key != last:
+                manifest = await self._manifest(ensemble_id) if status in TERMINAL_DMS else None
+                self.actor_ref.tell(_Observed(status, reply, manifest))
                 interval = self._policy.poll_min_s
-                last = status
+                last = key
                 if status in TERMINAL_DMS:
                     return
             else:
                 interval = min(interval * 1.5, self._policy.poll_max_s)
             await asyncio.sleep(interval)
+
+    async def _manifest(self, ensemble_id: str) -> Any:
+        try:
+            reply = await self._invoke(
+                "/dms/node/deployment/manifest", DeploymentManifestRequest(ensemble_id)
+            )
+        except DmsgwError as exc:
+            log.info("pod %s: manifest of %s unavailable: %s", self.record.uid, ensemble_id, exc)
+            return None
+        return reply.manifest
 
     async def _shutdown(self, ensemble_id: str) -> None:
         tries = 0
@@ -434,9 +484,15 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
         c.name: ContainerObservation(restart_count=record.restarts)
         for c in (*pod.spec.init_containers, *pod.spec.containers)
     }
+    manifest = (
+        EnsembleManifest.from_json(json.dumps(record.observed["manifest"]))
+        if record.observed.get("manifest")
+        else None
+    )
     statuses = container_statuses(
         pod,
         status,
+        manifest,
         now=datetime.fromtimestamp(now_ns / NS_PER_SECOND, UTC),
         allocation_info=observed.allocation_info,
         observations=seen,

@@ -1,0 +1,188 @@
+"""The gateway end to end: interLink's plugin API over the gateway actors over the embedded devnet.
+
+Waiting is on the gateway's own answers (a bounded number of /status polls, each awaiting the
+pod actor's next published change), never on a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from dmsgw.actors.gateway import GatewayBackend, job_id, start_backend
+from dmsgw.actors.pod import PodPolicy
+from dmsgw.config import load_config
+from dmsgw.transport.plugin_server import Metrics, PluginServer
+
+UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
+FAST = PodPolicy(poll_min_s=0.05, poll_max_s=0.2, retry_min_s=0.05, restart_min_s=0.05)
+
+
+def pod(
+    uid: str = UID, *, args: str = "echo hello from the dms; echo bye", policy: str = "Never"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"p-{uid[:6]}", "namespace": "default", "uid": uid},
+        "spec": {
+            "restartPolicy": policy,
+            "containers": [
+                {"name": "main", "image": "busybox", "command": ["sh", "-c"], "args": [args]}
+            ],
+        },
+    }
+
+
+@pytest.fixture
+async def plugin(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], GatewayBackend]]:
+    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
+    metrics = Metrics()
+    backend = await start_backend(config, metrics=metrics)
+    backend.gateway.parts.policy = FAST
+    server = PluginServer(backend, config.server_options(), metrics)
+    client = TestClient(TestServer(server.app(), host="127.0.0.1"))
+    await client.start_server()
+    try:
+        yield client, backend
+    finally:
+        await client.close()
+        await backend.close()
+
+
+async def wait_state(
+    client: TestClient[Any, Any], spec: dict[str, Any], state: str
+) -> dict[str, Any]:
+    """Poll /status (as interLink does) until the main container reaches ``state``."""
+    for _ in range(400):
+        resp = await client.get("/status", data=json.dumps([spec]))
+        assert resp.status == 200, await resp.text()
+        (status,) = await resp.json()
+        container = status["containers"][0]
+        if state in container["state"]:
+            return status
+        await asyncio.sleep(0.05)  # interLink's poll interval, shortened
+    raise AssertionError(f"{spec['metadata']['uid']} never reached {state}: {status}")
+
+
+async def test_a_pod_runs_completes_logs_and_is_deleted(plugin: Any) -> None:
+    client, _ = plugin
+    spec = pod()
+    resp = await client.post(
+        "/create", data=json.dumps({"pod": spec, "container": [{"name": "main"}]})
+    )
+    assert resp.status == 200
+    assert await resp.json() == {"PodUID": UID, "PodJID": job_id(UID)}
+    done = await wait_state(client, spec, "terminated")
+    assert done["JID"] == job_id(UID)
+    assert done["containers"][0]["state"]["terminated"]["exitCode"] == 0
+    logs = await client.get(
+        "/getLogs",
+        data=json.dumps(
+            {
+                "Namespace": "default",
+                "PodUID": UID,
+                "PodName": "p",
+                "ContainerName": "main",
+                "Opts": {"Tail": 1},
+            }
+        ),
+    )
+    assert logs.status == 200 and await logs.text() == "bye\n"
+    assert (await client.post("/delete", data=json.dumps(spec))).status == 200
+    assert (await client.post("/delete", data=json.dumps(spec))).status == 200  # idempotent
+
+
+async def test_create_is_idempotent_on_uid(plugin: Any) -> None:
+    client, backend = plugin
+    spec = pod("11111111-2222-3333-4444-555555555555", args="sleep 30")
+    body = json.dumps({"pod": spec, "container": [{"name": "main"}]})
+    first = await (await client.post("/create", data=body)).json()
+    second = await (
+        await client.post(
+            "/create", data=json.dumps([{"pod": spec, "container": [{"name": "main"}]}])
+        )
+    ).json()
+    assert first == second
+    await wait_state(client, spec, "running")
+    listing = await backend.gateway.parts.invoke("/dms/node/deployment/list")
+    assert len([d for d in listing.deployments or () if d.status == "Running"]) == 1
+    await client.post("/delete", data=json.dumps(spec))
+
+
+async def test_a_failing_container_reports_its_exit_code(plugin: Any) -> None:
+    client, _ = plugin
+    spec = pod("22222222-2222-3333-4444-555555555555", args="echo oops >&2; exit 3")
+    await client.post("/create", data=json.dumps({"pod": spec, "container": [{"name": "main"}]}))
+    ended = await wait_state(client, spec, "terminated")
+    assert ended["containers"][0]["state"]["terminated"]["exitCode"] != 0
+
+
+async def test_restart_policy_on_failure_redeploys_and_counts(plugin: Any) -> None:
+    client, backend = plugin
+    uid = "33333333-2222-3333-4444-555555555555"
+    spec = pod(uid, args="exit 1", policy="OnFailure")
+    await client.post("/create", data=json.dumps({"pod": spec, "container": [{"name": "main"}]}))
+    for _ in range(400):
+        record = backend.gateway._records[uid]
+        if record.attempt >= 3:
+            break
+        await asyncio.sleep(0.05)
+    assert record.restarts >= 2 and record.attempt >= 3
+    await client.post("/delete", data=json.dumps(spec))
+
+
+async def test_unknown_pods_end_instead_of_hanging(plugin: Any) -> None:
+    client, _ = plugin
+    stranger = pod("99999999-2222-3333-4444-555555555555")
+    (status,) = await (await client.get("/status", data=json.dumps([stranger]))).json()
+    assert status["containers"][0]["state"]["terminated"]["reason"] == "NotFound"
+    logs = await client.get(
+        "/getLogs",
+        data=json.dumps(
+            {"Namespace": "default", "PodUID": "nope", "ContainerName": "main", "Opts": {}}
+        ),
+    )
+    assert logs.status == 404
+
+
+async def test_the_ping_reports_the_devnet_capacity(plugin: Any) -> None:
+    client, _ = plugin
+    ping = await (await client.get("/status", data="[]")).json()
+    assert ping["status"] == "ok"
+    kinds = {a["resourceType"] for a in ping["resources"]["accelerators"]}
+    assert "nunet.gpu.nvidia.tesla.p100.16gb" in kinds
+
+
+async def test_an_untranslatable_pod_fails_with_the_reason(plugin: Any) -> None:
+    client, _ = plugin
+    spec = pod("44444444-2222-3333-4444-555555555555")
+    spec["spec"]["volumes"] = [{"name": "data", "nfs": {"server": "x", "path": "/"}}]
+    spec["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    await client.post("/create", data=json.dumps({"pod": spec, "container": [{"name": "main"}]}))
+    ended = await wait_state(client, spec, "terminated")
+    assert "nfs" in json.dumps(ended)
+
+
+async def test_pods_resume_after_a_restart_of_the_gateway(tmp_path: Path) -> None:
+    """Same state file, new gateway (the DMS side here is a new embedded devnet too, so the
+    pod is redeployed rather than followed; the crash-only path with a DMS that outlives the
+    gateway is tested with SIGKILL in test_gateway_recovery.py)."""
+    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
+    first = await start_backend(config, metrics=Metrics())
+    spec = pod("55555555-2222-3333-4444-555555555555", args="sleep 30")
+    from dmsgw.transport.interlink import parse_create_body
+
+    await first.create(
+        parse_create_body(json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode())
+    )
+    await first.close()
+    second = await start_backend(config, metrics=Metrics())
+    try:
+        assert "55555555-2222-3333-4444-555555555555" in second.gateway.snapshots
+    finally:
+        await second.close()
