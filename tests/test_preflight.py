@@ -149,3 +149,33 @@ def test_the_dms_key_itself_needs_no_capability() -> None:
     )
     verdict = preflight(env.sign(msg, DMS_KEY), _dms_model(), now_ns=NOW_2026)
     assert verdict.accepted and "no capability needed" in verdict.reasons[0]
+
+
+def _broadcast(grant_topics: list[str] | None) -> tuple[CapabilityContext, env.Envelope]:
+    """A gateway broadcast on /nunet/hello with tokens chained on a DMS grant."""
+    from dmsgw.keys.trust import provider_from_private_key
+    from dmsgw.keys.ucan import Action
+    from dmsgw.transport.security import SecurityContext
+
+    dms_ctx = CapabilityContext(provider_from_private_key(DMS_KEY), clock=FixedClock(NOW_2026))
+    gw_did = DID.from_public_key(GW_KEY.public_key())
+    exp = NOW_2026 + 3600 * 10**9
+    grant = dms_ctx.grant(Action.DELEGATE, gw_did, DID(), grant_topics, exp, 0, ["/broadcast"])
+    gw_ctx = CapabilityContext(
+        provider_from_private_key(GW_KEY), provide=grant, clock=FixedClock(NOW_2026)
+    )
+    security = SecurityContext(GW_KEY, gw_ctx, clock=FixedClock(NOW_2026))
+    source = env.Handle(security.id, security.did, env.Address(DMS.addr.host, "user-9"))
+    msg = env.message(
+        source, env.Handle(), "/broadcast/hello", topic="/nunet/hello", expire=exp - 1
+    )
+    return _dms_model(), security.provide_broadcast(msg, ["/broadcast/hello"])
+
+
+def test_broadcasts_are_judged_by_require_broadcast() -> None:
+    model, msg = _broadcast(["/nunet"])
+    assert preflight(msg, model, now_ns=NOW_2026).accepted
+    model, msg = _broadcast(None)  # a grant without the topic: only the self-signed token is left
+    verdict = preflight(msg, model, now_ns=NOW_2026)
+    assert verdict.stage is Stage.CAPABILITY
+    assert verdict.dms_error == "requiring capabilities: not authorized"

@@ -15,8 +15,8 @@ import enum
 from collections.abc import Collection, Sequence
 
 from dmsgw.keys.ucan.cap import Capability
-from dmsgw.keys.ucan.context import CapabilityBlobError, CapabilityContext
-from dmsgw.keys.ucan.token import Rejection
+from dmsgw.keys.ucan.context import CapabilityBlobError, CapabilityContext, ConsumeReport
+from dmsgw.keys.ucan.token import NotAuthorizedError, Rejection
 from dmsgw.transport import envelope as env
 from dmsgw.transport.envelope import Envelope, Handle
 
@@ -145,6 +145,8 @@ def _check_capabilities(
         return Verdict(
             Stage.CAPABILITY, f"consuming capabilities: {exc}", (hint,), (exc.rejection,)
         )
+    if msg.is_broadcast():
+        return _check_broadcast(msg, receiver, blob, required, report)
     try:
         explanation = receiver.explain_require(receiver.did, msg.from_.id, me.id, required, report)
     finally:
@@ -162,3 +164,29 @@ def _check_capabilities(
         tuple(str(r) for r in explanation.rejections),
         explanation.rejections,
     )
+
+
+def _check_broadcast(
+    msg: Envelope,
+    receiver: CapabilityContext,
+    blob: bytes,
+    required: tuple[Capability, ...],
+    report: ConsumeReport,
+) -> Verdict:
+    """``RequireBroadcast``: a broadcast token for the topic, anchored on the receiver, a root
+    or a require anchor. The reasons are those of the tokens refused on the way in; a kept
+    token that still does not fit is reported as such (per-rule explanations cover
+    invocations only)."""
+    try:
+        receiver.require_broadcast(receiver.did, msg.from_.id, msg.opt.topic, required)
+    except NotAuthorizedError as exc:
+        reasons = tuple(str(r) for r in report.rejections()) or (
+            f"no presented broadcast token allows {', '.join(required) or 'anything'} on topic "
+            f"{msg.opt.topic!r} and leads back to {receiver.did.uri} or a root",
+        )
+        return Verdict(
+            Stage.CAPABILITY, f"requiring capabilities: {exc}", reasons, report.rejections()
+        )
+    finally:
+        receiver.discard(blob)
+    return Verdict(Stage.ACCEPTED, reasons=(f"broadcast on {msg.opt.topic} authorized",))
