@@ -35,7 +35,10 @@ class StoreError(DmsgwError):
 
 
 def pack(record: dict[str, Any]) -> bytes:
-    return msgpack.packb(record, use_bin_type=True)
+    packed = msgpack.packb(record, use_bin_type=True)
+    if not isinstance(packed, bytes):  # msgpack ships no type hints of its own
+        raise StoreError("msgpack did not produce bytes")
+    return packed
 
 
 def unpack(blob: bytes) -> dict[str, Any]:
