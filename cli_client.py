@@ -88,12 +88,13 @@ def follow(
     dms: Node,
     ensemble_id: str,
     *,
-    out: Any = sys.stdout,
+    out: Any = None,
     max_wait_s: float = 3600.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> DeploymentStatus:
     """Poll the deployment's status (quickly at first, then every few seconds), printing each
     transition as it happens, until it is Running, Completed or Failed."""
+    out = out if out is not None else sys.stdout
     start = time.monotonic()
     interval, last = 0.2, None
     while True:

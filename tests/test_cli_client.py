@@ -102,3 +102,41 @@ def test_the_console_runs_top_level_await(capsys: pytest.CaptureFixture[str]) ->
     out, err = capsys.readouterr()
     assert out.strip() == "84"
     assert err.strip() == "DmsgwError: nicely put"
+
+
+ENSEMBLE = """\
+version: V1
+allocations:
+  job:
+    executor: docker
+    type: task
+    resources: {cpu: {cores: 0.1}, ram: {size: 0.1}, disk: {size: 0.1}}
+    execution:
+      type: docker
+      image: busybox:1.36
+      cmd: ["sh", "-c", "echo deployed from the cli"]
+nodes:
+  n1:
+    allocations: [job]
+"""
+
+
+def test_deploy_waits_and_shows_each_transition(
+    setup: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(ENSEMBLE)
+    assert main(["deploy", str(path), "--wait", *setup]) == 0
+    out = capsys.readouterr().out
+    assert "deployed " in out and ": ensemble " in out
+    assert out.strip().splitlines()[-1].endswith(("Running", "Completed"))
+
+
+def test_deploy_refuses_a_bad_file_in_one_line(
+    setup: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("allocations: [1, 2\n")
+    assert main(["deploy", str(path), *setup]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dmsgw: error: ") and "Traceback" not in err
