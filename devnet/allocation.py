@@ -2,10 +2,15 @@
 
 It answers the orchestrator (``/dms/allocation/start|restart|shutdown|logs`` and the health
 check) and reports every change of its state to the orchestrator's
-``/dms/ensemble/<id>/allocation/status``: ``running`` when its process starts, then, when the
-process ends on its own, ``completed`` (exit code 0) or ``failed`` (anything else, or killed),
-with the exit code. A process the orchestrator stopped ends ``terminated``. Deciding what a
-failure means for the ensemble (``failure_recovery``) is the orchestrator's business.
+``/dms/ensemble/<id>/allocation/status``: ``running`` when its command starts, then, when the
+process ends on its own, ``completed`` (exit code 0) or ``failed`` (anything else, or killed:
+128 + the signal, 137 with "container was killed due to OOM" when it outgrew ``ram.size``).
+A process the orchestrator stopped ends ``terminated``. Deciding what a failure means for the
+ensemble (``failure_recovery``) is the orchestrator's business.
+
+``start`` (and ``restart``) reply once the provision scripts have run and the command has been
+started, so a failing script fails the start with its stderr in the reason; how long the
+scripts may take is ``Timeouts.provision_s``, on top of the start timeout.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 from dmsgw.behaviors.status import AllocationStatus
 from dmsgw.devnet.actor import Actor
-from dmsgw.devnet.executor import Execution, ProcessExecutor
+from dmsgw.devnet.executor import OOM_ERROR, Execution, ProcessExecutor
 from dmsgw.devnet.node import DmsNode
 from dmsgw.devnet.protocol import (
     ALLOCATION_LOGS,
@@ -62,11 +67,15 @@ class Allocation:
         self._on_end = on_end
         self.status = AllocationStatus.PENDING
         self.exit_code: int | None = None
+        self.error = ""
+        """Why the last run ended, when the executor knows more than its exit code."""
+        self.oom_killed = False
         self.started_ns: list[int] = []
         """When each run of the process started (a restart adds one)."""
         self.plan: SandboxPlan | None = None
         self._mounted = False
         self.execution: Execution | None = None
+        executor.hold(allocation_id, config)
         self.actor: Actor = node.spawn_actor(allocation_id)
         for name, handler in (
             (ALLOCATION_START, self._handle_start),
@@ -93,17 +102,19 @@ class Allocation:
         try:
             await self._run()
         except (SandboxError, OSError) as exc:
-            self.status = AllocationStatus.FAILED
-            self._on_end(self)
-            return OkResponse(error=f"start executor: {exc}")
+            if self.status != AllocationStatus.TERMINATED:  # not stopped meanwhile
+                self.status = AllocationStatus.FAILED
+                self._on_end(self)
+            return OkResponse(error=f"start executor: allocation {self.id}: {exc}")
         return OkResponse(ok=True)
 
     async def _handle_restart(self, msg: Envelope, request: Any) -> OkResponse:
         try:
             await self.restart()
         except (SandboxError, OSError) as exc:
-            self.status = AllocationStatus.FAILED
-            return OkResponse(error=f"run allocation: {exc}")
+            if self.status != AllocationStatus.TERMINATED:
+                self.status = AllocationStatus.FAILED
+            return OkResponse(error=f"run allocation: allocation {self.id}: {exc}")
         return OkResponse(ok=True)
 
     async def _handle_shutdown(self, msg: Envelope, request: Any) -> OkResponse:
@@ -128,14 +139,26 @@ class Allocation:
     # --- the process ----------------------------------------------------------------------
 
     async def _run(self) -> None:
+        """Set up and start the process; returns once its command has been started."""
         if self.plan is None:
             self.plan = await self.executor.prepare(self.id, self.config)
             self._mounted = True
         execution = await self.executor.run(self.plan)
-        self.started_ns.append(self.node.clock())
         self.execution = execution
+        self.exit_code, self.error, self.oom_killed = None, "", False
+        if self.plan.memory_limit:
+            self.node.spawn(execution.watch_memory(), f"memory of {self.id}")
+        try:
+            await execution.provisioned(self.timeouts.provision_s)
+        except SandboxError:
+            self.exit_code = execution.returncode
+            if self.execution is execution:
+                self.execution = None
+            raise
+        if self.execution is not execution:
+            raise SandboxError("stopped while it was being set up")
+        self.started_ns.append(self.node.clock())
         self.status = AllocationStatus.RUNNING
-        self.exit_code = None
         self.node.spawn(self._watch(execution), f"allocation {self.id}")
         await self._report(AllocationStatus.RUNNING)
 
@@ -145,6 +168,8 @@ class Allocation:
         if self.execution is not execution or self.status != AllocationStatus.RUNNING:
             return  # stopped or restarted on purpose: reported by whoever did it
         self.exit_code = code
+        self.oom_killed = execution.oom_killed
+        self.error = OOM_ERROR if execution.oom_killed else ""
         self.status = AllocationStatus.COMPLETED if code == 0 else AllocationStatus.FAILED
         if self.status == AllocationStatus.COMPLETED:
             self._on_end(self)
@@ -162,27 +187,30 @@ class Allocation:
         await self._run()
 
     async def shutdown(self) -> None:
-        """Stop the process for good and give back the resources and mount points."""
+        """Stop the process for good and give back the resources, mount points and volumes."""
         if self.status == AllocationStatus.TERMINATED:
             return
         self.status = AllocationStatus.TERMINATED
         await self._stop_process()
         self._on_end(self)
-        await self._release_mounts()
+        await self._release()
 
-    async def _release_mounts(self) -> None:
-        if self.plan is not None and self._mounted:
-            self._mounted = False
-            await self.executor.release_mounts(self.plan)
+    async def _release(self) -> None:
+        plan = self.plan if self._mounted else None
+        self._mounted = False
+        await self.executor.release(self.id, plan)
 
     def kill(self) -> None:
-        """Fault injection: SIGKILL the process, as an out-of-memory killer would."""
+        """Fault injection: SIGKILL the process group, as an out-of-memory killer would."""
         if self.execution is not None:
             self.execution.kill()
 
     async def _report(self, status: AllocationStatus) -> None:
         update = AllocationStatusUpdate(
-            allocation_id=self.id, status=status.value, exit_code=self.exit_code or 0
+            allocation_id=self.id,
+            status=status.value,
+            exit_code=self.exit_code or 0,
+            error=self.error,
         )
         behavior = allocation_status_behavior(self.ensemble_id)
         msg = self.actor.message(self.orchestrator, behavior, update, self.timeouts.invoke_s)
@@ -194,6 +222,6 @@ class Allocation:
         self.status = AllocationStatus.TERMINATED
         await self._stop_process()
         self.actor.stop()
-        await self._release_mounts()
+        await self._release()
         if self.plan is not None:
             await self.executor.remove_sandbox(self.plan)

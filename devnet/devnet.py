@@ -22,7 +22,6 @@ import asyncio
 import dataclasses
 import hashlib
 import random
-import shutil
 import tempfile
 import threading
 from collections.abc import Coroutine, Sequence
@@ -33,7 +32,7 @@ from aiohttp import web
 
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
 from dmsgw.devnet.changes import ChangeFeed
-from dmsgw.devnet.executor import ProcessExecutor, probe_isolation
+from dmsgw.devnet.executor import ProcessExecutor, probe_isolation, remove_tree
 from dmsgw.devnet.handlers import install_basic_behaviors
 from dmsgw.devnet.handlers_deployment import Deployments
 from dmsgw.devnet.handlers_node import install_node_behaviors
@@ -146,7 +145,7 @@ class Devnet:
 
     def _services(self, entry: DevnetNode, workdir: Path, isolation: Isolation) -> None:
         node = entry.node
-        entry.executor = ProcessExecutor(workdir / "allocations", isolation)
+        entry.executor = ProcessExecutor(workdir / "allocations", isolation, workdir / "volumes")
         entry.provider = Provider(
             node, entry.profile, entry.ledger, entry.executor, self.timeouts, self.changes.notify
         )
@@ -205,7 +204,7 @@ class Devnet:
                 await entry.provider.close()
             entry.node.stop_actors()
         if self.root is not None:
-            await asyncio.to_thread(shutil.rmtree, self.root, True)
+            await asyncio.to_thread(remove_tree, self.root)
             self.root = None
 
     def grant(

@@ -1,10 +1,24 @@
 """The devnet's process executor: an allocation's ``entrypoint`` + ``cmd`` as a host process.
 
-It stands in for the DMS's docker executor: no image is pulled, the command runs directly on
-the host, in the allocation's sandbox (:mod:`.sandbox`), as an asyncio subprocess in its own
-process group (so a stop reaches every process it started), with stdout and stderr appended to
-the sandbox's log files. Exit codes are the process's own; a process killed by signal N exits
-with ``-N`` as in :mod:`subprocess`.
+It stands in for the DMS's docker executor (``executor/docker``): no image is pulled, the
+command runs directly on the host, in the allocation's sandbox (:mod:`.sandbox`), as an asyncio
+subprocess in its own process group, with stdout and stderr appended to the sandbox's log
+files. What it keeps of Docker's behaviour:
+
+* **Exit codes** as Docker reports them: the process's own, or 128 + N for a process killed by
+  signal N (137 for SIGKILL, 143 for SIGTERM).
+* **Stop** as ``docker stop`` (``StopContainer``): SIGTERM to the main process only, SIGKILL to
+  the whole process group after the grace period (and to whatever is left once the main
+  process has exited, as Docker ends a container's every process with its PID 1).
+* **Memory**: ``resources.ram.size`` is enforced without cgroups by sampling the resident
+  memory of the main process and its descendants every :data:`MEMORY_SAMPLE_S`; above the limit
+  the process group is SIGKILLed and the run reports exit code 137 with the DMS's
+  "container was killed due to OOM". A burst shorter than a sample passes unseen.
+  (``RLIMIT_AS`` was not used: it caps reserved virtual memory, which runtimes such as Go, Java
+  or Node reserve far beyond what they use, and it makes allocations fail rather than killing,
+  so an OOM kill could not be told apart.)
+* **Named volumes**: a ``local`` volume whose ``src`` is a name lives in the node's volume
+  directory (:class:`NamedVolumes`).
 
 Namespace isolation (root with a working ``unshare --mount``) is probed once, asynchronously.
 """
@@ -16,6 +30,7 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -29,11 +44,17 @@ from dmsgw.devnet.sandbox import (
     SandboxError,
     SandboxPlan,
     materialise,
+    named_volumes,
     plan_sandbox,
 )
 
 OUTPUT_LIMIT = 4096
-"""How much of a health check's output is kept for its verdict."""
+"""How much of a health check's output, or of a failed set-up's stderr, is kept."""
+MEMORY_SAMPLE_S = 0.1
+"""How often an allocation's resident memory is compared with its ``ram.size``."""
+OOM_ERROR = "container was killed due to OOM"
+"""The DMS docker handler's words for an allocation killed for its memory."""
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 async def probe_isolation(preferred: Isolation | None = None) -> Isolation:
@@ -60,33 +81,75 @@ async def probe_isolation(preferred: Isolation | None = None) -> Isolation:
     return Isolation.NAMESPACE if possible else Isolation.REWRITE
 
 
+def exit_status(returncode: int) -> int:
+    """A process's exit status as Docker reports it: 128 + N when killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def remove_tree(path: Path) -> None:
+    """``rmtree`` that first gives directories their owner's write permission back, since a
+    read-only volume locked by permissions could not be emptied otherwise (blocking)."""
+    for directory, _, _ in os.walk(path):
+        with contextlib.suppress(OSError):
+            mode = os.stat(directory).st_mode
+            os.chmod(directory, stat.S_IMODE(mode) | stat.S_IRWXU)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def resident_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and its descendants (those ``/proc/…/children`` lists)."""
+    total = 0
+    pending = [pid]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        proc = Path(f"/proc/{current}")
+        try:
+            total += int((proc / "statm").read_text().split()[1]) * _PAGE
+            for task in os.listdir(proc / "task"):
+                children = (proc / "task" / task / "children").read_text().split()
+                pending += [int(child) for child in children]
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return total
+
+
 class MountPoints:
     """Mount points made on the host for namespaced allocations, removed when none uses them.
 
     A bind mount needs its target to exist; inside a private mount namespace the bind is
     invisible to the host, but a directory or file created for it is not, so each one created
-    here is counted and removed again (only if still empty) by the last allocation using it.
+    here is counted by the targets at or under it (``/a`` made for ``/a/b`` serves ``/a/c`` as
+    well) and removed, if still empty, when the last of them is released.
     """
 
     def __init__(self) -> None:
         self._users: dict[Path, int] = {}
-        self._created: dict[Path, list[Path]] = {}
+        self._made: dict[Path, int] = {}
+        """Path created here -> how many targets in use depend on it."""
+        self._chain: dict[Path, list[Path]] = {}
+        """Target -> the created paths it depends on, deepest first."""
 
     def acquire(self, mounts: Iterable[Mount]) -> None:
         for m in mounts:
             target = Path(m.target)
             self._users[target] = self._users.get(target, 0) + 1
-            if self._users[target] > 1 or target.exists():
+            if self._users[target] > 1:
                 continue
-            created: list[Path] = []
             missing = [p for p in (target, *target.parents) if not p.exists()]
             for path in reversed(missing):
                 if path == target and m.is_file:
                     path.touch()
                 else:
                     path.mkdir()
-                created.append(path)
-            self._created[target] = created
+                self._made[path] = 0
+            chain = [p for p in (target, *target.parents) if p in self._made]
+            for path in chain:
+                self._made[path] += 1
+            self._chain[target] = chain
 
     def release(self, mounts: Iterable[Mount]) -> None:
         for m in mounts:
@@ -96,7 +159,11 @@ class MountPoints:
                 self._users[target] = users
                 continue
             self._users.pop(target, None)
-            for path in reversed(self._created.pop(target, [])):
+            for path in self._chain.pop(target, []):
+                self._made[path] -= 1
+                if self._made[path]:
+                    continue
+                del self._made[path]
                 with contextlib.suppress(OSError):  # no longer empty: not ours to remove
                     if path.is_file() and path.stat().st_size == 0:
                         path.unlink()
@@ -104,20 +171,63 @@ class MountPoints:
                         path.rmdir()
 
 
-class Execution:
-    """One run of an allocation's process."""
+class NamedVolumes:
+    """A node's named ``local`` volumes: ``<root>/<name>``, made on first use and shared by
+    every allocation of the node that names one, whatever its ensemble.
 
-    def __init__(self, proc: asyncio.subprocess.Process, plan: SandboxPlan) -> None:
+    An allocation holds the volumes it names from its creation (so that the containers of a
+    pod share an emptyDir even after the first of them has completed) until it is released —
+    shut down with its deployment, reverted, or stopped with its node; a volume no allocation
+    holds any more is removed. A DMS leaves a Docker named volume in place; the devnet removes
+    it so that nothing outlives the deployments using it.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._holders: dict[str, set[str]] = {}
+        self.lock = asyncio.Lock()
+        """Held while sandboxes are materialised and while volumes are removed."""
+
+    def hold(self, allocation_id: str, names: Iterable[str]) -> None:
+        for name in names:
+            self._holders.setdefault(name, set()).add(allocation_id)
+
+    def shared(self, allocation_id: str) -> set[str]:
+        """The volumes ``allocation_id`` holds together with other allocations."""
+        return {n for n, h in self._holders.items() if allocation_id in h and len(h) > 1}
+
+    async def release(self, allocation_id: str) -> None:
+        """Let go of ``allocation_id``'s volumes; remove those nobody holds any more."""
+        released = [n for n, h in self._holders.items() if allocation_id in h]
+        for name in released:
+            self._holders[name].discard(allocation_id)
+        async with self.lock:
+            for name in released:
+                if name in self._holders and not self._holders[name]:
+                    del self._holders[name]
+                    await asyncio.to_thread(remove_tree, self.root / name)
+
+
+class Execution:
+    """One run of an allocation's process: its set-up, then its command."""
+
+    def __init__(
+        self, proc: asyncio.subprocess.Process, plan: SandboxPlan, status_fd: int, stderr_at: int
+    ) -> None:
         self.proc = proc
         self.plan = plan
         self.pid = proc.pid
+        self.oom_killed = False
+        self._status_fd = status_fd
+        self._stderr_at = stderr_at
 
     @property
     def returncode(self) -> int | None:
-        return self.proc.returncode
+        code = self.proc.returncode
+        return None if code is None else exit_status(code)
 
     async def wait(self) -> int:
-        return await self.proc.wait()
+        return exit_status(await self.proc.wait())
 
     def signal(self, sig: int) -> None:
         """Signal the whole process group (the wrapper shell's children too)."""
@@ -128,59 +238,157 @@ class Execution:
         self.signal(signal.SIGKILL)
 
     async def stop(self, grace_s: float) -> int:
-        """SIGTERM, then SIGKILL after ``grace_s``; the exit code."""
+        """``docker stop``: SIGTERM to the main process only (it forwards the signal or not,
+        as a container's PID 1 does), SIGKILL to the group after ``grace_s``; the exit code."""
         if self.proc.returncode is None:
-            self.signal(signal.SIGTERM)
-            try:
-                return await asyncio.wait_for(self.proc.wait(), grace_s)
-            except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), grace_s)
+        self.kill()  # past the grace period, or whatever the main process left in its group
+        return await self.wait()
+
+    async def provisioned(self, timeout_s: float) -> None:
+        """Wait until the set-up (mounts, provision scripts, read-only volumes) is done and the
+        command is being started; :class:`SandboxError` says why it is not."""
+        verdict = await self._status_line(timeout_s)
+        if verdict == "started":
+            return
+        if verdict.startswith("failed "):
+            _, index, code = verdict.split()
+            await self.proc.wait()
+            name = self.plan.script_names[int(index)]
+            raise SandboxError(
+                f"provision script {name!r} exited with {code}: {await self._stderr()}"
+            )
+        if self.proc.returncode is None:
+            self.kill()
+            await self.proc.wait()
+            raise SandboxError(f"the provision scripts did not finish within {timeout_s:g} s")
+        if self.oom_killed:
+            raise SandboxError(f"{OOM_ERROR} while it was being set up (ram.size)")
+        raise SandboxError(
+            f"the set-up exited with {self.returncode} before the command started: "
+            f"{await self._stderr()}"
+        )
+
+    async def _status_line(self, timeout_s: float) -> str:
+        """The set-up's report on the status FIFO (``""``: it ended or timed out first)."""
+        loop = asyncio.get_running_loop()
+        line: asyncio.Future[str] = loop.create_future()
+        received = bytearray()
+
+        def readable() -> None:
+            with contextlib.suppress(BlockingIOError):
+                received.extend(os.read(self._status_fd, 512))
+            if b"\n" in received and not line.done():
+                line.set_result(received.split(b"\n", 1)[0].decode(errors="replace"))
+
+        loop.add_reader(self._status_fd, readable)
+        ended = asyncio.ensure_future(self.proc.wait())
+        try:
+            first = asyncio.FIRST_COMPLETED
+            await asyncio.wait((line, ended), timeout=timeout_s, return_when=first)
+            if not line.done():
+                readable()  # a report written just before the set-up ended
+        finally:
+            loop.remove_reader(self._status_fd)
+            os.close(self._status_fd)
+            ended.cancel()
+        return line.result() if line.done() else ""
+
+    async def _stderr(self) -> str:
+        """What this run wrote to stderr (its last :data:`OUTPUT_LIMIT` bytes)."""
+
+        def read() -> bytes:
+            with self.plan.stderr.open("rb") as f:
+                f.seek(self._stderr_at)
+                return f.read()[-OUTPUT_LIMIT:]
+
+        return (await asyncio.to_thread(read)).decode(errors="replace").strip()
+
+    async def watch_memory(self) -> None:
+        """Kill the process group once its resident memory exceeds ``ram.size``."""
+        limit = self.plan.memory_limit
+        while self.proc.returncode is None:
+            if resident_bytes(self.pid) > limit:
+                self.oom_killed = True
                 self.kill()
-        code = await self.proc.wait()
-        self.kill()  # anything the command left behind in its group
-        return code
+                return
+            await asyncio.sleep(MEMORY_SAMPLE_S)
 
 
 class ProcessExecutor:
-    """Runs allocations as processes in sandboxes under ``root``."""
+    """Runs allocations as processes in sandboxes under ``root``; named volumes live under
+    ``volumes``."""
 
-    def __init__(self, root: Path, isolation: Isolation) -> None:
+    def __init__(self, root: Path, isolation: Isolation, volumes: Path) -> None:
         self.root = root
         self.isolation = isolation
         self.mount_points = MountPoints()
+        self.volumes = NamedVolumes(volumes)
 
     def sandbox(self, allocation_id: str) -> Path:
         return self.root / allocation_id
 
+    def hold(self, allocation_id: str, config: AllocationDeploymentConfig) -> None:
+        """Count ``allocation_id`` among the users of the named volumes it declares."""
+        self.volumes.hold(allocation_id, named_volumes(config))
+
     async def prepare(self, allocation_id: str, config: AllocationDeploymentConfig) -> SandboxPlan:
         """Plan and write the sandbox (raises :class:`SandboxError` for what cannot run)."""
-        plan = plan_sandbox(self.sandbox(allocation_id), config, self.isolation)
-        await asyncio.to_thread(materialise, plan)
+        plan = plan_sandbox(
+            self.sandbox(allocation_id),
+            config,
+            self.isolation,
+            volumes=self.volumes.root,
+            shared=self.volumes.shared(allocation_id),
+        )
+        async with self.volumes.lock:  # not while a volume it names is being removed
+            await asyncio.to_thread(materialise, plan)
         if plan.isolation is Isolation.NAMESPACE:
-            await asyncio.to_thread(self.mount_points.acquire, plan.mounts)
+            await asyncio.to_thread(self.mount_points.acquire, plan.outermost)
         return plan
 
     async def run(self, plan: SandboxPlan) -> Execution:
-        """Start the process; its output is appended to the sandbox's log files."""
-        with plan.stdout.open("ab") as out, plan.stderr.open("ab") as err:
-            proc = await asyncio.create_subprocess_exec(
-                *plan.argv(),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=dict(plan.environment),
-                cwd=plan.root,
-                start_new_session=True,
-            )
-        return Execution(proc, plan)
+        """Start the set-up and command; output is appended to the sandbox's log files."""
 
-    async def release_mounts(self, plan: SandboxPlan) -> None:
-        """Give back the host mount points made for ``plan`` (once its process is gone)."""
-        if plan.isolation is Isolation.NAMESPACE:
-            await asyncio.to_thread(self.mount_points.release, plan.mounts)
+        def status_fifo() -> tuple[int, int]:
+            with contextlib.suppress(FileNotFoundError):
+                plan.status_fifo.unlink()
+            os.mkfifo(plan.status_fifo, 0o600)
+            # Read-write, so that the FIFO has a reader before the set-up writes and no
+            # end-of-file before it does.
+            fd = os.open(plan.status_fifo, os.O_RDWR | os.O_NONBLOCK)
+            return fd, plan.stderr.stat().st_size if plan.stderr.exists() else 0
+
+        status_fd, stderr_at = await asyncio.to_thread(status_fifo)
+        try:
+            with plan.stdout.open("ab") as out, plan.stderr.open("ab") as err:
+                proc = await asyncio.create_subprocess_exec(
+                    *plan.argv(),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=dict(plan.environment),
+                    cwd=plan.root,
+                    start_new_session=True,
+                )
+        except BaseException:
+            os.close(status_fd)
+            raise
+        return Execution(proc, plan, status_fd, stderr_at)
+
+    async def release(self, allocation_id: str, plan: SandboxPlan | None) -> None:
+        """Give back the host mount points made for ``plan`` (once its process is gone) and
+        the named volumes ``allocation_id`` holds."""
+        if plan is not None and plan.isolation is Isolation.NAMESPACE:
+            await asyncio.to_thread(self.mount_points.release, plan.outermost)
+        await self.volumes.release(allocation_id)
 
     @staticmethod
     async def remove_sandbox(plan: SandboxPlan) -> None:
-        await asyncio.to_thread(shutil.rmtree, plan.root, True)
+        await asyncio.to_thread(remove_tree, plan.root)
 
     @staticmethod
     async def read_logs(plan: SandboxPlan) -> tuple[bytes, bytes]:

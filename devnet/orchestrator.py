@@ -24,6 +24,7 @@ import random
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from dmsgw.behaviors.ensemble import AllocationType, EnsembleConfigV1, NodeConfig
@@ -98,6 +99,8 @@ class Orchestrator:
         self.status = DeploymentStatus.PREPARING
         self.history: list[DeploymentStatus] = [DeploymentStatus.PREPARING]
         self.error = ""
+        self.failures: list[str] = []
+        """Why each attempt that was reverted failed (the DMS keeps only a final error)."""
         self.created_ns = self.updated_ns = node.clock()
         self.completed_ns: int | None = None
         self._nodes: dict[str, BidV1] = {}
@@ -124,6 +127,12 @@ class Orchestrator:
         if status in (DeploymentStatus.COMPLETED, DeploymentStatus.FAILED):
             self.completed_ns = self.updated_ns
         self.changes.notify()
+
+    @property
+    def placed(self) -> Mapping[str, Placed]:
+        """Each allocation by manifest key, as this orchestrator last heard of it (exit code
+        and error included, which no DMS reply carries)."""
+        return MappingProxyType(self._allocations)
 
     def manifest(self) -> EnsembleManifest:
         """``EnsembleManifest`` as it stands: where each allocation runs and its state."""
@@ -226,6 +235,7 @@ class Orchestrator:
             except (DeploymentError, InvokeError) as exc:
                 log.info("deployment %s: %s; reverting", self.id, exc)
                 self.error = str(exc)
+                self.failures.append(self.error)
                 await self._revert()
                 continue
             self._set_status(DeploymentStatus.RUNNING)
@@ -326,9 +336,8 @@ class Orchestrator:
                 gateway_ip=f"{self._subnet()}.1",
                 port_mapping=self._ports(a) or None,
             )
-            reply = await self.actor.invoke(
-                a.handle, ALLOCATION_START, request, self.timeouts.start_s
-            )
+            timeout = self.timeouts.start_timeout_s(bool(a.config.provision))
+            reply = await self.actor.invoke(a.handle, ALLOCATION_START, request, timeout)
             response = OkResponse.from_json(reply.msg or b"{}")
             if not response.ok:
                 a.status = AllocationStatus.FAILED
@@ -375,7 +384,7 @@ class Orchestrator:
             return None
         a.status = status
         if status in (AllocationStatus.COMPLETED, AllocationStatus.FAILED):
-            a.exit_code = update.exit_code
+            a.exit_code, a.error = update.exit_code, update.error
         self.updated_ns = self.node.clock()
         self.changes.notify()
         if status == AllocationStatus.FAILED and self.status == DeploymentStatus.RUNNING:

@@ -26,6 +26,8 @@ class Placed:
     handle: Handle = dataclasses.field(default_factory=Handle)
     status: AllocationStatus = AllocationStatus.PENDING
     exit_code: int | None = None
+    error: str = ""
+    """What the provider said of the last run's end (e.g. an OOM kill)."""
     restarts: int = 0
     health: str = ""
     health_failures: int = 0

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from dmsgw.behaviors.status import AllocationManifest
     from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
     from dmsgw.devnet.faults import Faults
+    from dmsgw.devnet.timeouts import Timeouts
     from dmsgw.keys.crypto import PrivKey
     from dmsgw.session import Node
 
@@ -221,19 +222,29 @@ def _granted_client(
 
 
 def start_embedded(
-    nodes: int = 3, *, seed: str = "pytest", isolation: str | None = None
+    nodes: int = 3,
+    *,
+    seed: str = "pytest",
+    isolation: str | None = None,
+    timeouts: Timeouts | None = None,
 ) -> EmbeddedDevnet:
-    """Start an embedded devnet with test timings, connected as a granted gateway
-    (``isolation``: ``namespace`` or ``rewrite`` to force one; default: the best available)."""
+    """Start an embedded devnet connected as a granted gateway (``isolation``: ``namespace``
+    or ``rewrite`` to force one, default the best available; ``timeouts``: default
+    ``TEST_TIMEOUTS``)."""
     from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
     from dmsgw.devnet.sandbox import Isolation
     from dmsgw.devnet.timeouts import TEST_TIMEOUTS
 
     chosen = Isolation(isolation) if isolation else None
-    background = BackgroundDevnet(
-        Devnet(nodes, seed=seed, timeouts=TEST_TIMEOUTS, isolation=chosen, early_timeout=True)
+    devnet = Devnet(
+        nodes,
+        seed=seed,
+        timeouts=timeouts or TEST_TIMEOUTS,
+        isolation=chosen,
+        early_timeout=True,
     )
-    devnet = background.start()
+    background = BackgroundDevnet(devnet)
+    background.start()
     try:
         dms = _granted_client(devnet, 0, GATEWAY_CAPABILITIES, None)
     except BaseException:

@@ -2,17 +2,33 @@
 
 The devnet does not pull or run container images: an allocation's ``entrypoint`` + ``cmd`` run
 as a host process (see :mod:`.executor`). What a container would see at its own paths is laid
-out in a per-allocation directory: provision scripts under ``scripts/``, keys and
-volume contents under ``rootfs/`` (or a volume's local ``src`` on the host), the working
-directory under ``rootfs/`` too, and ``stdout.log``/``stderr.log`` beside them.
+out in a per-allocation directory: provision scripts under ``scripts/``, keys under ``keys/``,
+other volume types under ``volumes/``, the working directory under ``rootfs/``, and
+``stdout.log``/``stderr.log`` beside them. A ``local`` volume's ``src`` is a host directory when
+it is an absolute path, else the name of a volume the node keeps for every allocation naming it
+(:class:`~dmsgw.devnet.executor.NamedVolumes`), as Docker treats a mount source that is a name.
+
+The process is a shell that sets the allocation up and then execs the command:
+
+1. mounts (``namespace`` isolation only, see below);
+2. the provision scripts, in name order, with every volume writable (a script that fails ends
+   the set-up: the allocation does not start, and its stderr is the reason);
+3. ``read_only`` volumes made read-only;
+4. a ``started`` line on the sandbox's status FIFO, then ``exec`` of the command.
 
 Two ways to put volumes and keys at their declared paths:
 
 * ``namespace`` (root with ``unshare``): the process gets a private mount namespace and each
-  volume/key is bind-mounted at its declared path; the command is run unchanged. A mount point
-  that does not exist on the host is created for the allocation's lifetime and removed after.
+  volume/key is bind-mounted at its declared path; commands and scripts run unchanged, and a
+  ``read_only`` volume is bind-remounted read-only after the scripts. Sources are first bound
+  into the sandbox's ``stage/`` and reached through a descriptor, so a volume mounted over
+  ``/tmp`` cannot hide the sandbox from the rest of the set-up.
 * ``rewrite`` (everyone else): declared paths are rewritten into the sandbox wherever they
-  appear as a path in the command's arguments, environment values and working directory.
+  appear as a path in the command's arguments, environment values, working directory and the
+  text of the provision scripts (so a script writing ``/etc/app/x`` writes into the volume, not
+  the host's ``/etc``). A ``read_only`` volume that only this allocation uses and the devnet
+  made loses its write permission bits after the scripts (which only binds non-root
+  processes); a host directory or a volume shared with other allocations is left writable.
 """
 
 from __future__ import annotations
@@ -22,7 +38,7 @@ import enum
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -31,6 +47,13 @@ from dmsgw.errors import DmsgwError
 
 WRAPPER_NAME = "dmsgw-allocation"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STATUS_FIFO = "status.fifo"
+"""The FIFO in the sandbox on which the set-up reports ``started`` or ``failed <i> <code>``."""
+SANDBOX_FD = 8
+"""The set-up shell's descriptor on the sandbox (``namespace`` mode): ``/proc/self/fd/8/…``
+still reaches it when a volume is mounted over one of its parent directories."""
+_VOLUME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
+"""The DMS's rule for a named volume (a ``src`` without ``/``), as ``validate.go`` has it."""
 
 
 class SandboxError(DmsgwError):
@@ -44,12 +67,22 @@ class Isolation(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True)
 class Mount:
-    """``source`` (a host path) seen at ``target`` (the path the allocation declared)."""
+    """``source`` (a host path) seen at ``target`` (the path the allocation declared).
+
+    ``owned``: the devnet made ``source`` (a named or sandbox volume, a key file), so it may
+    change its permissions; ``shared``: a named volume other allocations of the node use too.
+    """
 
     source: Path
     target: str
     read_only: bool = False
     is_file: bool = False
+    owned: bool = False
+    shared: bool = False
+
+    @property
+    def depth(self) -> int:
+        return len(PurePosixPath(self.target).parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,9 +96,12 @@ class SandboxPlan:
     mounts: tuple[Mount, ...]
     files: Mapping[Path, bytes]
     scripts: tuple[Path, ...]
+    script_names: tuple[str, ...]
     isolation: Isolation
     paths: Mapping[str, str]
-    """Declared path -> sandbox path, applied to commands in ``rewrite`` mode."""
+    """Declared path -> sandbox path, applied to commands and scripts in ``rewrite`` mode."""
+    memory_limit: int
+    """``resources.ram.size`` in bytes (0: none)."""
 
     @property
     def stdout(self) -> Path:
@@ -75,21 +111,89 @@ class SandboxPlan:
     def stderr(self) -> Path:
         return self.root / "stderr.log"
 
+    @property
+    def status_fifo(self) -> Path:
+        return self.root / STATUS_FIFO
+
+    def stage(self, index: int) -> Path:
+        """Where mount ``index``'s source is bound first (``namespace`` mode)."""
+        return self.root / "stage" / str(index)
+
+    @property
+    def outermost(self) -> tuple[Mount, ...]:
+        """Mounts whose target lies inside no other mount's target: their mount points are on
+        the host; the others' are made inside the volume that contains them."""
+        return tuple(m for m in self.mounts if not self._nested(m))
+
+    def _nested(self, mount: Mount) -> bool:
+        return any(
+            other.target != mount.target and _inside(mount.target, other.target)
+            for other in self.mounts
+        )
+
+    def locked(self) -> tuple[Mount, ...]:
+        """``rewrite`` mode: the read-only mounts made read-only by permissions."""
+        return tuple(m for m in self.mounts if m.read_only and m.owned and not m.shared)
+
     def argv(self) -> list[str]:
-        """The process to start: a shell that mounts (in its own mount namespace), runs the
-        provision scripts, changes directory and execs the command."""
+        """The process to start: a shell that sets the allocation up and execs the command."""
+        if self.isolation is Isolation.NAMESPACE:
+            steps = self._namespace_setup()
+            here = f"/proc/self/fd/{SANDBOX_FD}"
+            steps += self._scripts(lambda path: f"{here}/{path.relative_to(self.root)}")
+            steps += [
+                f"mount -o remount,bind,ro {shlex.quote(m.target)}"
+                for m in self.mounts
+                if m.read_only
+            ]
+            steps += [f"echo started > {here}/{STATUS_FIFO}", f"exec {SANDBOX_FD}<&-"]
+            shell = ["/bin/sh", "-c", "\n".join([*steps, 'exec "$@"']), WRAPPER_NAME]
+            return ["unshare", "--mount", "--propagation", "private", "--", *shell, *self.command]
+        locked = [shlex.quote(str(m.source)) for m in self.locked()]
+        steps = ["set -e", f"cd {shlex.quote(self.workdir)}"]
+        steps += [f"chmod -R u+w {path}" for path in locked]
+        steps += self._scripts(lambda path: shlex.quote(str(path)))
+        steps += [f"chmod -R a-w {path}" for path in locked]
+        steps += [f"echo started > {shlex.quote(str(self.status_fifo))}", 'exec "$@"']
+        return ["/bin/sh", "-c", "\n".join(steps), WRAPPER_NAME, *self.command]
+
+    def _namespace_setup(self) -> list[str]:
+        """Stage every source, open the sandbox, then mount (parents before what they contain)
+        and change to the working directory."""
+        in_sandbox = Path(self.workdir).is_relative_to(self.root)
         steps = ["set -e"]
-        if self.isolation is Isolation.NAMESPACE:
-            for m in self.mounts:
-                steps.append(f"mount --bind {shlex.quote(str(m.source))} {shlex.quote(m.target)}")
-                if m.read_only:
-                    steps.append(f"mount -o remount,bind,ro {shlex.quote(m.target)}")
-        steps += [f"sh {shlex.quote(str(script))}" for script in self.scripts]
-        steps.append(f'cd {shlex.quote(self.workdir)} && exec "$@"')
-        shell = ["/bin/sh", "-c", "\n".join(steps), WRAPPER_NAME, *self.command]
-        if self.isolation is Isolation.NAMESPACE:
-            return ["unshare", "--mount", "--propagation", "private", "--", *shell]
-        return shell
+        if in_sandbox:  # before any mount can hide it
+            steps.append(f"cd {shlex.quote(self.workdir)}")
+        steps.append(f"exec {SANDBOX_FD}< {shlex.quote(str(self.root))}")
+        order = sorted(range(len(self.mounts)), key=lambda i: self.mounts[i].depth)
+        for i in order:
+            source, stage = shlex.quote(str(self.mounts[i].source)), shlex.quote(str(self.stage(i)))
+            steps.append(f"mount --bind {source} {stage}")
+        for i in order:
+            m = self.mounts[i]
+            target = shlex.quote(m.target)
+            if self._nested(m):
+                parent = shlex.quote(str(PurePosixPath(m.target).parent))
+                make = f"mkdir -p {parent} && : > {target}" if m.is_file else f"mkdir -p {target}"
+                steps.append(f"[ -e {target} ] || {{ {make}; }}")
+            staged = f"/proc/self/fd/{SANDBOX_FD}/{self.stage(i).relative_to(self.root)}"
+            steps.append(f"mount --bind {staged} {target}")
+        if not in_sandbox:
+            steps.append(f"cd {shlex.quote(self.workdir)}")
+        return steps
+
+    def _scripts(self, path_of: Callable[[Path], str]) -> list[str]:
+        """Run each script; the first to fail reports ``failed <index> <code>`` and ends the
+        set-up with its code."""
+        fifo = (
+            f"/proc/self/fd/{SANDBOX_FD}/{STATUS_FIFO}"
+            if self.isolation is Isolation.NAMESPACE
+            else shlex.quote(str(self.status_fifo))
+        )
+        return [
+            f'sh {path_of(script)} || {{ s=$?; echo "failed {i} $s" > {fifo}; exit "$s"; }}'
+            for i, script in enumerate(self.scripts)
+        ]
 
     def host_command(self, argv: Sequence[str]) -> list[str]:
         """``argv`` (e.g. a health check) as it must be written to run beside the process."""
@@ -149,11 +253,29 @@ class PathRewriter:
             return text
         return self._pattern.sub(lambda m: self.table[m.group(1)], text)
 
+    def script(self, body: bytes) -> bytes:
+        """A provision script with its declared paths rewritten (bytes that are not UTF-8 are
+        kept as they are)."""
+        return self(body.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+
+def named_volumes(config: AllocationDeploymentConfig) -> tuple[str, ...]:
+    """The named ``local`` volumes ``config`` uses (a ``src`` without ``/``)."""
+    return tuple(
+        v.src for v in config.volume or () if v.type == "local" and v.src and "/" not in v.src
+    )
+
 
 def plan_sandbox(
-    root: Path, config: AllocationDeploymentConfig, isolation: Isolation
+    root: Path,
+    config: AllocationDeploymentConfig,
+    isolation: Isolation,
+    *,
+    volumes: Path,
+    shared: Collection[str] = (),
 ) -> SandboxPlan:
-    """Lay out the sandbox for ``config`` under ``root`` (nothing is written yet)."""
+    """Lay out the sandbox for ``config`` under ``root`` (nothing is written yet); named
+    volumes live under ``volumes``, and those in ``shared`` are used by other allocations."""
     params: Mapping[str, Any] = config.execution.params or {}
     image = params.get("image", "")
     command = _strings(params.get("entrypoint"), "execution.entrypoint") + _strings(
@@ -169,24 +291,34 @@ def plan_sandbox(
     files: dict[Path, bytes] = {}
     for i, volume in enumerate(config.volume or ()):
         target = _container_path(volume.mount_destination, f"volume[{i}].mount_destination")
-        if volume.type == "local" and volume.src:
-            source = Path(volume.src).expanduser()
-            if not source.is_absolute():
+        if volume.type == "local" and "/" in volume.src:
+            if not volume.src.startswith("/"):
                 raise SandboxError(f"volume[{i}].src {volume.src!r} must be an absolute path")
+            mounts.append(Mount(Path(volume.src), target, volume.read_only))
+        elif volume.type == "local" and volume.src:
+            if not _VOLUME_NAME.fullmatch(volume.src):
+                raise SandboxError(
+                    f"volume[{i}].src {volume.src!r} is neither an absolute path nor a volume "
+                    f"name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)"
+                )
+            mounts.append(
+                Mount(
+                    volumes / volume.src,
+                    target,
+                    volume.read_only,
+                    owned=True,
+                    shared=volume.src in shared,
+                )
+            )
         else:
             source = root / "volumes" / (volume.name or str(i))
-        mounts.append(Mount(source, target, volume.read_only))
+            mounts.append(Mount(source, target, volume.read_only, owned=True))
     for i, key in enumerate(config.keys or ()):
         source = root / "keys" / str(i) / (PurePosixPath(key.dest).name or key.type or "key")
         files[source] = key.file.encode()
         if key.dest:
             target = _container_path(key.dest, f"keys[{i}].dest")
-            mounts.append(Mount(source, target, read_only=True, is_file=True))
-    scripts: list[Path] = []
-    for name, body in sorted((config.provision_scripts or {}).items()):
-        path = root / "scripts" / PurePosixPath(name).name
-        files[path] = body
-        scripts.append(path)
+            mounts.append(Mount(source, target, read_only=True, is_file=True, owned=True))
     workdir_value = params.get("working_directory") or ""
     if not isinstance(workdir_value, str):
         raise SandboxError(f"execution.working_directory must be a string, got {workdir_value!r}")
@@ -194,19 +326,29 @@ def plan_sandbox(
     table = {m.target: str(m.source) for m in mounts}
     if workdir and not any(_inside(workdir, m.target) for m in mounts):
         table[workdir] = str(rootfs / workdir.lstrip("/"))
-    environment = {
-        "PATH": os.environ.get("PATH", DEFAULT_PATH),
-        "HOME": str(root / "work"),
-        **_environment(params.get("environment")),
-    }
+    declared = _environment(params.get("environment"))
+    scripts: list[Path] = []
+    names = sorted(config.provision_scripts or {})
+    rewrite = PathRewriter(table)
+    for i, name in enumerate(names):
+        path = root / "scripts" / f"{i}-{PurePosixPath(name).name}"
+        body = (config.provision_scripts or {})[name]
+        files[path] = rewrite.script(body) if isolation is Isolation.REWRITE else body
+        scripts.append(path)
     if isolation is Isolation.REWRITE:
-        rewrite = PathRewriter(table)
+        if scripts:
+            _check_shell_safe(table.values())
         command = tuple(rewrite(arg) for arg in command)
-        environment = {name: rewrite(value) for name, value in environment.items()}
+        declared = {name: rewrite(value) for name, value in declared.items()}
         cwd = rewrite(workdir) if workdir else str(root / "work")
     else:
         cwd = workdir if any(_inside(workdir, m.target) for m in mounts) else ""
         cwd = cwd or (table[workdir] if workdir else str(root / "work"))
+    environment = {
+        "PATH": os.environ.get("PATH", DEFAULT_PATH),
+        "HOME": str(root / "work"),
+        **declared,
+    }
     return SandboxPlan(
         root=root,
         command=command,
@@ -215,9 +357,24 @@ def plan_sandbox(
         mounts=tuple(mounts),
         files=files,
         scripts=tuple(scripts),
+        script_names=tuple(names),
         isolation=isolation,
         paths=table,
+        memory_limit=config.resources.ram.size,
     )
+
+
+def _check_shell_safe(paths: Iterable[str]) -> None:
+    """Rewriting splices sandbox paths into a provision script's text unquoted: one that the
+    shell would split (``/my data`` into ``/my`` and ``data``) could make the script write
+    outside the sandbox, so such scripts are refused."""
+    for path in paths:
+        if shlex.quote(path) != path:
+            raise SandboxError(
+                f"provision scripts cannot be path-rewritten safely: {path!r} would need "
+                f"quoting in shell text; use paths of letters, digits and @%+=:,./_- only "
+                f"(for the devnet's own, its work directory) or namespace isolation"
+            )
 
 
 def materialise(plan: SandboxPlan) -> None:
@@ -228,12 +385,17 @@ def materialise(plan: SandboxPlan) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         path.chmod(0o600 if "keys" in path.parts else 0o700)
-    for m in plan.mounts:
-        if m.is_file:
-            continue
-        if m.source.is_relative_to(plan.root):
+    for i, m in enumerate(plan.mounts):
+        if m.owned and not m.is_file:
             m.source.mkdir(parents=True, exist_ok=True)
-        elif not m.source.is_dir():
+        elif not m.owned and not m.source.is_dir():
             raise SandboxError(f"volume source {m.source} is not a directory on this host")
+        if plan.isolation is Isolation.NAMESPACE:
+            stage = plan.stage(i)
+            stage.parent.mkdir(parents=True, exist_ok=True)
+            if m.is_file:
+                stage.touch()
+            else:
+                stage.mkdir(exist_ok=True)
     if Path(plan.workdir).is_relative_to(plan.root):
         Path(plan.workdir).mkdir(parents=True, exist_ok=True)

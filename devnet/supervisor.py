@@ -120,8 +120,9 @@ class Supervisor:
         a.status = AllocationStatus.RESTARTING
         self._on_change()
         try:
+            timeout = self.timeouts.start_timeout_s(bool(a.config.provision))
             reply = await self.actor.invoke(
-                a.handle, ALLOCATION_RESTART, AllocationRequest(a.id), self.timeouts.start_s
+                a.handle, ALLOCATION_RESTART, AllocationRequest(a.id), timeout
             )
             response = OkResponse.from_json(reply.msg or b"{}")
             error = "" if response.ok else response.error or "the allocation refused"

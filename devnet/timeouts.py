@@ -25,6 +25,10 @@ class Timeouts:
     """``AllocationDeploymentTimeout``, per allocation of a node."""
     start_s: float = 300.0
     """``AllocationStartTimeout`` (long in the DMS: images may have to be pulled)."""
+    provision_s: float = 3600.0
+    """How long an allocation's provision scripts may run, on top of ``start_s`` (a devnet
+    rule: a DMS runs them inside the container, after its start, where nothing bounds them;
+    they may wait for another allocation, e.g. an init container's completion marker)."""
     shutdown_s: float = 15.0
     """``AllocationShutdownTimeout``; also the grace between SIGTERM and SIGKILL."""
     reserve_s: float = 15.0
@@ -44,6 +48,11 @@ class Timeouts:
     invoke_s: float = 30.0
     """Other node-to-node requests (logs, revert, status)."""
 
+    def start_timeout_s(self, provisioned: bool) -> float:
+        """How long to wait for an allocation's start (or restart) reply: the provision
+        scripts do not count against ``start_s``."""
+        return self.start_s + (self.provision_s if provisioned else 0.0)
+
 
 DMS_TIMEOUTS = Timeouts()
 DEVNET_TIMEOUTS = Timeouts(
@@ -56,5 +65,7 @@ TEST_TIMEOUTS = dataclasses.replace(
     health_interval_s=0.2,
     health_timeout_s=2.0,
     shutdown_s=2.0,
+    provision_s=10.0,
 )
-"""For test suites: quick bids, a 0.6 s cap on hopeless deployments, frequent health checks."""
+"""For test suites: quick bids, a 0.6 s cap on hopeless deployments, frequent health checks,
+provision scripts cut short after 10 s."""

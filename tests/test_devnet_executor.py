@@ -1,0 +1,249 @@
+"""The devnet's process executor as a DMS docker executor stand-in: provision scripts, named and
+read-only volumes, stop signals, memory limits, and never writing outside its own directory.
+
+Ensembles go through the gateway's client; the devnet's objects are read only for what a client
+cannot see (exit codes, OOM kills, the orchestrator's failed attempts, volume directories).
+Tests that must hold in both isolation modes start their own devnet in each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import os
+import re
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmsgw.behaviors.ensemble import SpecConfig, VolumeConfig
+from dmsgw.devnet.executor import OOM_ERROR, probe_isolation
+from dmsgw.devnet.orchestrator import Orchestrator
+from dmsgw.devnet.protocol import AllocationDeploymentConfig
+from dmsgw.devnet.pytest_plugin import (
+    EmbeddedDevnet,
+    one_node_ensemble,
+    shell_allocation,
+    start_embedded,
+)
+from dmsgw.devnet.sandbox import Isolation, SandboxError, plan_sandbox
+from dmsgw.devnet.timeouts import TEST_TIMEOUTS
+
+ISOLATIONS = sorted({Isolation.REWRITE, asyncio.run(probe_isolation())})
+"""Path rewriting always; mount namespaces too where this process can make them (root)."""
+MIB = 1 << 20
+
+
+@pytest.fixture(params=ISOLATIONS)
+def isolated(request: pytest.FixtureRequest) -> Iterator[EmbeddedDevnet]:
+    """A fresh embedded devnet in each isolation mode."""
+    handle = start_embedded(seed=f"executor-{request.param}", isolation=request.param)
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+def _with_scripts(allocations: dict[str, Any], scripts: dict[str, str], **node: Any) -> Any:
+    ensemble = one_node_ensemble(allocations, **node)
+    ensemble["v1"]["scripts"] = {
+        name: base64.b64encode(body.encode()).decode() for name, body in scripts.items()
+    }
+    return ensemble
+
+
+def _orchestrator(h: EmbeddedDevnet, eid: str) -> Orchestrator:
+    deployments = h.devnet.nodes[0].deployments
+    assert deployments is not None
+    return deployments.orchestrators[eid]
+
+
+def _stdout(h: EmbeddedDevnet, eid: str, key: str) -> str:
+    return (Path(h.dms.deployment.logs(eid, key).logs_written_to) / "stdout.log").read_text()
+
+
+def _volume_dirs(h: EmbeddedDevnet) -> list[Path]:
+    root = h.devnet.root
+    assert root is not None
+    return sorted(root.glob("*/volumes/*"))
+
+
+def test_provision_scripts_write_declared_paths_inside_the_devnet(
+    isolated: EmbeddedDevnet,
+) -> None:
+    """The safety rule: a provision script writing a declared volume path never reaches the
+    host's file system, in either isolation mode (this once wrote /etc/cfg/app.conf)."""
+    h = isolated
+    top = Path(f"/dmsgw-test-{secrets.token_hex(4)}")
+    conf = top / "etc" / "app.conf"
+    volume = {"type": "local", "src": f"conf-{top.name}", "mount_destination": str(top / "etc")}
+    ensemble = _with_scripts(
+        {
+            "svc": shell_allocation(
+                "service", f"cat {conf}; exec sleep 60", volume=[volume], provision=["setup"]
+            )
+        },
+        {"setup": f"mkdir -p {conf.parent}\nprintf 'x=1\\n' > {conf}\n"},
+    )
+    eid = h.dms.deployment.new(ensemble).ensemble_id
+    assert h.wait_status(eid, "Running", "Failed") == "Running"
+    h.wait_for(lambda: _stdout(h, eid, "n1.svc") == "x=1\n", what="the configuration read back")
+    if h.devnet.nodes[0].executor and h.devnet.nodes[0].executor.isolation is Isolation.REWRITE:
+        assert not top.exists()  # no mount point either
+    assert [p.name for p in _volume_dirs(h)] == [f"conf-{top.name}"]
+    assert h.dms.deployment.shutdown(eid).ok
+    assert h.wait_status(eid, "Completed") == "Completed"
+    assert not top.exists()
+    assert _volume_dirs(h) == []
+
+
+def test_a_volume_over_tmp_hides_nothing_the_set_up_needs(isolated: EmbeddedDevnet) -> None:
+    """The sandbox lives under /tmp: mounting a volume there must not hide the scripts, the
+    key files or the other volumes' sources from the set-up."""
+    h = isolated
+    tag = secrets.token_hex(4)
+    allocation = shell_allocation(
+        "task",
+        "cat /tmp/prepared /tmp/keys/id",
+        volume=[{"type": "local", "src": f"tmp-{tag}", "mount_destination": "/tmp"}],
+        keys=[{"type": "ssh", "file": f"key-{tag}\n", "dest": "/tmp/keys/id"}],
+        provision=["setup"],
+    )
+    ensemble = _with_scripts({"job": allocation}, {"setup": "echo prepared > /tmp/prepared\n"})
+    eid = h.dms.deployment.new(ensemble).ensemble_id
+    assert h.wait_status(eid, "Completed", "Failed") == "Completed"
+    assert _stdout(h, eid, "n1.job") == f"prepared\nkey-{tag}\n"
+
+
+def test_a_failing_provision_script_fails_the_start_with_its_stderr(
+    embedded_devnet: EmbeddedDevnet,
+) -> None:
+    h = embedded_devnet
+    ensemble = _with_scripts(
+        {"job": shell_allocation("task", "echo never", provision=["setup"])},
+        {"setup": "echo cannot prepare >&2\nexit 4\n"},
+    )
+    eid = h.dms.deployment.new(ensemble).ensemble_id
+    assert h.wait_status(eid, "Failed", "Completed") == "Failed"
+    reasons = "\n".join(_orchestrator(h, eid).failures)
+    assert re.search(
+        r"start executor: allocation \S+job: provision script 'setup' exited with 4: "
+        r"cannot prepare",
+        reasons,
+    ), reasons
+
+
+def test_provision_scripts_have_their_own_time_limit() -> None:
+    """Scripts may outlast the start timeout (they can wait for an init container); past
+    ``provision_s`` they are killed and the start fails."""
+    timeouts = dataclasses.replace(TEST_TIMEOUTS, start_s=0.3, provision_s=1.0)
+    h = start_embedded(seed="provision-time", timeouts=timeouts)
+    try:
+        slow = _with_scripts(
+            {"svc": shell_allocation("service", "exec sleep 60", provision=["wait"])},
+            {"wait": "sleep 0.6\n"},
+        )
+        eid = h.dms.deployment.new(slow).ensemble_id
+        assert h.wait_status(eid, "Running", "Failed") == "Running"
+        assert h.dms.deployment.shutdown(eid).ok
+
+        stuck = _with_scripts(
+            {"svc": shell_allocation("service", "exec sleep 60", provision=["wait"])},
+            {"wait": "exec sleep 30\n"},
+        )
+        eid = h.dms.deployment.new(stuck).ensemble_id
+        assert h.wait_status(eid, "Failed", "Running") == "Failed"
+        assert any("did not finish within 1 s" in f for f in _orchestrator(h, eid).failures)
+    finally:
+        h.close()
+
+
+def test_named_volumes_are_shared_and_removed_with_their_last_user(
+    embedded_devnet: EmbeddedDevnet,
+) -> None:
+    h = embedded_devnet
+    name = f"shared-{secrets.token_hex(4)}"
+    peer = h.dms.peers.self().id
+    volume = [{"type": "local", "src": name, "mount_destination": "/shared"}]
+    writer = one_node_ensemble(
+        {"w": shell_allocation("service", "echo hi > /shared/msg; exec sleep 60", volume=volume)},
+        peer=peer,
+    )
+    reader = one_node_ensemble(
+        {
+            "r": shell_allocation(
+                "service",
+                "until [ -e /shared/msg ]; do sleep 0.05; done; cat /shared/msg; exec sleep 60",
+                volume=volume,
+            )
+        },
+        peer=peer,
+    )
+    first = h.dms.deployment.new(writer).ensemble_id
+    second = h.dms.deployment.new(reader).ensemble_id
+    for eid in (first, second):
+        assert h.wait_status(eid, "Running", "Failed") == "Running"
+    h.wait_for(lambda: _stdout(h, second, "n1.r") == "hi\n", what="the reader to see the file")
+    (directory,) = _volume_dirs(h)
+    assert directory.name == name and directory.parent.parent.name == "node0"
+    assert h.dms.deployment.shutdown(first).ok
+    assert h.wait_status(first, "Completed") == "Completed"
+    assert (directory / "msg").read_text() == "hi\n"  # the reader still uses it
+    assert h.dms.deployment.shutdown(second).ok
+    assert h.wait_status(second, "Completed") == "Completed"
+    assert not directory.exists()
+
+
+@pytest.mark.parametrize("src", ["a b", ".hidden", "data/x"])
+def test_a_volume_source_that_is_neither_path_nor_name_is_refused(src: str, tmp_path: Path) -> None:
+    """The orchestrator's validation refuses these first; the sandbox never turns one into a
+    path outside the node's volume directory all the same."""
+    config = AllocationDeploymentConfig(
+        execution=SpecConfig(type="docker", params={"cmd": ["true"]}),
+        volume=(VolumeConfig(type="local", src=src, mount_destination="/data"),),
+    )
+    with pytest.raises(SandboxError, match=re.escape(repr(src))):
+        plan_sandbox(tmp_path / "alloc", config, Isolation.REWRITE, volumes=tmp_path / "volumes")
+
+
+def test_shutdown_terms_the_main_process_only_then_kills_the_group(
+    embedded_devnet: EmbeddedDevnet,
+) -> None:
+    """As ``docker stop``: the main process gets SIGTERM and decides what its children get;
+    the rest of the group is SIGKILLed."""
+    h = embedded_devnet
+    child = "echo child $$; trap 'echo child-term' TERM; while :; do sleep 0.05; done"
+    script = f"trap 'echo main-term; exit 0' TERM; sh -c \"{child}\" & while :; do sleep 0.05; done"
+    eid = h.dms.deployment.new(
+        one_node_ensemble({"svc": shell_allocation("service", script)})
+    ).ensemble_id
+    assert h.wait_status(eid, "Running", "Failed") == "Running"
+    svc = h.faults.allocation(eid, "svc")
+    started = h.wait_for(
+        lambda: re.fullmatch(r"child (\d+)\n", _stdout(h, eid, "n1.svc")), what="the child"
+    )
+    assert h.dms.deployment.shutdown(eid).ok
+    assert h.wait_status(eid, "Completed") == "Completed"
+    assert _stdout(h, eid, "n1.svc") == f"{started.group(0)}main-term\n"
+    assert svc.exit_code == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(started.group(1)), 0)
+
+
+def test_memory_beyond_ram_size_is_killed_as_an_oom(embedded_devnet: EmbeddedDevnet) -> None:
+    h = embedded_devnet
+    hog = shell_allocation(
+        "task", f"exec {sys.executable} -c 'b = b\"x\" * (160 << 20); import time; time.sleep(30)'"
+    )
+    hog["resources"] = {**hog["resources"], "ram": {"size": 64 * MIB}}
+    eid = h.dms.deployment.new(one_node_ensemble({"hog": hog})).ensemble_id
+    h.wait_allocation(eid, "n1.hog", "failed")
+    allocation = h.faults.allocation(eid, "hog")
+    assert (allocation.exit_code, allocation.oom_killed) == (137, True)
+    record = _orchestrator(h, eid).placed["n1.hog"]
+    assert (record.exit_code, record.error) == (137, OOM_ERROR)
