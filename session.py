@@ -16,8 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dmsgw.actors.aio import AsyncActorRef
-from dmsgw.actors.node import NodeActor
+from dmsgw.actors.node import NodeActor, NodeClient
 from dmsgw.behaviors.catalog import Behavior, WireModel
 from dmsgw.behaviors.client import build_namespaces, invoke_by_name, run
 from dmsgw.clock import Clock, system_clock
@@ -59,11 +58,12 @@ class _LoopThread:
 
 
 class _Runtime:
-    """Carries facade calls to the NodeActor on its loop (the facade's ``Invoker``)."""
+    """Carries facade calls to the node client on its loop (the facade's ``Invoker``)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, actor: AsyncActorRef[NodeActor]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: NodeClient) -> None:
         self.loop = loop
-        self.actor = actor
+        self.client = client
+        self.actor = client.actor
 
     async def invoke(
         self,
@@ -74,15 +74,12 @@ class _Runtime:
         timeout_s: float | None,
     ) -> Any:
         target = Handle.parse(to) if to is not None else None
-        return await self.actor.proxy().invoke(behavior, payload, to=target, timeout_s=timeout_s)
+        return await self.client.invoke(behavior, payload, to=target, timeout_s=timeout_s)
 
     async def broadcast(
         self, behavior: Behavior, payload: WireModel | None, *, timeout_s: float | None
     ) -> list[Any]:
-        result: list[Any] = await self.actor.proxy().broadcast(
-            behavior, payload, timeout_s=timeout_s
-        )
-        return result
+        return await self.client.broadcast(behavior, payload, timeout_s=timeout_s)
 
 
 class Node:
@@ -234,5 +231,6 @@ def connect(
     wire = transport or RestTransport(target_url)
     loop_thread = None if loop is not None else _LoopThread()
     actor_loop = loop if loop is not None else loop_thread.loop  # type: ignore[union-attr]
-    actor = NodeActor.start(security, wire, dms_model=model, clock=clock, loop=actor_loop)
-    return Node(_Runtime(actor_loop, actor), security, wire, target_url, loop_thread)
+    actor = NodeActor.start(security, wire, clock=clock, loop=actor_loop)
+    client = NodeClient(actor, wire, security, dms_model=model, clock=clock)
+    return Node(_Runtime(actor_loop, client), security, wire, target_url, loop_thread)

@@ -21,7 +21,7 @@ from typing import Any
 from dmsgw.actors import bridge
 from dmsgw.actors.aio import AsyncActorRef
 from dmsgw.actors.logs import read_logs
-from dmsgw.actors.node import NodeActor
+from dmsgw.actors.node import NodeActor, NodeClient
 from dmsgw.actors.pod import (
     DEFAULT_POLICY,
     POD_UID_KEY,
@@ -481,7 +481,9 @@ async def start_backend(config: GatewayConfig, *, metrics: Metrics) -> GatewayBa
         url = str(config.dms_url)
     transport = RestTransport(url)
     closers.append(transport.close)
-    node = NodeActor.start(SecurityContext(key, capabilities), transport, loop=loop)
+    security = SecurityContext(key, capabilities)
+    node = NodeActor.start(security, transport, loop=loop)
+    client = NodeClient(node, transport, security)
 
     async def stop_node() -> None:
         if node.stop():
@@ -493,7 +495,7 @@ async def start_backend(config: GatewayConfig, *, metrics: Metrics) -> GatewayBa
         behavior: str, payload: Any = None, *, to: str | None = None, timeout_s: float | None = None
     ) -> Any:
         target = Handle.parse(to) if to else None
-        return await node.proxy().invoke(behavior, payload, to=target, timeout_s=timeout_s)
+        return await client.invoke(behavior, payload, to=target, timeout_s=timeout_s)
 
     resources = ResourceActor.start(invoke, loop=loop)
     gpu_models: dict[str, GPU] = {}  # filled by each ping: the GPU classes peers report

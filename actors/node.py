@@ -1,4 +1,5 @@
-"""``NodeActor``: the gateway's connection to one DMS, under the gateway's own identity.
+"""``NodeActor``: the gateway's connection to one DMS, under the gateway's own identity;
+:class:`NodeClient` carries requests through it.
 
 It holds the identity (key, DID, capability context), discovers the DMS's handle, builds each
 request envelope (fresh inbox, reply-to, expiry, invoke tokens chained on the delegated
@@ -13,11 +14,12 @@ the reason in the error.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from typing import Any
 
-from dmsgw.actors.aio import AsyncActor
+from dmsgw.actors.aio import AsyncActor, AsyncActorRef
 from dmsgw.behaviors.catalog import Behavior, WireModel, get_behavior
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
 from dmsgw.errors import DmsgwError
@@ -72,7 +74,6 @@ class NodeActor(AsyncActor):
         security: SecurityContext,
         transport: Transport,
         *,
-        dms_model: CapabilityContext | None = None,
         clock: Clock = system_clock,
         token_lifetime_s: float = TOKEN_LIFETIME_S,
         warn_before_s: float = CAPABILITY_WARN_S,
@@ -81,7 +82,6 @@ class NodeActor(AsyncActor):
         super().__init__(**kwargs)
         self.security = security
         self.transport = transport
-        self.dms_model = dms_model
         self.clock = clock
         self.token_lifetime_ns = int(token_lifetime_s * NS_PER_SECOND)
         self.warn_before_ns = int(warn_before_s * NS_PER_SECOND)
@@ -93,50 +93,42 @@ class NodeActor(AsyncActor):
     async def dms_handle(self, refresh: bool = False) -> Handle:
         return await self.transport.handle(refresh=refresh)
 
-    async def invoke(
+    async def prepare_invoke(
         self,
-        behavior: str | Behavior,
+        behavior: Behavior,
         payload: WireModel | None = None,
         *,
         to: Handle | None = None,
         timeout_s: float | None = None,
-    ) -> Any:
-        """Invoke ``behavior`` on the DMS (or on ``to``, through it) and return the decoded
-        reply; a reply carrying an error raises :class:`DMSBehaviorError`."""
-        b = behavior if isinstance(behavior, Behavior) else get_behavior(behavior)
-        request = await self._request(b, payload, to, timeout_s)
-        try:
-            reply = await self.transport.invoke(request)
-        except DMSTimeoutError as exc:
-            raise await self._explain_timeout(exc, request) from None
-        return self._accept_reply(b, request, reply)
+    ) -> Envelope:
+        """The signed request for ``behavior`` (on the DMS, or on ``to`` through it). Only
+        this runs in the actor — its nonce counter and token cache are state; the request's
+        I/O is the :class:`NodeClient`'s, so requests travel concurrently."""
+        return await self._request(behavior, payload, to, timeout_s)
 
-    async def broadcast(
+    async def prepare_broadcast(
         self,
-        behavior: str | Behavior,
+        behavior: Behavior,
         payload: WireModel | None = None,
         *,
         timeout_s: float | None = None,
-    ) -> list[Any]:
-        """Broadcast on the behavior's topic; every reply that arrives before expiry."""
-        b = behavior if isinstance(behavior, Behavior) else get_behavior(behavior)
-        if not b.broadcast:
-            raise DmsgwError(f"{b.name} is not a broadcast behavior")
+    ) -> Envelope:
+        """The signed broadcast on the behavior's topic."""
+        if not behavior.broadcast:
+            raise DmsgwError(f"{behavior.name} is not a broadcast behavior")
         dms = await self.transport.handle()
         nonce = self.security.nonce()
         msg = env.message(
             self._source(dms, nonce),
             Handle(),
-            b.name,
-            b.encode_request(payload),
-            expire=self._expiry(b, timeout_s),
+            behavior.name,
+            behavior.encode_request(payload),
+            expire=self._expiry(behavior, timeout_s),
             reply_to=f"/public/user/{nonce}",
-            topic=b.topic,
+            topic=behavior.topic,
             nonce=nonce,
         )
-        request = self.security.provide_broadcast(msg, [b.capability])
-        replies = await self.transport.broadcast(request)
-        return [self._accept_reply(b, request, r, any_sender=True) for r in replies]
+        return self.security.provide_broadcast(msg, [behavior.capability])
 
     def capability_expiry(self) -> int | None:
         """When the latest-expiring delegated capability (provide anchor) runs out, Unix ns."""
@@ -219,6 +211,63 @@ class NodeActor(AsyncActor):
                 format_ns(anchor),
             )
 
+
+class NodeClient:
+    """Invokes behaviors through a :class:`NodeActor`: the actor builds and signs each
+    request, the HTTP round trip and the reply's checks run in the caller's task."""
+
+    def __init__(
+        self,
+        actor: AsyncActorRef[NodeActor],
+        transport: Transport,
+        security: SecurityContext,
+        *,
+        dms_model: CapabilityContext | None = None,
+        clock: Clock = system_clock,
+    ) -> None:
+        self.actor = actor
+        self.transport = transport
+        self.security = security
+        self.dms_model = dms_model
+        self.clock = clock
+        # Callers beyond the actor's mailbox wait for room instead of being refused.
+        self._room = asyncio.Semaphore(actor.actor_class.mailbox_size)
+
+    async def invoke(
+        self,
+        behavior: str | Behavior,
+        payload: WireModel | None = None,
+        *,
+        to: Handle | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """Invoke ``behavior`` and return the decoded reply; a reply carrying an error
+        raises :class:`DMSBehaviorError`, a refusal the explained :class:`DMSTimeoutError`."""
+        b = behavior if isinstance(behavior, Behavior) else get_behavior(behavior)
+        async with self._room:
+            request = await self.actor.proxy().prepare_invoke(
+                b, payload, to=to, timeout_s=timeout_s
+            )
+        try:
+            reply = await self.transport.invoke(request)
+        except DMSTimeoutError as exc:
+            raise self._explain_timeout(exc, request) from None
+        return self._accept_reply(b, request, reply)
+
+    async def broadcast(
+        self,
+        behavior: str | Behavior,
+        payload: WireModel | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> list[Any]:
+        """Every reply to a broadcast that arrived before it expired."""
+        b = behavior if isinstance(behavior, Behavior) else get_behavior(behavior)
+        async with self._room:
+            request = await self.actor.proxy().prepare_broadcast(b, payload, timeout_s=timeout_s)
+        replies = await self.transport.broadcast(request)
+        return [self._accept_reply(b, request, r, any_sender=True) for r in replies]
+
     # --- replies ------------------------------------------------------------------------
 
     def _accept_reply(
@@ -247,7 +296,7 @@ class NodeActor(AsyncActor):
             raise DMSBehaviorError(b.name, error, decoded)
         return decoded
 
-    async def _explain_timeout(self, exc: DMSTimeoutError, request: Envelope) -> DmsgwError:
+    def _explain_timeout(self, exc: DMSTimeoutError, request: Envelope) -> DmsgwError:
         model = self.dms_model or CapabilityContext(request.to.did, clock=self.clock)
         verdict = preflight(
             request, model, now_ns=min(self.clock(), request.opt.exp), receiver_handle=request.to
