@@ -181,6 +181,7 @@ class PodActor(AsyncActor):
         self._clock = clock
         self._rng = rng or random.Random()
         self._task: asyncio.Task[None] | None = None
+        self._inflight: asyncio.Future[Any] | None = None  # deployment/new under way
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -188,8 +189,10 @@ class PodActor(AsyncActor):
         """Resume from the record: a new pod deploys, a known ensemble is followed."""
         self._publish()
         phase = self.record.phase
-        if phase in (Phase.PENDING, Phase.DEPLOYING, Phase.BACKOFF):
+        if phase in (Phase.PENDING, Phase.DEPLOYING):
             self._run(self._deploy(self.record.attempt if phase == Phase.DEPLOYING else None))
+        elif phase == Phase.BACKOFF:  # the ended (or still running) ensemble stops first
+            self._run(self._restart(self.record.ensemble_id))
         elif phase == Phase.RUNNING:
             self._run(self._follow(self.record.ensemble_id))
         elif phase == Phase.DELETING:
@@ -283,6 +286,15 @@ class PodActor(AsyncActor):
         record.observed = observed
         if message.status == DeploymentStatus.RUNNING and not record.started_ns:
             record.started_ns = self._clock()
+        if message.status == DeploymentStatus.RUNNING and self._service_completed():
+            # The DMS restarts a failed service (one_for_one) but leaves one that exited 0,
+            # while the ensemble stays Running: restartPolicy Always redeploys the pod.
+            await self._cancel()  # the follower of the old ensemble
+            record.phase = Phase.BACKOFF
+            record.restarts += 1
+            await self._save()
+            self._run(self._restart(record.ensemble_id, delay_s=self._restart_delay()))
+            return
         if message.status in TERMINAL_DMS:
             record.finished_ns = self._clock()
             if self._restarts(message.status):
@@ -315,6 +327,15 @@ class PodActor(AsyncActor):
             c.state.terminated is not None and c.state.terminated.exit_code != 0 for c in ended
         )
 
+    def _service_completed(self) -> bool:
+        """Under ``Always``: a main container (a DMS service) ended with exit code 0."""
+        if request_data(self.record).pod.spec.restart_policy != "Always":
+            return False
+        return any(
+            c.state.terminated is not None and c.state.terminated.exit_code == 0
+            for c in self._snapshot(self.record).containers
+        )
+
     def _restart_delay(self) -> float:
         p = self._policy
         return min(p.restart_max_s, p.restart_min_s * 2.0 ** max(self.record.restarts - 1, 0))
@@ -345,11 +366,17 @@ class PodActor(AsyncActor):
                 self.actor_ref.tell(_Deployed(attempt, existing))
                 return
             try:
-                reply = await self._invoke(
-                    "/dms/node/deployment/new",
-                    NewDeploymentRequest(ensemble),
-                    timeout_s=self._policy.deploy_timeout_s,
+                # Shielded: a delete cancels this task, but a request already sent may still
+                # be accepted; the delete then waits for its reply (see _shutdown).
+                self._inflight = asyncio.ensure_future(
+                    self._invoke(
+                        "/dms/node/deployment/new",
+                        NewDeploymentRequest(ensemble),
+                        timeout_s=self._policy.deploy_timeout_s,
+                    )
                 )
+                reply = await asyncio.shield(self._inflight)
+                self._inflight = None
             except DMSBehaviorError as exc:
                 self.actor_ref.tell(_DeployFailed(attempt, str(exc)))
                 return
@@ -437,6 +464,29 @@ class PodActor(AsyncActor):
         return reply.manifest
 
     async def _shutdown(self, ensemble_id: str) -> None:
+        if not ensemble_id and self.record.attempt:  # deleted while deploying
+            ensemble_id = await self._deployed_anyway()
+        await self._stop(ensemble_id)
+        self.actor_ref.tell(_ShutDown())
+
+    async def _deployed_anyway(self) -> str:
+        """The ensemble of a deployment/new that the delete cut short, if the DMS took it."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            try:
+                reply = await inflight
+            except Exception:  # refused or lost: the listing tells
+                reply = None
+            if reply is not None and getattr(reply, "ensemble_id", None):
+                return str(reply.ensemble_id)
+        return await self._find_existing(self.record.attempt)
+
+    async def _restart(self, ensemble_id: str, *, delay_s: float = 0.0) -> None:
+        """Stop the ensemble (at once when it has ended already), then deploy the next."""
+        await self._stop(ensemble_id)
+        await self._deploy(None, delay_s=delay_s)
+
+    async def _stop(self, ensemble_id: str) -> None:
         tries = 0
         while ensemble_id:
             try:
@@ -458,7 +508,6 @@ class PodActor(AsyncActor):
                 log.info("pod %s: shutdown of %s: %s", self.record.uid, ensemble_id, exc)
             tries += 1
             await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
-        self.actor_ref.tell(_ShutDown())
 
 
 def request_data(record: PodRecord) -> RetrievedPodData:
