@@ -5,8 +5,10 @@ The behaviors of ``dms/node/behaviors_bid.go`` and ``behaviors_deployment.go``'s
 * ``/dms/deployment/request`` (topic ``/nunet/deployment``, or unicast for a pinned peer): a
   bid for the first node request it can serve — onboarded, not excluded, in the requested
   location, with the executors and free resources asked for — signed with the node's key. A
-  node ignores its own broadcasts and answers each round (ensemble ID and nonce) once; a
-  request it cannot serve gets no answer, as from a DMS.
+  node bids on its own broadcasts too (its orchestrator and provider are actors of the same
+  DMS, so a DMS can deploy onto itself — the only way a one-node network deploys at all); it
+  answers each round (ensemble ID and nonce) once; a request it cannot serve gets no answer,
+  as from a DMS.
 * ``/dms/deployment/commit``: holds an allocation's resources (within a bid still open).
 * ``/dms/deployment/allocate``: creates the allocation actors, returns their handles.
 * ``/dms/deployment/revert``: forgets the bid, stops and releases what was made.
@@ -95,8 +97,6 @@ class Provider:
     async def _handle_bid_request(self, msg: Envelope, request: EnsembleBidRequest) -> Bid | None:
         if not self.ledger.is_onboarded:
             return None
-        if msg.is_broadcast() and msg.from_.addr.host == self.node.peer_id:
-            return None  # our own broadcast: we bid for ourselves only when pinned
         round_key = (request.id, request.nonce)
         if round_key in self._answered:
             return None

@@ -322,7 +322,10 @@ def test_dropped_bids_fail_a_deployment_until_healed(embedded_devnet: EmbeddedDe
     assert h.wait_status(h.dms.deployment.new(ensemble).ensemble_id, "Failed") == "Failed"
     h.faults.heal()
     h.faults.partition([0], [1, 2])
-    assert h.wait_status(h.dms.deployment.new(ensemble).ensemble_id, "Failed") == "Failed"
+    # node 0 would bid on its own request: only the other side of the partition may bid
+    cut_off = one_node_ensemble({"x": shell_allocation("task", "true")})
+    cut_off["v1"]["exclude_peers"] = [h.dms.peers.self().id]
+    assert h.wait_status(h.dms.deployment.new(cut_off).ensemble_id, "Failed") == "Failed"
     h.faults.heal()
     slow = h.faults.delay(0.02, "/dms/deployment")
     assert h.wait_status(h.dms.deployment.new(ensemble).ensemble_id, "Completed") == "Completed"
