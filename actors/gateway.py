@@ -117,7 +117,9 @@ class Gateway:
             registry=self.registry,
             clock=parts.clock,
         )
-        self._lock = asyncio.Lock()
+        self._creating: dict[str, asyncio.Future[None]] = {}  # UID -> its create under way
+        # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
+        self._supervisor_proxy = self._supervisor.proxy()
 
     # --- start-up and shutdown ------------------------------------------------------------
 
@@ -158,7 +160,7 @@ class Gateway:
             )
 
         spec = ChildSpec(_name(record.uid), start, Restart.TRANSIENT)
-        await bridge.call(self._supervisor.proxy().start_child(spec))
+        await bridge.call(self._supervisor_proxy.start_child(spec))
 
     def _forget(self, uid: str) -> None:
         """A pod actor finished deleting its pod."""
@@ -168,24 +170,36 @@ class Gateway:
 
     async def create(self, pods: list[RetrievedPodData]) -> list[CreateStruct]:
         """Record each pod and start its actor; idempotent on UID. Answers at once: the
-        deployment happens in the pod actor."""
+        deployment happens in the pod actor. Creates of different pods run concurrently (their
+        store writes share one commit); a second create of a UID waits for the first."""
         results = []
-        async with self._lock:
-            for data in pods:
-                uid = data.pod.metadata.uid
-                if uid not in self._records:
-                    record = PodRecord(
-                        uid=uid,
-                        namespace=data.pod.metadata.namespace,
-                        name=data.pod.metadata.name,
-                        jid=job_id(uid),
-                        request=data.to_json(),
-                        created_ns=self.parts.clock(),
-                    )
-                    await self.parts.store.put(uid, record.to_map())
-                    await self._spawn(record)
-                results.append(CreateStruct.model_validate({"PodUID": uid, "PodJID": job_id(uid)}))
+        for data in pods:
+            uid = data.pod.metadata.uid
+            await self._create_one(uid, data)
+            results.append(CreateStruct.model_validate({"PodUID": uid, "PodJID": job_id(uid)}))
         return results
+
+    async def _create_one(self, uid: str, data: RetrievedPodData) -> None:
+        while (pending := self._creating.get(uid)) is not None:
+            await asyncio.wait([pending])  # if that create failed, this one tries again
+        if uid in self._records:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._creating[uid] = done
+        try:
+            record = PodRecord(
+                uid=uid,
+                namespace=data.pod.metadata.namespace,
+                name=data.pod.metadata.name,
+                jid=job_id(uid),
+                request=data.to_json(),
+                created_ns=self.parts.clock(),
+            )
+            await self.parts.store.put(uid, record.to_map())
+            await self._spawn(record)
+        finally:
+            del self._creating[uid]
+            done.set_result(None)
 
     async def delete(self, pod: k8s.Pod) -> None:
         """Shut the pod's ensemble down; idempotent (interLink never retries a delete)."""

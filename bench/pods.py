@@ -1,0 +1,466 @@
+"""10,000 live pods in one gateway: RSS per pod, create throughput, and ``/status`` latency
+under interLink-style polling, against an aiohttp handler that returns a fixed body.
+
+The gateway is the real one (``Gateway`` + ``GatewayBackend``, pod actors under the supervisor,
+``PodStore`` on a temporary SQLite file, the real translator and snapshots) over an in-process
+fake DMS that answers at once (deployment/new with an ID, deployment/status "Running" with a
+fixed allocation, an empty deployment/list), so that what is measured is the gateway, not a DMS.
+Pods are followed with a long poll interval, as live pods are once they settle.
+
+1. Create: ``--pods`` pods through ``backend.create``, one pod per call as interLink sends them
+   (the ``/create`` body parsed as the server does), ``--batch`` calls in flight at a time.
+   Reported: pods/s, the time until every pod's ``/status`` snapshot says Running, and the
+   process RSS grown per pod (``/proc/self/statm``, after a GC, over a baseline taken with the
+   gateway up and no pod).
+2. ``/status``: the real ``PluginServer`` app on loopback; a client in another process sends
+   ``GET /status`` with one pod per call (a random live pod) at ``--rate`` requests/s, open loop
+   (each request leaves at its due time whatever the earlier ones do, over a pool of keep-alive
+   connections), for ``--seconds``. Latency runs from the due time to the last byte read. The
+   floor is an aiohttp handler on the same event loop (so it shares the live pods' background
+   work) that reads the body and returns a fixed, equally large body, driven the same way.
+   The two alternate in rounds, so that drift in the machine hits both alike.
+
+    .venv/bin/python bench/pods.py [--pods 10000] [--rate 2000] [--seconds 5]
+
+Targets: RSS <= 64 KiB per pod; /status p99 <= 2x the floor's p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import json
+import multiprocessing
+import os
+import random
+import resource
+import socket
+import statistics
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from dmsgw.actors.gateway import (
+    Gateway,
+    GatewayBackend,
+    GatewayParts,
+    unknown_pod_status,
+)
+from dmsgw.actors.pod import PodPolicy, snapshot_of
+from dmsgw.actors.resources import ResourceActor
+from dmsgw.actors.store import PodStore
+from dmsgw.behaviors.deployment import (
+    DeploymentListResponse,
+    DeploymentManifestResponse,
+    DeploymentShutdownResponse,
+    DeploymentStatusResponse,
+    NewDeploymentResponse,
+)
+from dmsgw.behaviors.pod_ensemble import TranslationOptions, pod_to_ensemble
+from dmsgw.behaviors.status import AllocationInfo
+from dmsgw.clock import system_clock
+from dmsgw.config import load_config
+from dmsgw.transport.interlink import RetrievedPodData, parse_create_body
+from dmsgw.transport.plugin_server import Metrics, PluginServer
+
+RSS_TARGET_KIB = 64
+P99_TARGET = 2.0
+ROUNDS = 2  # floor and project alternate this many times, --seconds / ROUNDS each
+CONNECTIONS = 64  # the client's keep-alive pool (interLink's Go client keeps a pool too)
+POLICY = PodPolicy(poll_min_s=60.0, poll_max_s=120.0)  # followed, not hammered
+
+# --- the pods and the fake DMS -------------------------------------------------------------
+
+
+def uid_of(i: int) -> str:
+    return f"00000000-0000-4000-8000-{i:012d}"
+
+
+def pod_of(i: int) -> dict[str, Any]:
+    """A small, typical pod: one container, requests, an env var, the JobID interLink keeps."""
+    uid = uid_of(i)
+    return {
+        "metadata": {
+            "name": f"bench-{i}",
+            "namespace": "default",
+            "uid": uid,
+            "annotations": {"JobID": f"dmsgw-{uid}"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "command": ["sh", "-c"],
+                    "args": ["sleep 3600"],
+                    "env": [{"name": "MODE", "value": "bench"}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                }
+            ],
+        },
+    }
+
+
+def create_body(i: int) -> bytes:
+    return json.dumps({"pod": pod_of(i), "container": [{"name": "main"}]}).encode()
+
+
+_RUNNING = DeploymentStatusResponse(
+    status="Running",
+    allocation_info={
+        "bench_pod.main": AllocationInfo(allocation_id="bench_pod.main", status="running")
+    },
+)
+
+
+class FakeDMS:
+    """Answers the pod actors' behaviors at once; counts what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+        self._next = 0
+
+    async def __call__(
+        self, behavior: str, payload: Any = None, *, timeout_s: float | None = None
+    ) -> Any:
+        self.calls[behavior] = self.calls.get(behavior, 0) + 1
+        if behavior == "/dms/node/deployment/new":
+            self._next += 1
+            return NewDeploymentResponse(status="OK", ensemble_id=f"ens-{self._next}")
+        if behavior == "/dms/node/deployment/status":
+            return _RUNNING
+        if behavior == "/dms/node/deployment/list":
+            return DeploymentListResponse()
+        if behavior == "/dms/node/deployment/manifest":
+            return DeploymentManifestResponse()
+        if behavior == "/dms/node/deployment/shutdown":
+            return DeploymentShutdownResponse()
+        raise AssertionError(f"the bench's fake DMS does not answer {behavior}")
+
+
+def _translate(data: RetrievedPodData, generation: int) -> Any:
+    return pod_to_ensemble(data, options=TranslationOptions(generation=generation, gpu_models={}))
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _running(snapshot: Any) -> bool:
+    return bool(snapshot.containers) and snapshot.containers[0].state.running is not None
+
+
+# --- the /status load generator (its own process) -----------------------------------------
+
+
+def _client(
+    conn: Connection, plan: list[tuple[str, str]], pods: int, rate: float, s: float
+) -> None:
+    """Runs each ``(label, url)`` of the plan for ``s`` seconds at ``rate``; sends back
+    ``(label, latencies, errors, achieved rate, wall start, wall end)`` per phase."""
+    try:
+        conn.send(asyncio.run(_drive_all(plan, pods, rate, s)))
+    finally:
+        conn.close()
+
+
+async def _drive_all(
+    plan: list[tuple[str, str]], pods: int, rate: float, s: float
+) -> list[tuple[str, list[float], int, float]]:
+    rng = random.Random(5)
+    bodies = [json.dumps([pod_of(rng.randrange(pods))]).encode() for _ in range(4096)]
+    out = []
+    for label, url in plan:
+        out.append((label, *await _drive(url, bodies, rate, s)))
+    return out
+
+
+async def _drive(
+    url: str, bodies: list[bytes], rate: float, s: float
+) -> tuple[list[float], int, float]:
+    """Open loop: request i is due at start + i / rate, whatever the earlier ones do."""
+    loop = asyncio.get_running_loop()
+    timeout = aiohttp.ClientTimeout(total=10)
+    headers = {"Content-Type": "application/json"}
+    latencies: list[float] = []
+    errors = 0
+    connector = aiohttp.TCPConnector(limit=CONNECTIONS)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def one(body: bytes, due: float | None) -> None:
+            nonlocal errors
+            try:
+                async with session.get(url, data=body, headers=headers) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        errors += 1
+                        return
+            except (aiohttp.ClientError, TimeoutError):
+                errors += 1
+                return
+            if due is not None:
+                latencies.append(loop.time() - due)
+
+        # Warm up: open the pool's connections, then a short burst at the rate.
+        await asyncio.gather(*(one(bodies[i], None) for i in range(CONNECTIONS)))
+        total = int(rate * s)
+        tasks = []
+        start = loop.time() + 0.01
+        wall_start = time.time() + 0.01
+        for i in range(total):
+            due = start + i / rate
+            delay = due - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(loop.create_task(one(bodies[i % len(bodies)], due)))
+        await asyncio.gather(*tasks)
+        achieved = total / (loop.time() - start)
+    return latencies, errors, achieved, wall_start, time.time()
+
+
+# --- the run -----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}/status"
+
+
+async def main(pods: int, rate: float, seconds: float, batch: int) -> None:
+    loop = asyncio.get_running_loop()
+    with tempfile.TemporaryDirectory(prefix="dmsgw-bench-pods-") as tmp:
+        dms = FakeDMS()
+        parts = GatewayParts(
+            invoke=dms,
+            store=PodStore(Path(tmp) / "state.sqlite3"),
+            translate=_translate,
+            snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
+            unknown_pod=unknown_pod_status,
+            loop=loop,
+            policy=POLICY,
+        )
+        gateway = Gateway(parts)
+        await gateway.start()
+        resources = ResourceActor.start(dms, loop=loop)
+        backend = GatewayBackend(
+            gateway, resources, pods_capacity=pods * 2, gpu_models={}, closers=[]
+        )
+        metrics = Metrics()
+        config = load_config(env={"DMSGW_STATE_PATH": str(Path(tmp) / "unused.sqlite3")})
+        runners: list[web.AppRunner] = []
+        try:
+            await _run(backend, gateway, dms, metrics, config, runners, pods, rate, seconds, batch)
+        finally:
+            for runner in runners:
+                await runner.cleanup()
+            closing = time.perf_counter()
+            await backend.close()
+            took = time.perf_counter() - closing
+            print(f"shutdown of {len(gateway.snapshots):,} pods: {took:.1f} s")
+
+
+async def _run(
+    backend: GatewayBackend,
+    gateway: Gateway,
+    dms: FakeDMS,
+    metrics: Metrics,
+    config: Any,
+    runners: list[web.AppRunner],
+    pods: int,
+    rate: float,
+    seconds: float,
+    batch: int,
+) -> None:
+    # Warm the code paths (imports, caches) with a throwaway pod, then take the baseline.
+    warm = pods  # an index outside 0..pods-1
+    await backend.create(parse_create_body(create_body(warm)))
+    while not _running(gateway.snapshots[uid_of(warm)]):
+        await asyncio.sleep(0.01)
+    gc.collect()
+    baseline = _rss_bytes()
+
+    # 1. create
+    started = time.perf_counter()
+    for first in range(0, pods, batch):
+        calls = [
+            backend.create(parse_create_body(create_body(i)))
+            for i in range(first, min(first + batch, pods))
+        ]
+        await asyncio.gather(*calls)
+    created_s = time.perf_counter() - started
+    uids = [uid_of(i) for i in range(pods)]
+    while True:
+        waiting = sum(1 for u in uids if not _running(gateway.snapshots[u]))
+        if not waiting:
+            break
+        await asyncio.sleep(0.05)
+    all_running_s = time.perf_counter() - started
+    gc.collect()
+    grown = _rss_bytes() - baseline
+    per_pod_kib = grown / pods / 1024
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{pods:,} pods, one per backend.create call, {batch} calls in flight")
+    print(f"  create:      {pods / created_s:8,.0f} pods/s ({created_s:.1f} s)")
+    print(f"  all Running: {all_running_s:8.1f} s after the first create")
+    print(
+        f"  RSS/pod:     {per_pod_kib:8.1f} KiB (RSS +{grown / 2**20:.0f} MiB, peak "
+        f"{peak_mib:.0f} MiB; target <= {RSS_TARGET_KIB} KiB): "
+        f"{'met' if per_pod_kib <= RSS_TARGET_KIB else 'NOT met'}"
+    )
+    calls = ", ".join(f"{k.rsplit('/', 1)[1]} {v:,}" for k, v in dms.calls.items())
+    print(f"  fake DMS calls: {calls}")
+
+    # 2. /status under polling
+    server = PluginServer(backend, config.server_options(), metrics)
+    runner, project_url = await _serve(server.app())
+    runners.append(runner)
+    one = json.dumps([pod_of(0)]).encode()
+    async with aiohttp.ClientSession() as session, session.get(project_url, data=one) as resp:
+        fixed = await resp.read()  # the floor answers as large a body
+        assert resp.status == 200, fixed
+
+    async def floor(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=fixed, content_type="application/json")
+
+    floor_app = web.Application()
+    floor_app.router.add_route("GET", "/status", floor)
+    runner, floor_url = await _serve(floor_app)
+    runners.append(runner)
+
+    plan = [("floor", floor_url), ("project", project_url)] * ROUNDS
+    mine, theirs = multiprocessing.get_context("spawn").Pipe(duplex=False)
+    child = multiprocessing.get_context("spawn").Process(
+        target=_client, args=(theirs, plan, pods, rate, seconds / ROUNDS), daemon=True
+    )
+    child.start()
+    theirs.close()
+    pauses = _GCPauses()
+    cpu: list[tuple[float, float]] = []
+    gc.callbacks.append(pauses)
+    try:
+        sampler = asyncio.get_running_loop().create_task(_sample_cpu(cpu))
+        results = await asyncio.to_thread(_receive, mine, 60 + 4 * seconds)
+        sampler.cancel()
+    finally:
+        gc.callbacks.remove(pauses)
+        child.join(5)
+        if child.is_alive():
+            child.terminate()
+            child.join()
+        mine.close()
+    _report(results, rate, len(fixed), cpu)
+    full = sorted(pauses.full)
+    print(
+        f"  GC in the gateway process meanwhile: {pauses.young} young collections, "
+        f"{len(full)} full ones ({len(gc.get_objects()):,} objects tracked), longest full "
+        f"{(full[-1] if full else 0) * 1e3:.0f} ms"
+    )
+    gc.collect()
+    after = (_rss_bytes() - baseline) / 2**20
+    print(f"  RSS after the /status load: +{after:.0f} MiB over the baseline")
+
+
+class _GCPauses:
+    """How long the collector stops the gateway's loop (a full collection walks every pod)."""
+
+    def __init__(self) -> None:
+        self.young = 0
+        self.full: list[float] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif info["generation"] == 2:
+            self.full.append(time.perf_counter() - self._started)
+        else:
+            self.young += 1
+
+
+def _receive(conn: Connection, timeout_s: float) -> Any:
+    if not conn.poll(timeout_s):
+        raise SystemExit(f"the /status client sent nothing within {timeout_s:.0f} s")
+    return conn.recv()
+
+
+async def _sample_cpu(into: list[tuple[float, float]]) -> None:
+    """(wall time, this process's CPU time) every 20 ms: the gateway's CPU per request."""
+    while True:
+        into.append((time.time(), time.process_time()))
+        await asyncio.sleep(0.02)
+
+
+def _cpu_between(samples: list[tuple[float, float]], start: float, end: float) -> float:
+    inside = [c for t, c in samples if start <= t <= end]
+    return inside[-1] - inside[0] if len(inside) > 1 else 0.0
+
+
+def _stall_between(samples: list[tuple[float, float]], start: float, end: float) -> float:
+    """The longest the gateway's event loop went without running the 20 ms sampler."""
+    inside = [t for t, _ in samples if start <= t <= end]
+    return max((b - a for a, b in itertools.pairwise(inside)), default=0.0) - 0.02
+
+
+def _report(results: list[Any], rate: float, size: int, cpu: list[tuple[float, float]]) -> None:
+    merged: dict[str, list[float]] = {"floor": [], "project": []}
+    errors = {"floor": 0, "project": 0}
+    achieved: dict[str, list[float]] = {"floor": [], "project": []}
+    cpu_s = {"floor": 0.0, "project": 0.0}
+    stall = {"floor": 0.0, "project": 0.0}
+    for label, latencies, failed, got, start, end in results:
+        merged[label] += latencies
+        errors[label] += failed
+        achieved[label].append(got)
+        cpu_s[label] += _cpu_between(cpu, start, end)
+        stall[label] = max(stall[label], _stall_between(cpu, start, end))
+    print(f"/status, one pod per call, {rate:,.0f} requests/s offered, {CONNECTIONS} connections")
+    p99s = {}
+    for label, what in (("floor", "fixed body"), ("project", "PluginServer")):
+        samples = sorted(merged[label])
+        if not samples:
+            print(f"  {label:8} no answer ({errors[label]} errors)")
+            return
+        p50 = statistics.median(samples)
+        p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+        p99s[label] = p99
+        print(
+            f"  {label:8}({what:12}): p50 {p50 * 1e6:7.0f} µs  p99 {p99 * 1e6:7.0f} µs  "
+            f"max {samples[-1] * 1e3:6.1f} ms  {len(samples):,} answers, {errors[label]} errors, "
+            f"{min(achieved[label]):,.0f} req/s sent\n"
+            f"  {'':22}gateway process CPU {cpu_s[label] / len(samples) * 1e6:.0f} µs/request, "
+            f"longest event-loop stall {stall[label] * 1e3:.0f} ms"
+        )
+    ratio = p99s["project"] / p99s["floor"]
+    print(
+        f"  p99 ratio {ratio:.2f}x (target <= {P99_TARGET:g}x): "
+        f"{'met' if ratio <= P99_TARGET else 'NOT met'}  ({size}-byte answers)"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--rate", type=float, default=2000.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per side (floor, project)")
+    parser.add_argument("--batch", type=int, default=50, help="create calls in flight")
+    args = parser.parse_args()
+    asyncio.run(main(args.pods, args.rate, args.seconds, args.batch))
