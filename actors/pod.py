@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import random
@@ -512,7 +513,14 @@ class PodActor(AsyncActor):
 
 def request_data(record: PodRecord) -> RetrievedPodData:
     """The ``/create`` body the record keeps (it was valid when stored)."""
-    return parse_create_body(record.request)[0]
+    return _parsed_request(record.request)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_request(request: bytes) -> RetrievedPodData:
+    """A pod's stored body is read on every snapshot and restart decision, and never changes:
+    parse it once (bounded, so 10,000 pods do not keep 10,000 parsed copies)."""
+    return parse_create_body(request)[0]
 
 
 def _plain(reply: Any) -> dict[str, Any]:
