@@ -143,10 +143,13 @@ class Actor:
         except SecurityError as exc:
             journal.drop(msg.be, str(exc))
             return
-        if handler is not None:
-            await self._dispatch(msg, spec, handler)
-        elif waiting is not None and not waiting.done():
-            waiting.set_result(msg)  # the reply an invoke waits for
+        try:
+            if handler is not None:
+                await self._dispatch(msg, spec, handler)
+            elif waiting is not None and not waiting.done():
+                waiting.set_result(msg)  # the reply an invoke waits for
+        finally:
+            self.security.discard(msg)  # the DMS behaviors' `defer msg.Discard()`
 
     async def _dispatch(self, msg: Envelope, spec: Spec, handler: Handler) -> None:
         journal = self.journal

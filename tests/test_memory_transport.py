@@ -13,8 +13,10 @@ from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import CapabilityContext
+from dmsgw.transport import envelope as env
 from dmsgw.transport.memory import MemoryTransport
 from dmsgw.transport.rest import DMSRequestError, DMSTimeoutError
+from dmsgw.transport.security import SecurityContext
 
 KEY = Ed25519PrivKey(bytes(range(60, 92)))
 
@@ -36,8 +38,30 @@ async def test_the_client_works_over_memory_like_over_http() -> None:
             await dms.invoke("/dms/cap/list")
         transport = MemoryTransport(api)
         with pytest.raises(DMSRequestError, match="HTTP 400"):
-            from dmsgw.transport.envelope import Envelope
+            await transport.broadcast(env.Envelope(be="/broadcast/hello"))
+    finally:
+        await dms.aclose()
 
-            await transport.broadcast(Envelope(be="/broadcast/hello"))
+
+async def test_a_message_cannot_ride_on_the_tokens_of_one_already_handled() -> None:
+    """A DMS discards a message's tokens once it has handled it (``defer msg.Discard()``): a
+    later message must bring its own, and the node's context does not grow per message."""
+    devnet = Devnet(1, seed="memory-discard")
+    node = devnet.nodes[0].node
+    api = DmsApi(node, early_timeout=True)
+    grant = devnet.grant(DID.from_public_key(KEY.public_key()), ["/dms/node"])
+    ctx = CapabilityContext(provider_from_private_key(KEY), provide=grant)
+    transport = MemoryTransport(api)
+    dms = dmsgw.connect(key=KEY, context=ctx, transport=transport, loop=asyncio.get_running_loop())
+    try:
+        for _ in range(3):
+            assert (await dms.peers.self()).id == node.peer_id
+        ungranted = SecurityContext(KEY, CapabilityContext(provider_from_private_key(KEY)))
+        dms_handle = await transport.handle()
+        source = env.Handle(ungranted.id, ungranted.did, env.Address(dms_handle.addr.host, "u-9"))
+        msg = env.message(source, dms_handle, "/dms/node/peers/self", reply_to="/private/user/9")
+        with pytest.raises(DMSTimeoutError):
+            await transport.invoke(ungranted.provide(msg, ["/dms/node/peers/self"]))
+        assert "requiring capabilities" in node.dropped[-1].reason
     finally:
         await dms.aclose()

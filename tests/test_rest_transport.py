@@ -29,11 +29,17 @@ def _request(behavior: str = "/dms/node/peers/list") -> env.Envelope:
     return env.message(DMS, DMS, behavior, reply_to="/private/user/1", clock=NOW)
 
 
-def _app(invoke_status: int = 200, broadcast_body: bytes = b"null") -> web.Application:
+def _app(
+    invoke_status: int = 200,
+    broadcast_body: bytes = b"null",
+    connections: list[object] | None = None,
+) -> web.Application:
     async def handle(_: web.Request) -> web.Response:
         return web.Response(body=marshal(DMS), content_type="application/json")
 
     async def invoke(request: web.Request) -> web.Response:
+        if connections is not None:
+            connections.append(request.transport)
         received = env.decode(await request.read())
         if invoke_status != 200:
             return web.json_response({"error": "request timeout"}, status=invoke_status)
@@ -151,6 +157,57 @@ async def test_a_non_dms_server_is_reported() -> None:
     try:
         with pytest.raises(TransportError, match="did not answer a DMS handle"):
             await transport.handle()
+    finally:
+        await transport.close()
+        await server.close()
+
+
+async def test_requests_share_one_keep_alive_connection() -> None:
+    """The reply is read to its end, so aiohttp pools the connection instead of closing it."""
+    connections: list[object] = []
+    server, transport = await _transport(_app(connections=connections))
+    try:
+        for _ in range(3):
+            assert (await transport.invoke(_request())).be == "/private/user/1"
+        assert len(connections) == 3 and len({id(c) for c in connections}) == 1
+    finally:
+        await transport.close()
+        await server.close()
+
+
+def _chunked_app() -> web.Application:
+    async def invoke(request: web.Request) -> web.StreamResponse:
+        received = env.decode(await request.read())
+        body = marshal(env.sign(env.reply_to(received, {"Peers": ["a"] * 500}), DMS_KEY))
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for start in range(0, len(body), 97):
+            await resp.write(body[start : start + 97])
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/api/v1/actor/invoke", invoke)
+    return app
+
+
+async def test_a_reply_in_many_chunks_is_read_whole() -> None:
+    server, transport = await _transport(_chunked_app())
+    try:
+        reply = await transport.invoke(_request())
+        assert reply.payload() == {"Peers": ["a"] * 500}
+    finally:
+        await transport.close()
+        await server.close()
+
+
+async def test_a_reply_over_the_size_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("dmsgw.transport.rest.MAX_RESPONSE_BYTES", 1000)
+    server, transport = await _transport(_chunked_app())
+    try:
+        with pytest.raises(TransportError, match="reply larger than 1000 bytes"):
+            await transport.invoke(_request())
     finally:
         await transport.close()
         await server.close()

@@ -165,16 +165,28 @@ class RestTransport:
         async with self._slots:
             try:
                 async with self._client().request(method, url, data=data, headers=headers) as resp:
-                    body = await resp.content.read(MAX_RESPONSE_BYTES + 1)
-                    if len(body) > MAX_RESPONSE_BYTES:
-                        raise TransportError(
-                            f"{what}: reply larger than {MAX_RESPONSE_BYTES} bytes"
-                        )
-                    return resp.status, body
+                    return resp.status, await _read_body(resp, what)
             except aiohttp.ClientError as exc:
                 raise TransportError(
                     f"{what}: cannot reach the DMS at {self.base_url}: {exc}"
                 ) from None
+
+
+async def _read_body(resp: aiohttp.ClientResponse, what: str) -> bytes:
+    """The whole body, up to :data:`MAX_RESPONSE_BYTES`. Read to the end, so that aiohttp
+    returns the connection to its pool: a body left unread closes it, and every request
+    would pay for a new one."""
+    too_large = TransportError(f"{what}: reply larger than {MAX_RESPONSE_BYTES} bytes")
+    if (resp.content_length or 0) > MAX_RESPONSE_BYTES:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _error_text(body: bytes) -> str:

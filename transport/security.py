@@ -100,6 +100,12 @@ class SecurityContext:
             self.capabilities.discard(msg.cap or b"")
             raise SecurityError(f"requiring capabilities: {exc}") from exc
 
+    def discard(self, msg: Envelope) -> None:
+        """``Discard``: forget the tokens ``msg`` brought in. A DMS behavior does this once it
+        has handled the message (``defer msg.Discard()``); without it every message would add
+        its tokens to the context for good, and each ``require`` would scan them all."""
+        self.capabilities.discard(msg.cap or b"")
+
     def require_broadcast(
         self, msg: Envelope, topic: Capability, caps: Sequence[Capability]
     ) -> None:
