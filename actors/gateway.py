@@ -65,6 +65,7 @@ from dmsgw.transport.interlink import (
     CreateStruct,
     LogStruct,
     PingResponse,
+    PodRef,
     PodStatus,
     RetrievedPodData,
 )
@@ -213,16 +214,15 @@ class Gateway:
         if record is not None:
             await self.parts.store.delete(uid)
 
-    async def status(self, pods: list[k8s.Pod]) -> list[PodStatus]:
+    async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         """Snapshots only: no DMS round trip. An unknown pod that carries our ``JobID`` is
         re-adopted if the DMS still runs its ensemble."""
         out = []
-        for pod in pods:
-            uid = pod.metadata.uid
-            self._asked.add(uid)
-            snapshot = self.snapshots.get(uid)
+        for ref in pods:
+            self._asked.add(ref.uid)
+            snapshot = self.snapshots.get(ref.uid)
             if snapshot is None:
-                snapshot = await self._readopt(pod)
+                snapshot = await self._readopt(ref.pod())
             out.append(snapshot)
         return out
 
@@ -405,7 +405,7 @@ class GatewayBackend:
     async def delete(self, pod: k8s.Pod) -> None:
         await self.gateway.delete(pod)
 
-    async def status(self, pods: list[k8s.Pod]) -> list[PodStatus]:
+    async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         return await self.gateway.status(pods)
 
     async def ping(self) -> PingResponse:

@@ -52,7 +52,9 @@ from dmsgw.transport.interlink import (
     parse_delete_body,
     parse_logs_body,
     parse_status_body,
+    read_status_body,
 )
+from dmsgw.transport.k8s import wire_json
 
 DATA = Path(__file__).parent / "data" / "interlink"
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
@@ -335,6 +337,32 @@ def test_status_body_is_a_list_of_pods() -> None:
 @pytest.mark.parametrize("ping", [b"[]", b" [ ]\n"])
 def test_the_ping_is_an_empty_status_list(ping: bytes) -> None:
     assert parse_status_body(ping) == []
+    assert read_status_body(ping) == []
+
+
+def test_status_refs_name_the_pods_and_read_them_whole_on_demand() -> None:
+    raw = body("status_request.json")
+    for _ in range(2):  # the second read comes from the remembered identities
+        [ref] = read_status_body(raw)
+        assert (ref.uid, ref.name) == (UID, parse_status_body(raw)[0].metadata.name)
+        assert ref.pod() == parse_status_body(raw)[0]
+
+
+def test_a_bad_status_body_is_refused_every_time() -> None:
+    raw = b'[{"metadata": {"name": "a", "uid": "u"}, "status": {"phase": "Done"}}]'
+    for _ in range(2):
+        with pytest.raises(PluginRequestError, match=r"\[0\]\.status\.phase"):
+            read_status_body(raw)
+
+
+def test_a_status_is_written_once_and_a_copy_writes_its_own() -> None:
+    [status] = _spec_example_statuses()[:1]
+    assert status.wire() is status.wire()
+    assert status.wire() == wire_json(status.to_wire())
+    renamed = status.model_copy(update={"name": "other"})
+    assert json.loads(renamed.wire())["name"] == "other"
+    with pytest.raises(ValidationError):
+        status.name = "changed"  # published snapshots are immutable
 
 
 def test_delete_body_is_the_clusters_pod() -> None:

@@ -24,6 +24,7 @@ from dmsgw.transport.interlink import (
     CreateStruct,
     LogStruct,
     PingResponse,
+    PodRef,
     PodStatus,
     ResourcesResponse,
     RetrievedPodData,
@@ -108,10 +109,10 @@ class FakeBackend:
             raise self.error
         self.deleted.append(pod.metadata.uid)
 
-    async def status(self, pods: list[k8s.Pod]) -> list[PodStatus]:
+    async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         if self.error is not None:
             raise self.error
-        return [self._status(pod) for pod in pods]
+        return [self._status(ref.pod()) for ref in pods]
 
     def _status(self, pod: k8s.Pod) -> PodStatus:
         meta = pod.metadata

@@ -10,6 +10,8 @@ in a pydantic dump, so that the error text interLink copies into the pod status 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -20,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
+    PrivateAttr,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -37,6 +40,7 @@ __all__ = [
     "LogStruct",
     "PingResponse",
     "PluginRequestError",
+    "PodRef",
     "PodStatus",
     "ResourcesResponse",
     "RetrievedContainer",
@@ -47,6 +51,7 @@ __all__ = [
     "parse_delete_body",
     "parse_logs_body",
     "parse_status_body",
+    "read_status_body",
 ]
 
 _INT64_MAX = (1 << 63) - 1
@@ -178,7 +183,7 @@ class PodStatus(GoModel):
     one is required (report ``waiting`` ones while nothing is known).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     uid: str = Field(validation_alias="UID", serialization_alias="UID")
@@ -190,6 +195,17 @@ class PodStatus(GoModel):
         validation_alias="initContainers",
         serialization_alias="initContainers",
     )
+    _wire: tuple[int, bytes] | None = PrivateAttr(default=None)
+
+    def wire(self) -> bytes:
+        """The Go JSON of this status, written once: a pod's published snapshot answers every
+        poll of that pod until it changes. Keyed by identity, since ``model_copy`` copies
+        private attributes along with the fields it changes."""
+        written = self._wire
+        if written is None or written[0] != id(self):
+            written = (id(self), wire_json(self.to_wire()))
+            self._wire = written
+        return written[1]
 
 
 def _count(value: object) -> str:
@@ -260,7 +276,7 @@ class PingResponse(_OmitEmpty):
 
 def encode_pod_statuses(statuses: Iterable[PodStatus]) -> bytes:
     """The ``/status`` reply body: a JSON array of :class:`PodStatus`."""
-    return wire_json([status.to_wire() for status in statuses])
+    return b"[" + b",".join(status.wire() for status in statuses) + b"]"
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -319,6 +335,44 @@ def parse_status_body(raw: bytes) -> list[k8s.Pod]:
     for i, pod in enumerate(pods):
         _check_identity(pod, f"[{i}]")
     return pods
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodRef:
+    """A pod of a ``/status`` body, as the gateway looks it up: by UID. The whole pod is
+    read again from the body only for a pod the gateway does not know (:meth:`pod`)."""
+
+    uid: str
+    namespace: str
+    name: str
+    body: bytes = dataclasses.field(repr=False)
+    index: int = 0
+
+    def pod(self) -> k8s.Pod:
+        return parse_status_body(self.body)[self.index]
+
+
+def read_status_body(raw: bytes) -> list[PodRef]:
+    """:func:`parse_status_body`, remembered by the body's digest.
+
+    interLink polls every pod every few seconds with the same JSON until the pod changes, and
+    validating a whole pod costs more than answering from its snapshot. Each distinct body is
+    still validated in full once (a bad one is refused every time: only good ones are kept);
+    what is remembered is the identities it names, a few hundred bytes per body.
+    """
+    digest = hashlib.blake2b(raw, digest_size=16).digest()
+    identities = _VALID_STATUS_BODIES.get(digest)
+    if identities is None:
+        pods = parse_status_body(raw)
+        identities = tuple((p.metadata.uid, p.metadata.namespace, p.metadata.name) for p in pods)
+        if len(_VALID_STATUS_BODIES) >= _VALID_STATUS_BODIES_MAX:
+            _VALID_STATUS_BODIES.clear()
+        _VALID_STATUS_BODIES[digest] = identities
+    return [PodRef(uid, ns, name, raw, i) for i, (uid, ns, name) in enumerate(identities)]
+
+
+_VALID_STATUS_BODIES: dict[bytes, tuple[tuple[str, str, str], ...]] = {}
+_VALID_STATUS_BODIES_MAX = 32768
 
 
 def parse_logs_body(raw: bytes) -> LogStruct:

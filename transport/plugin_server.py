@@ -61,13 +61,14 @@ from dmsgw.transport.interlink import (
     LogStruct,
     PingResponse,
     PluginRequestError,
+    PodRef,
     PodStatus,
     RetrievedPodData,
     encode_pod_statuses,
     parse_create_body,
     parse_delete_body,
     parse_logs_body,
-    parse_status_body,
+    read_status_body,
 )
 from dmsgw.transport.k8s import wire_json
 
@@ -170,9 +171,10 @@ class PluginBackend(Protocol):
         an unknown UID is not an error."""
         ...
 
-    async def status(self, pods: list[k8s.Pod]) -> list[PodStatus]:
+    async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         """The pods' statuses from snapshots, without a DMS round trip. Unknown UIDs are the
-        backend's to answer (re-adopted through the ``JobID`` annotation, or failed)."""
+        backend's to answer (re-adopted through the ``JobID`` annotation, or failed; the
+        whole pod is :meth:`PodRef.pod`)."""
         ...
 
     async def ping(self) -> PingResponse:
@@ -443,6 +445,9 @@ class PluginServer:
         self._in_flight = metrics.gauge(
             "plugin_requests_in_flight", "Plugin API requests being answered.", ("route",)
         )
+        # Routes and methods are the router's (never raw paths), so these stay small.
+        self._by_route: dict[tuple[str, str], tuple[Gauge, Histogram]] = {}
+        self._by_answer: dict[tuple[str, str, int], Counter] = {}
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -468,7 +473,8 @@ class PluginServer:
     ) -> web.StreamResponse:
         route = _route(request)
         started = time.perf_counter()
-        self._in_flight.labels(route).inc()
+        in_flight, latency = self._series(route, request.method)
+        in_flight.inc()
         status, error = 499, "cancelled: the client went away"
         try:
             response = await self._answer(request, handler)
@@ -478,10 +484,29 @@ class PluginServer:
             return response
         finally:
             elapsed = time.perf_counter() - started
-            self._in_flight.labels(route).dec()
-            self._requests.labels(route, request.method, str(status)).inc()
-            self._latency.labels(route, request.method).observe(elapsed)
+            in_flight.dec()
+            self._answered(route, request.method, status).inc()
+            latency.observe(elapsed)
             _log_request(request, route, status, elapsed, error if status >= 400 else "")
+
+    def _series(self, route: str, method: str) -> tuple[Gauge, Histogram]:
+        """The in-flight gauge and latency histogram of a route and method, looked up once:
+        ``labels()`` validates and locks on every call, and ``/status`` is called thousands
+        of times a second."""
+        key = (route, method)
+        series = self._by_route.get(key)
+        if series is None:
+            series = (self._in_flight.labels(route), self._latency.labels(route, method))
+            self._by_route[key] = series
+        return series
+
+    def _answered(self, route: str, method: str, status: int) -> Counter:
+        key = (route, method, status)
+        counter = self._by_answer.get(key)
+        if counter is None:
+            counter = self._requests.labels(route, method, str(status))
+            self._by_answer[key] = counter
+        return counter
 
     async def _answer(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -566,7 +591,7 @@ class PluginServer:
         return _text(200, f"pod {meta.namespace}/{meta.name} ({meta.uid}) deleted")
 
     async def _status(self, request: web.Request) -> web.Response:
-        pods = parse_status_body(await self._body(request))
+        pods = read_status_body(await self._body(request))
         if not pods:
             return await self._ping()
         statuses = await self._within_deadline("status", self._backend.status(pods))
