@@ -135,6 +135,13 @@ SETTINGS: tuple[Setting, ...] = (
         "N",
         f"pods offered to Kubernetes (default {DEFAULT_PODS_CAPACITY})",
     ),
+    Setting(
+        "gpu_resource_prefix",
+        "--gpu-resource-prefix",
+        "PREFIX",
+        "how GPU classes are named in the node's capacity: nunet.gpu. (the NuNet design's, "
+        "default) or nunet.io/gpu. (a name Kubernetes lets pods request)",
+    ),
     Setting("log_level", "--log-level", "LEVEL", "DEBUG, INFO, WARNING or ERROR (default INFO)"),
     Setting("log_format", "--log-format", "FORMAT", "json (JSON lines, default) or text"),
     Setting(
@@ -211,6 +218,7 @@ class GatewayConfig(BaseModel):
     token_file: Path | None = None
     state_path: Path = Field(default_factory=default_state_path)
     pods_capacity: int = Field(default=DEFAULT_PODS_CAPACITY, ge=1, le=1_000_000)
+    gpu_resource_prefix: Literal["nunet.gpu.", "nunet.io/gpu."] = "nunet.gpu."
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024, le=1 << 30)

@@ -40,7 +40,7 @@ from dmsgw.actors.resources import DMSUnreachableError, ResourceActor
 from dmsgw.actors.store import PodStore
 from dmsgw.actors.supervision import Backoff, Intensity, Restart, Strategy
 from dmsgw.actors.supervisor import ChildSpec, Supervisor
-from dmsgw.behaviors.capacity import consolidate_capacity, gpu_catalog
+from dmsgw.behaviors.capacity import GPU_RESOURCE_PREFIX, consolidate_capacity, gpu_catalog
 from dmsgw.behaviors.deployment import (
     DeploymentListRequest,
     DeploymentLogsRequest,
@@ -379,11 +379,13 @@ class GatewayBackend:
         pods_capacity: int,
         gpu_models: dict[str, GPU],
         closers: list[Callable[[], Awaitable[None]]],
+        gpu_prefix: str = GPU_RESOURCE_PREFIX,
     ) -> None:
         self.gateway = gateway
         self._gpu_models = gpu_models
         self._resources = resources
         self._pods_capacity = pods_capacity
+        self._gpu_prefix = gpu_prefix
         self._closers = closers
         self._advertised: set[str] = set()
         self._orphans: asyncio.Task[None] | None = None
@@ -415,7 +417,10 @@ class GatewayBackend:
             raise BackendUnavailable(str(exc)) from None
         self._gpu_models.update(gpu_catalog(p.free for p in peers))
         reply = consolidate_capacity(
-            (p.free for p in peers), max_pods=self._pods_capacity, advertised=self._advertised
+            (p.free for p in peers),
+            max_pods=self._pods_capacity,
+            advertised=self._advertised,
+            gpu_prefix=self._gpu_prefix,
         )
         if reply.resources is not None:
             self._advertised |= {a.resource_type for a in reply.resources.accelerators or ()}
@@ -534,6 +539,7 @@ async def start_backend(config: GatewayConfig, *, metrics: Metrics) -> GatewayBa
         pods_capacity=config.pods_capacity,
         gpu_models=gpu_models,
         closers=closers,
+        gpu_prefix=config.gpu_resource_prefix,
     )
     metrics.gauge("pods", "Pods the gateway tracks").set_function(lambda: len(gateway.snapshots))
     backend.start_orphan_collection()

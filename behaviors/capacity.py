@@ -17,7 +17,7 @@ Caveat for operators: Kubernetes accepts an extended resource in a pod only when
 domain-qualified (``example.com/x``); the seed's ``nunet.gpu.…`` is not, so pods cannot request
 it by that name. :data:`QUALIFIED_GPU_PREFIX` (``nunet.io/gpu.``) is the Kubernetes-valid
 spelling; both are understood by :func:`parse_gpu_resource_name`, and the prefix advertised is
-the caller's choice.
+the caller's choice (``gpu_resource_prefix`` in the gateway's configuration).
 
 The same class names are the key of :func:`gpu_catalog`, which the pod translation uses to turn
 a requested class back into the exact vendor and model the DMS reports.

@@ -295,3 +295,14 @@ def test_text_log_redacts_secrets(captured_log: io.StringIO) -> None:
         assert secret not in output
     assert " INFO dmsgw.test: got header Authorization: Bearer [REDACTED]\n" in output
     assert "passphrase=[REDACTED] token=[REDACTED]" in output
+
+
+def test_the_gpu_resource_prefix_is_one_of_two_spellings() -> None:
+    assert load_config(env={}).gpu_resource_prefix == "nunet.gpu."
+    chosen = load_config(env={"DMSGW_GPU_RESOURCE_PREFIX": "nunet.io/gpu."})
+    assert chosen.gpu_resource_prefix == "nunet.io/gpu."
+    message = error_of(env={"DMSGW_GPU_RESOURCE_PREFIX": "gpu"})
+    assert message == (
+        "gpu_resource_prefix (env DMSGW_GPU_RESOURCE_PREFIX): input should be 'nunet.gpu.' or "
+        "'nunet.io/gpu.' (got 'gpu')"
+    )

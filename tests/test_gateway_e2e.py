@@ -158,6 +158,26 @@ async def test_the_ping_reports_the_devnet_capacity(plugin: Any) -> None:
     assert "nunet.gpu.nvidia.tesla.p100.16gb" in kinds
 
 
+async def test_gpu_classes_can_be_advertised_under_a_name_pods_may_request(
+    tmp_path: Path,
+) -> None:
+    config = load_config(
+        env={
+            "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3"),
+            "DMSGW_GPU_RESOURCE_PREFIX": "nunet.io/gpu.",
+        }
+    )
+    backend = await start_backend(config, metrics=Metrics())
+    try:
+        ping = await backend.ping()
+        assert ping.resources is not None
+        kinds = {a.resource_type for a in ping.resources.accelerators}
+        assert "nunet.io/gpu.nvidia.tesla.p100.16gb" in kinds
+        assert not any(k.startswith("nunet.gpu.") for k in kinds)
+    finally:
+        await backend.close()
+
+
 async def test_an_untranslatable_pod_fails_with_the_reason(plugin: Any) -> None:
     client, _ = plugin
     spec = pod("44444444-2222-3333-4444-555555555555")
