@@ -35,6 +35,9 @@ test: lint typecheck pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/crypto.py
+	$(BIN)/python bench/devnet_start.py
+	$(BIN)/python bench/invoke.py
+	$(BIN)/python bench/pods.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
