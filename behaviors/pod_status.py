@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import NamedTuple
 
-from dmsgw.behaviors.pod_ensemble import POD_NODE
+from dmsgw.behaviors.pod_ensemble import allocation_key
 from dmsgw.behaviors.status import (
     AllocationInfo,
     AllocationManifest,
@@ -44,6 +44,7 @@ __all__ = [
     "NOT_RUN_EXIT_CODE",
     "ContainerObservation",
     "PodContainerStatuses",
+    "allocation_of",
     "container_statuses",
     "pod_status",
 ]
@@ -123,10 +124,26 @@ def _terminated(
 def _find(entries: Mapping[str, object], name: str) -> str | None:
     """The key of container ``name``'s allocation: ``pod.<name>`` in a manifest, a full
     allocation ID (``<ensemble>_pod.<name>``) in ``allocation_info``."""
-    for key in (f"{POD_NODE}.{name}", name):
+    for key in (allocation_key(name), name):
         if key in entries:
             return key
     return next((key for key in sorted(entries) if key.rsplit(".", 1)[-1] == name), None)
+
+
+def allocation_of(
+    name: str,
+    allocations: Mapping[str, AllocationManifest],
+    info: Mapping[str, AllocationInfo],
+) -> tuple[str, AllocationInfo | None, str]:
+    """Container ``name``'s allocation in a manifest's ``allocations`` and in ``deployment/
+    status``'s ``allocation_info``: its status (``""`` if unknown), live info and ID."""
+    key = _find(allocations, name)
+    entry = allocations[key] if key else None
+    info_key = entry.id if entry and entry.id in info else _find(info, name)
+    live = info[info_key] if info_key else None
+    status = (live.status if live else "") or (entry.status if entry else "")
+    ident = entry.id if entry and entry.id else (live.allocation_id if live else "")
+    return status, live, ident
 
 
 class _Deployment:
@@ -146,19 +163,9 @@ class _Deployment:
         self.info = info
         self.error = error
 
-    def allocation(self, name: str) -> tuple[str, AllocationInfo | None, str]:
-        """The allocation's status (``""`` if unknown), live info and ID."""
-        key = _find(self.allocations, name)
-        entry = self.allocations[key] if key else None
-        info_key = entry.id if entry and entry.id in self.info else _find(self.info, name)
-        info = self.info[info_key] if info_key else None
-        status = (info.status if info else "") or (entry.status if entry else "")
-        ident = entry.id if entry and entry.id else (info.allocation_id if info else "")
-        return status, info, ident
-
     def state(self, name: str, seen: ContainerObservation, now: datetime) -> _State:
         """The container's own state, from its allocation and the deployment as a whole."""
-        status, info, ident = self.allocation(name)
+        status, info, ident = allocation_of(name, self.allocations, self.info)
         healthy = info is not None and info.health == "healthy"
         if status == AllocationStatus.RUNNING and self.status not in _ENDED:
             running = k8s.ContainerStateRunning(started_at=seen.started_at or now)

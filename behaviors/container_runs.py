@@ -1,0 +1,110 @@
+"""One container's runs in its current ensemble, as the PodActor learns them across polls.
+
+Two sources feed it, and this ledger reconciles them without counting a run twice:
+
+* the wrapper's markers (:mod:`dmsgw.behaviors.run_markers`) in the allocation's stderr, read
+  from where the previous read stopped: a start marker opens a run, an exit marker ends it
+  with its exit code; a start while a run is open means that run ended without a trace (its
+  wrapper was killed), with an unknown exit code;
+* the allocation's status in ``deployment/status``: a run still open when the allocation has
+  ``failed``, ``completed`` or was stopped, or when the deployment has ended, ended without a
+  marker (unknown exit code). A container that is not wrapped (no ``command``) has no markers,
+  so its runs are known from the statuses alone: ``running`` opens one, ``restarting`` ends
+  it; a restart between two polls goes unseen.
+
+Pure and immutable; :meth:`Runs.to_map` / :meth:`Runs.from_map` persist it in the pod record
+(msgpack), where a missing or malformed field reads as its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dmsgw.behaviors.run_markers import Marker
+from dmsgw.behaviors.status import AllocationStatus
+
+__all__ = ["Runs"]
+
+_ENDED = frozenset(
+    {
+        AllocationStatus.FAILED,
+        AllocationStatus.COMPLETED,
+        AllocationStatus.STOPPED,
+        AllocationStatus.TERMINATED,
+    }
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Runs:
+    """``read_to``: how much of the allocation's stderr has been read for markers; ``started``
+    and ``ended``: runs seen to start and to end; ``exit_code``: the latest ended run's
+    (``None``: unknown)."""
+
+    read_to: int = 0
+    started: int = 0
+    ended: int = 0
+    exit_code: int | None = None
+
+    @property
+    def running(self) -> bool:
+        """A run has started and not ended."""
+        return self.started > self.ended
+
+    @property
+    def last_exit_code(self) -> int | None:
+        """The exit code of the current run if it has ended (``None``: running or unknown)."""
+        return None if self.running or not self.ended else self.exit_code
+
+    def _end(self, code: int | None) -> Runs:
+        return dataclasses.replace(self, ended=self.ended + 1, exit_code=code)
+
+    def read(self, found: Iterable[Marker], read_to: int) -> Runs:
+        """The ledger after the markers ``found`` in stderr up to byte ``read_to``."""
+        runs = dataclasses.replace(self, read_to=read_to)
+        for marker in found:
+            if marker.exit_code is None:  # a run starts
+                if runs.running:
+                    runs = runs._end(None)
+                runs = dataclasses.replace(runs, started=runs.started + 1)
+            elif runs.running:
+                runs = runs._end(marker.exit_code)
+            elif runs.ended and runs.exit_code is None:
+                # A run the status ended before its marker was read: the code is now known.
+                runs = dataclasses.replace(runs, exit_code=marker.exit_code)
+            else:  # its start marker was before what was read
+                runs = dataclasses.replace(runs, started=runs.started + 1)._end(marker.exit_code)
+        return runs
+
+    def saw(self, status: str, *, deployment_ended: bool, wrapped: bool) -> Runs:
+        """The ledger after the allocation was seen in ``status`` (``""``: not listed), once
+        the markers of the same poll have been read."""
+        if status in _ENDED and not self.started:  # it ran, and left no marker
+            return dataclasses.replace(self, started=1)._end(None)
+        if self.running and (status in _ENDED or deployment_ended):
+            return self._end(None)
+        if wrapped:  # the markers say when a wrapped container starts and restarts
+            return self
+        if status == AllocationStatus.RESTARTING and self.running:
+            return self._end(None)
+        if status == AllocationStatus.RUNNING and not self.running:
+            return dataclasses.replace(self, started=self.started + 1)
+        return self
+
+    def to_map(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_map(cls, value: Any) -> Runs:
+        """A stored ledger; what is missing or not of its type reads as the default."""
+        if not isinstance(value, Mapping):
+            return cls()
+        counts = {
+            name: value[name]
+            for name in ("read_to", "started", "ended")
+            if isinstance(value.get(name), int) and value[name] >= 0
+        }
+        code = value.get("exit_code")
+        return cls(**counts, exit_code=code if isinstance(code, int) else None)
