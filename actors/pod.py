@@ -614,12 +614,15 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
     status = record.dms_status or DeploymentStatus.PREPARING.go_name
     if record.phase == Phase.TERMINAL and record.reason == "ProviderFailed":
         status = DeploymentStatus.FAILED.go_name
+    containers = (*pod.spec.init_containers, *pod.spec.containers)
+    runs = {c.name: Runs.from_map(record.runs.get(c.name)) for c in containers}
     seen = {
-        c.name: ContainerObservation(
-            exit_code=Runs.from_map(record.runs.get(c.name)).last_exit_code,
+        name: ContainerObservation(
+            exit_code=own.last_exit_code,
+            oom_killed=own.oom_killed,
             restart_count=record.restarts,
         )
-        for c in (*pod.spec.init_containers, *pod.spec.containers)
+        for name, own in runs.items()
     }
     manifest = (
         EnsembleManifest.from_json(json.dumps(record.observed["manifest"]))

@@ -25,7 +25,10 @@ from typing import Any
 from dmsgw.behaviors.run_markers import Marker
 from dmsgw.behaviors.status import AllocationStatus
 
-__all__ = ["Runs"]
+__all__ = ["OOM_EXIT_CODE", "Runs"]
+
+OOM_EXIT_CODE = 137
+"""128 + SIGKILL: what a process killed by the OOM killer exits with, as Docker reports it."""
 
 _ENDED = frozenset(
     {
@@ -57,6 +60,15 @@ class Runs:
     def last_exit_code(self) -> int | None:
         """The exit code of the current run if it has ended (``None``: running or unknown)."""
         return None if self.running or not self.ended else self.exit_code
+
+    @property
+    def oom_killed(self) -> bool:
+        """The current run ended killed for its memory: the wrapper reported 137 (the DMS has
+        no OOM flag). Every allocation of a pod has a ``ram.size`` that the DMS enforces, and
+        a stop by the gateway or the DMS that comes to SIGKILL kills the wrapper too, leaving
+        no exit marker, so a 137 that the wrapper reports is the OOM killer's (or a command
+        that exits 137 itself: decision 14)."""
+        return self.last_exit_code == OOM_EXIT_CODE
 
     def _end(self, code: int | None) -> Runs:
         return dataclasses.replace(self, ended=self.ended + 1, exit_code=code)

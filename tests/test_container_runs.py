@@ -194,3 +194,12 @@ async def test_the_markers_are_not_part_of_the_container_log(tmp_path: Path) -> 
     assert b"".join(chunks) == b"out\nerr\n"
     tail = read_logs(fetch, ContainerLogOpts(Tail=1), running=lambda: False)
     assert b"".join([c async for c in tail]) == b"err\n"
+
+
+def test_only_a_run_the_wrapper_saw_end_with_137_was_oom_killed() -> None:
+    assert read(Runs(), START + EXIT % 137).oom_killed
+    assert not read(Runs(), START + EXIT % 143).oom_killed
+    # Killed with its wrapper (a stop that came to SIGKILL): no marker, no OOM verdict.
+    assert not read(Runs(), START).saw("failed", deployment_ended=False, wrapped=True).oom_killed
+    # Restarted since: the current run is not the one that was killed.
+    assert not read(Runs(), START + EXIT % 137 + START).oom_killed
