@@ -42,7 +42,6 @@ from dmsgw.behaviors.pod_ensemble import (
     is_wrapped,
 )
 from dmsgw.behaviors.pod_status import (
-    ContainerObservation,
     allocation_of,
     container_statuses,
     pod_status,
@@ -81,6 +80,7 @@ class Phase:
 
 TERMINAL_DMS = {DeploymentStatus.COMPLETED, DeploymentStatus.FAILED}
 _NOT_STARTED = frozenset({"", AllocationStatus.PENDING})
+_UNHEALTHY = "unhealthy"
 MARKER_READ_LIMIT = 1 << 20
 """At most this much of a container's new stderr is read for the wrapper's markers at once
 (a container that wrote more between two reads may have runs go uncounted)."""
@@ -108,7 +108,7 @@ class PodRecord:
     finished_ns: int = 0
     observed: dict[str, Any] = dataclasses.field(default_factory=dict)
     runs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Container name -> its runs in the current ensemble (:meth:`Runs.to_map`)."""
+    """Container name -> its runs, restarts and last run's end (:meth:`Runs.to_map`)."""
 
     def to_map(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -374,7 +374,10 @@ class PodActor(AsyncActor):
                 self.record.ensemble_id or self.record.previous_ensemble_id
             )
             self.record.ensemble_id = ""
-            self.record.runs = {}
+            self.record.runs = {
+                name: Runs.from_map(runs).next_ensemble().to_map()
+                for name, runs in self.record.runs.items()
+            }
             await self._save()
         attempt = self.record.attempt
         try:
@@ -452,7 +455,9 @@ class PodActor(AsyncActor):
         container's runs (a task fails while the deployment still runs, and the DMS reports
         allocations only then). A wrapped container whose allocation changed, and every one
         once the deployment has ended, has its log read for the wrapper's markers: the DMS
-        reports no exit code."""
+        reports no exit code. An allocation whose health check fails may be restarted by
+        the DMS between two polls: its log is read at every poll, as the start markers are
+        the only trace of such a restart."""
         interval = self._policy.poll_min_s
         last: tuple[Any, ...] | None = None
         pod = request_data(self.record).pod
@@ -481,7 +486,7 @@ class PodActor(AsyncActor):
                 for c in containers
                 if is_wrapped(c)
                 and states[c.name][0] not in _NOT_STARTED
-                and (ended or states[c.name] != seen.get(c.name))
+                and (ended or states[c.name] != seen.get(c.name) or states[c.name][1] == _UNHEALTHY)
             ]
             found = await asyncio.gather(
                 *(
@@ -616,14 +621,7 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
         status = DeploymentStatus.FAILED.go_name
     containers = (*pod.spec.init_containers, *pod.spec.containers)
     runs = {c.name: Runs.from_map(record.runs.get(c.name)) for c in containers}
-    seen = {
-        name: ContainerObservation(
-            exit_code=own.last_exit_code,
-            oom_killed=own.oom_killed,
-            restart_count=record.restarts,
-        )
-        for name, own in runs.items()
-    }
+    seen = {name: own.observation(record.restarts) for name, own in runs.items()}
     manifest = (
         EnsembleManifest.from_json(json.dumps(record.observed["manifest"]))
         if record.observed.get("manifest")

@@ -1,4 +1,4 @@
-"""One container's runs in its current ensemble, as the PodActor learns them across polls.
+"""One container's runs, as the PodActor learns them across polls: exit codes and restarts.
 
 Two sources feed it, and this ledger reconciles them without counting a run twice:
 
@@ -12,6 +12,12 @@ Two sources feed it, and this ledger reconciles them without counting a run twic
   so its runs are known from the statuses alone: ``running`` opens one, ``restarting`` ends
   it; a restart between two polls goes unseen.
 
+Runs after the first in one ensemble are the DMS's own restarts of the allocation (after a
+failure under ``one_for_one``, or failed health checks); :meth:`Runs.next_ensemble` carries
+their count and the last run's end over to the pod's next deployment, whose runs start again.
+:meth:`Runs.observation` is what :func:`~dmsgw.behaviors.pod_status.container_statuses` needs:
+the current run's exit code, the previous run as ``lastState``, the restart count.
+
 Pure and immutable; :meth:`Runs.to_map` / :meth:`Runs.from_map` persist it in the pod record
 (msgpack), where a missing or malformed field reads as its default.
 """
@@ -22,8 +28,10 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dmsgw.behaviors.pod_status import FAILED_EXIT_CODE, ContainerObservation, terminated_state
 from dmsgw.behaviors.run_markers import Marker
 from dmsgw.behaviors.status import AllocationStatus
+from dmsgw.transport import k8s
 
 __all__ = ["OOM_EXIT_CODE", "Runs"]
 
@@ -40,16 +48,25 @@ _ENDED = frozenset(
 )
 
 
+_UNKNOWN_CODE = "the run left no exit code (the DMS reports none)"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Runs:
-    """``read_to``: how much of the allocation's stderr has been read for markers; ``started``
-    and ``ended``: runs seen to start and to end; ``exit_code``: the latest ended run's
-    (``None``: unknown)."""
+    """In the current ensemble: ``read_to``, how much of the allocation's stderr has been read
+    for markers; ``started`` and ``ended``, runs seen to start and to end; ``exit_code`` and
+    ``previous_exit_code``, those of the latest ended run and of the one before it (``None``:
+    unknown). From the pod's earlier ensembles: ``earlier_restarts``, the DMS's restarts of
+    the container; ``earlier_ended`` and ``earlier_exit_code``, the last run's end."""
 
     read_to: int = 0
     started: int = 0
     ended: int = 0
     exit_code: int | None = None
+    previous_exit_code: int | None = None
+    earlier_restarts: int = 0
+    earlier_ended: bool = False
+    earlier_exit_code: int | None = None
 
     @property
     def running(self) -> bool:
@@ -70,8 +87,52 @@ class Runs:
         that exits 137 itself: decision 14)."""
         return self.last_exit_code == OOM_EXIT_CODE
 
+    @property
+    def restarts(self) -> int:
+        """The DMS's restarts of the container, over the pod's life."""
+        return self.earlier_restarts + max(self.started - 1, 0)
+
+    def _before_current(self) -> tuple[bool, int | None]:
+        """Whether a run ended before the current one (the latest, ended or not), its code."""
+        if self.running or not self.ended:  # the latest ended run came before this one
+            if self.ended:
+                return True, self.exit_code
+        elif self.ended >= 2:
+            return True, self.previous_exit_code
+        return self.earlier_ended, self.earlier_exit_code
+
+    def observation(self, redeploys: int) -> ContainerObservation:
+        """The container as :func:`~dmsgw.behaviors.pod_status.container_statuses` sees it;
+        ``redeploys`` counts the pod's whole redeployments, which restart it too."""
+        ended, code = self._before_current()
+        last: k8s.ContainerState | None = None
+        if ended:
+            last = terminated_state(
+                FAILED_EXIT_CODE if code is None else code,
+                oom_killed=code == OOM_EXIT_CODE,
+                message=_UNKNOWN_CODE if code is None else "",
+            )
+        return ContainerObservation(
+            exit_code=self.last_exit_code,
+            oom_killed=self.oom_killed,
+            restart_count=redeploys + self.restarts,
+            last_state=last,
+        )
+
+    def next_ensemble(self) -> Runs:
+        """The ledger for the pod's next deployment: the runs start again, the restarts and
+        the last run's end carry over."""
+        ended, code = (True, self.exit_code) if self.ended else (False, None)
+        return Runs(
+            earlier_restarts=self.restarts,
+            earlier_ended=ended or self.earlier_ended,
+            earlier_exit_code=code if ended else self.earlier_exit_code,
+        )
+
     def _end(self, code: int | None) -> Runs:
-        return dataclasses.replace(self, ended=self.ended + 1, exit_code=code)
+        return dataclasses.replace(
+            self, ended=self.ended + 1, exit_code=code, previous_exit_code=self.exit_code
+        )
 
     def read(self, found: Iterable[Marker], read_to: int) -> Runs:
         """The ledger after the markers ``found`` in stderr up to byte ``read_to``."""
@@ -115,8 +176,13 @@ class Runs:
             return cls()
         counts = {
             name: value[name]
-            for name in ("read_to", "started", "ended")
-            if isinstance(value.get(name), int) and value[name] >= 0
+            for name in ("read_to", "started", "ended", "earlier_restarts")
+            if type(value.get(name)) is int and value[name] >= 0
         }
-        code = value.get("exit_code")
-        return cls(**counts, exit_code=code if isinstance(code, int) else None)
+        codes = {
+            name: value[name]
+            for name in ("exit_code", "previous_exit_code", "earlier_exit_code")
+            if type(value.get(name)) is int
+        }
+        ended = value.get("earlier_ended") is True
+        return cls(**counts, **codes, earlier_ended=ended)

@@ -41,17 +41,19 @@ from dmsgw.errors import DmsgwError
 from dmsgw.transport import interlink, k8s
 
 __all__ = [
+    "FAILED_EXIT_CODE",
     "NOT_RUN_EXIT_CODE",
     "ContainerObservation",
     "PodContainerStatuses",
     "allocation_of",
+    "terminated_state",
     "container_statuses",
     "pod_status",
 ]
 
 NOT_RUN_EXIT_CODE = 1
 """Exit code reported for a container that never ran because the pod failed before it."""
-_FAILED_EXIT_CODE = 1
+FAILED_EXIT_CODE = 1
 """Exit code of a failed allocation whose real code is unknown (the DMS does not report it)."""
 _STOPPED_EXIT_CODE = 143
 """Exit code of an allocation the DMS stopped, when its real code is unknown (SIGTERM)."""
@@ -106,18 +108,36 @@ def _waiting(reason: str, message: str = "") -> k8s.ContainerState:
     return k8s.ContainerState(waiting=k8s.ContainerStateWaiting(reason=reason, message=message))
 
 
-def _terminated(
-    code: int, seen: ContainerObservation, now: datetime, message: str = ""
+def terminated_state(
+    code: int,
+    *,
+    oom_killed: bool = False,
+    message: str = "",
+    started_at: datetime | None = None,
+    finished_at: datetime | None = None,
 ) -> k8s.ContainerState:
-    reason = "Completed" if code == 0 else ("OOMKilled" if seen.oom_killed else "Error")
+    """A run that ended with ``code``: ``Completed``, ``OOMKilled`` or ``Error``."""
+    reason = "Completed" if code == 0 else ("OOMKilled" if oom_killed else "Error")
     return k8s.ContainerState(
         terminated=k8s.ContainerStateTerminated(
             exit_code=code,
             reason=reason,
             message=message,
-            started_at=seen.started_at,
-            finished_at=seen.finished_at or now,
+            started_at=started_at,
+            finished_at=finished_at,
         )
+    )
+
+
+def _terminated(
+    code: int, seen: ContainerObservation, now: datetime, message: str = ""
+) -> k8s.ContainerState:
+    return terminated_state(
+        code,
+        oom_killed=seen.oom_killed,
+        message=message,
+        started_at=seen.started_at,
+        finished_at=seen.finished_at or now,
     )
 
 
@@ -173,13 +193,13 @@ class _Deployment:
         if status == AllocationStatus.COMPLETED:
             return _State(_terminated(seen.exit_code or 0, seen, now), allocation_id=ident)
         if status == AllocationStatus.FAILED:
-            code = seen.exit_code or _FAILED_EXIT_CODE
+            code = seen.exit_code or FAILED_EXIT_CODE
             return _State(_terminated(code, seen, now), allocation_id=ident)
         if status in _STOPPED:
             code = seen.exit_code if seen.exit_code is not None else _STOPPED_EXIT_CODE
             return _State(_terminated(code, seen, now, "stopped by the DMS"), allocation_id=ident)
         if self.status == DeploymentStatus.FAILED:
-            code = seen.exit_code or _FAILED_EXIT_CODE
+            code = seen.exit_code or FAILED_EXIT_CODE
             message = self.error or "the DMS deployment failed"
             return _State(_terminated(code, seen, now, message), allocation_id=ident)
         if self.status == DeploymentStatus.COMPLETED:

@@ -130,7 +130,16 @@ def test_a_stored_ledger_that_is_missing_or_garbled_reads_as_empty(stored: Any) 
 
 
 def test_a_ledger_round_trips_through_its_map() -> None:
-    runs = Runs(read_to=120, started=3, ended=2, exit_code=137)
+    runs = Runs(
+        read_to=120,
+        started=3,
+        ended=2,
+        exit_code=137,
+        previous_exit_code=3,
+        earlier_restarts=4,
+        earlier_ended=True,
+        earlier_exit_code=None,
+    )
     assert Runs.from_map(runs.to_map()) == runs
 
 
@@ -203,3 +212,47 @@ def test_only_a_run_the_wrapper_saw_end_with_137_was_oom_killed() -> None:
     assert not read(Runs(), START).saw("failed", deployment_ended=False, wrapped=True).oom_killed
     # Restarted since: the current run is not the one that was killed.
     assert not read(Runs(), START + EXIT % 137 + START).oom_killed
+
+
+# --- restarts and the previous run ------------------------------------------------------------
+
+
+def _last(runs: Runs) -> tuple[int, str, str] | None:
+    terminated = runs.observation(0).last_state
+    if terminated is None or terminated.terminated is None:
+        return None
+    t = terminated.terminated
+    return t.exit_code, t.reason, t.message
+
+
+def test_the_dms_restarts_of_a_container_are_counted_with_the_previous_run() -> None:
+    first = read(Runs(), START)
+    assert (first.observation(0).restart_count, _last(first)) == (0, None)
+    again = read(first, EXIT % 3 + START)  # failed, restarted by the DMS
+    assert again.observation(0).restart_count == 1
+    assert _last(again) == (3, "Error", "")
+    oom = read(again, EXIT % 137 + START)
+    assert oom.observation(2).restart_count == 4  # two pod redeploys on top
+    assert _last(oom) == (137, "OOMKilled", "")
+    ended = read(oom, EXIT % 0)  # the current run ended: lastState is the one before
+    seen = ended.observation(0)
+    assert (seen.exit_code, seen.restart_count, _last(ended)) == (0, 2, (137, "OOMKilled", ""))
+
+
+def test_a_previous_run_without_an_exit_code_is_reported_as_unknown() -> None:
+    killed = read(Runs(), START + START)  # the first run's wrapper died with it
+    code, reason, message = _last(killed) or (0, "", "")
+    assert (code, reason) == (1, "Error") and "no exit code" in message
+
+
+def test_restarts_and_the_last_run_carry_over_to_the_next_deployment() -> None:
+    old = read(Runs(), START + EXIT % 2 + START + EXIT % 5)
+    new = old.next_ensemble()
+    assert (new.started, new.read_to, new.restarts) == (0, 0, 1)
+    assert _last(new) == (5, "Error", "")  # waiting or running: the old ensemble's last run
+    assert _last(read(new, START)) == (5, "Error", "")
+    assert _last(read(new, START + EXIT % 0)) == (5, "Error", "")
+    assert read(new, START + EXIT % 0 + START).restarts == 2
+    # A deployment in which the container never ran keeps what came before.
+    assert new.next_ensemble() == new
+    assert Runs().next_ensemble() == Runs()

@@ -8,9 +8,13 @@ Waiting is on the gateway's answers (bounded /status polls), never on a fixed sl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
+
+from aiohttp.test_utils import TestClient
 
 from tests.test_gateway_e2e import plugin
 from tests.test_gateway_pods import _container, _create, _logs, _pod, _wait_all_terminated
@@ -37,7 +41,7 @@ async def test_each_container_reports_its_own_exit_code(plugin: Any) -> None:
     # The wrapper's markers are the gateway's: the containers' own logs do not show them.
     assert await _logs(client, spec, "bad") == "oops\n"
     assert await _logs(client, spec, "setup") == "set up\n"
-    assert (await client.post("/delete", data=json.dumps(spec))).status == 200
+    await _delete(plugin, spec)
 
 
 async def test_a_container_over_its_memory_limit_is_oom_killed(plugin: Any) -> None:
@@ -53,4 +57,57 @@ async def test_a_container_over_its_memory_limit_is_oom_killed(plugin: Any) -> N
         for c in status["containers"]
     }
     assert ended == {"hog": (137, "OOMKilled"), "light": (0, "Completed")}
+    await _delete(plugin, spec)
+
+
+async def _until(
+    client: TestClient[Any, Any], spec: dict[str, Any], done: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """Poll /status until ``done(status)``; every status seen, in order."""
+    seen = []
+    for _ in range(400):
+        resp = await client.get("/status", data=json.dumps([spec]))
+        assert resp.status == 200, await resp.text()
+        (status,) = await resp.json()
+        seen.append(status)
+        if done(status):
+            return seen
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{spec['metadata']['uid']} never got there: {seen[-1]}")
+
+
+async def _delete(plugin: Any, spec: dict[str, Any]) -> None:
+    """``/delete``, then wait until the pod's ensemble has been stopped (its actor ends)."""
+    client, backend = plugin
     assert (await client.post("/delete", data=json.dumps(spec))).status == 200
+    for _ in range(400):
+        if spec["metadata"]["uid"] not in backend.gateway._records:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{spec['metadata']['uid']} was never deleted")
+
+
+def _probe(kind: str, passes: bool) -> dict[str, Any]:
+    command = ["true" if passes else "false"]
+    return {f"{kind}Probe": {"exec": {"command": command}, "periodSeconds": 1}}
+
+
+async def test_a_failing_liveness_probe_restarts_the_container(plugin: Any) -> None:
+    client, _ = plugin
+    spec = _pod(
+        [_container("main", "echo up; exec sleep 60", **_probe("liveness", False))],
+        policy="Always",
+    )
+    await _create(client, spec)
+    seen = await _until(
+        client,
+        spec,
+        lambda s: (
+            s["containers"][0]["restartCount"] >= 1 and "running" in s["containers"][0]["state"]
+        ),
+    )
+    main = seen[-1]["containers"][0]
+    # The DMS stopped it (SIGTERM, forwarded by the wrapper to the command) and started it again.
+    assert main["lastState"]["terminated"]["exitCode"] == 143
+    assert main["lastState"]["terminated"]["reason"] == "Error"
+    await _delete(plugin, spec)
