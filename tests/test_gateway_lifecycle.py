@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -87,9 +88,79 @@ async def _delete(plugin: Any, spec: dict[str, Any]) -> None:
     raise AssertionError(f"{spec['metadata']['uid']} was never deleted")
 
 
+def _by_name(status: dict[str, Any]) -> dict[str, Any]:
+    return {c["name"]: c for c in status["containers"]}
+
+
 def _probe(kind: str, passes: bool) -> dict[str, Any]:
     command = ["true" if passes else "false"]
     return {f"{kind}Probe": {"exec": {"command": command}, "periodSeconds": 1}}
+
+
+def _health(backend: Any, uid: str, name: str) -> str:
+    """The DMS health of a container's allocation, as the gateway last observed it."""
+    info = backend.gateway._records[uid].observed.get("allocation_info") or {}
+    return next((a["health"] for k, a in info.items() if k.endswith(f".{name}")), "")
+
+
+async def test_lifecycle_hooks_run_around_the_container(plugin: Any, tmp_path: Path) -> None:
+    client, _ = plugin
+    started, stopped = tmp_path / "post-started", tmp_path / "pre-stopped"
+    hooks = {
+        "postStart": {"exec": {"command": ["sh", "-c", f"echo post-start; touch {started}"]}},
+        "preStop": {"exec": {"command": ["sh", "-c", f"echo pre-stop > {stopped}"]}},
+    }
+    script = f"until [ -e {started} ]; do sleep 0.05; done; echo main; exec sleep 60"
+    spec = _pod([_container("main", script, lifecycle=hooks)])
+    await _create(client, spec)
+    await _until(client, spec, lambda s: "running" in s["containers"][0]["state"])
+    for _ in range(400):
+        logs = await _logs(client, spec, "main")
+        if logs == "post-start\nmain\n":
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"the hook's and the command's output: {logs!r}")
+    assert not stopped.exists()
+    await _delete(plugin, spec)
+    assert stopped.read_text() == "pre-stop\n"
+
+
+async def test_readiness_and_startup_probes_set_ready_and_started(plugin: Any) -> None:
+    client, backend = plugin
+    sleeper = "exec sleep 60"
+    spec = _pod(
+        [
+            _container("ready-ok", sleeper, **_probe("readiness", True)),
+            _container("ready-bad", sleeper, **_probe("readiness", False)),
+            _container("start-ok", sleeper, **_probe("startup", True)),
+            _container("start-bad", sleeper, **_probe("startup", False)),
+        ],
+        policy="Always",
+    )
+    uid = spec["metadata"]["uid"]
+    await _create(client, spec)
+
+    def settled(status: dict[str, Any]) -> bool:
+        c = _by_name(status)
+        return (
+            c["ready-ok"]["ready"]
+            and c["start-ok"]["started"]
+            and all(
+                "running" in c[name]["state"] and _health(backend, uid, name) == "unhealthy"
+                for name in ("ready-bad", "start-bad")
+            )
+        )
+
+    seen = await _until(client, spec, settled)
+    last = _by_name(seen[-1])
+    assert (last["ready-ok"]["ready"], last["ready-ok"]["started"]) == (True, True)
+    assert (last["start-ok"]["ready"], last["start-ok"]["started"]) == (True, True)
+    assert (last["ready-bad"]["ready"], last["ready-bad"]["started"]) == (False, True)
+    assert (last["start-bad"]["ready"], last["start-bad"]["started"]) == (False, False)
+    # A failing probe never let its container count as ready, however it was polled.
+    assert not any(_by_name(s)[n]["ready"] for s in seen for n in ("ready-bad", "start-bad"))
+    await _delete(plugin, spec)
 
 
 async def test_a_failing_liveness_probe_restarts_the_container(plugin: Any) -> None:
