@@ -20,7 +20,7 @@ from typing import Any
 
 from dmsgw.actors import bridge
 from dmsgw.actors.aio import AsyncActorRef
-from dmsgw.actors.logs import read_logs
+from dmsgw.actors.logs import log_directory, read_logs
 from dmsgw.actors.node import NodeActor, NodeClient
 from dmsgw.actors.pod import (
     DEFAULT_POLICY,
@@ -43,7 +43,6 @@ from dmsgw.actors.supervisor import ChildSpec, Supervisor
 from dmsgw.behaviors.capacity import GPU_RESOURCE_PREFIX, consolidate_capacity, gpu_catalog
 from dmsgw.behaviors.deployment import (
     DeploymentListRequest,
-    DeploymentLogsRequest,
     DeploymentManifestRequest,
     DeploymentShutdownRequest,
 )
@@ -249,10 +248,7 @@ class Gateway:
         allocation = await self._allocation_key(ensemble, container)
 
         async def fetch() -> Path:
-            reply = await self.parts.invoke(
-                "/dms/node/deployment/logs", DeploymentLogsRequest(ensemble, allocation)
-            )
-            return Path(reply.logs_written_to)
+            return await log_directory(self.parts.invoke, ensemble, allocation)
 
         def running() -> bool:
             snapshot = self.snapshots.get(record.uid)

@@ -6,7 +6,11 @@ per-line times, so ``Timestamps`` stamps a line with the time the gateway read i
 that already existed: the file's last modification, an upper bound), and ``SinceSeconds`` /
 ``SinceTime`` compare against those same times. ``Tail`` and ``Bytes`` are exact. The DMS
 writes the files when asked, so ``Follow`` asks again every interval and sends what is new,
-until the container ends.
+until the container ends. The pod wrapper's markers (:mod:`dmsgw.behaviors.run_markers`) are
+the gateway's, not the container's output: they are left out of ``stderr.log``.
+
+The PodActor reads the same files for those markers: :func:`log_directory` and
+:func:`lines_after` serve both.
 """
 
 from __future__ import annotations
@@ -16,11 +20,54 @@ import datetime as dt
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+from dmsgw.behaviors.deployment import DeploymentLogsRequest
+from dmsgw.behaviors.run_markers import strip_marker
+from dmsgw.errors import DmsgwError
 from dmsgw.transport.interlink import ContainerLogOpts
 
-LOG_FILES = ("stdout.log", "stderr.log")
+STDERR_LOG = "stderr.log"
+LOG_FILES = ("stdout.log", STDERR_LOG)
 FOLLOW_INTERVAL_S = 0.2
+
+
+async def log_directory(
+    invoke: Callable[..., Awaitable[Any]], ensemble_id: str, allocation: str
+) -> Path:
+    """Have the DMS write ``allocation``'s log files (``deployment/logs``); their directory."""
+    reply = await invoke(
+        "/dms/node/deployment/logs", DeploymentLogsRequest(ensemble_id, allocation)
+    )
+    if not reply.logs_written_to:
+        raise DmsgwError(f"the DMS wrote no logs for {allocation} of {ensemble_id}")
+    return Path(reply.logs_written_to)
+
+
+def lines_after(path: Path, offset: int, limit: int | None = None) -> tuple[bytes, int]:
+    """The whole lines written to ``path`` after byte ``offset`` (of more than ``limit``
+    bytes, the lines in the last ``limit``), and the offset after them; an unterminated last
+    line is left for the next call. Blocking."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = offset if limit is None else max(offset, size - limit)
+            f.seek(start)
+            data = f.read(max(size - start, 0))
+    except FileNotFoundError:
+        return b"", offset
+    if start > offset:  # skipped ahead: the first line read is only a part of one
+        cut = data.find(b"\n") + 1
+        start, data = start + cut, data[cut:]
+    complete = data[: data.rfind(b"\n") + 1]
+    return complete, start + len(complete)
+
+
+def _visible(name: str, lines: list[bytes]) -> list[bytes]:
+    """The lines of log file ``name`` that are the container's own output."""
+    if name != STDERR_LOG:
+        return lines
+    return [kept for kept in map(strip_marker, lines) if kept]
 
 
 def _stamp(ts: float) -> bytes:
@@ -54,7 +101,7 @@ def _existing_lines(
         if since is not None and mtime < since:
             continue
         prefix = _stamp(mtime) if opts.timestamps else b""
-        lines += [prefix + line for line in data.splitlines(keepends=True)]
+        lines += [prefix + line for line in _visible(name, data.splitlines(keepends=True))]
     return lines, offsets
 
 
@@ -103,23 +150,12 @@ def _new_output(
 ) -> bytes:
     out = b""
     for name, offset in offsets.items():
-        path = directory / name
-        try:
-            with path.open("rb") as f:
-                f.seek(offset)
-                data = f.read()
-        except FileNotFoundError:
-            continue
-        if not data:
-            continue
-        complete = data[: data.rfind(b"\n") + 1]  # whole lines only; the rest comes next time
-        if not complete:
-            continue
-        offsets[name] = offset + len(complete)
-        if timestamps:
+        complete, offsets[name] = lines_after(directory / name, offset)
+        lines = _visible(name, complete.splitlines(keepends=True))
+        if lines and timestamps:
             stamp = _stamp(clock())
-            complete = b"".join(stamp + line for line in complete.splitlines(keepends=True))
-        out += complete
+            lines = [stamp + line for line in lines]
+        out += b"".join(lines)
     return out
 
 

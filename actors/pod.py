@@ -22,8 +22,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from dmsgw.actors.aio import AsyncActor
+from dmsgw.actors.logs import STDERR_LOG, lines_after, log_directory
 from dmsgw.actors.node import DMSBehaviorError
 from dmsgw.actors.store import PodStore
+from dmsgw.behaviors.container_runs import Runs
 from dmsgw.behaviors.deployment import (
     DeploymentListRequest,
     DeploymentManifestRequest,
@@ -33,9 +35,19 @@ from dmsgw.behaviors.deployment import (
     NewDeploymentRequest,
 )
 from dmsgw.behaviors.ensemble import EnsembleConfig
-from dmsgw.behaviors.pod_ensemble import METADATA_GENERATION, METADATA_POD_UID
-from dmsgw.behaviors.pod_status import ContainerObservation, container_statuses, pod_status
-from dmsgw.behaviors.status import DeploymentStatus, EnsembleManifest
+from dmsgw.behaviors.pod_ensemble import (
+    METADATA_GENERATION,
+    METADATA_POD_UID,
+    allocation_key,
+    is_wrapped,
+)
+from dmsgw.behaviors.pod_status import (
+    allocation_of,
+    container_statuses,
+    pod_status,
+)
+from dmsgw.behaviors.run_markers import markers
+from dmsgw.behaviors.status import AllocationStatus, DeploymentStatus, EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
 from dmsgw.errors import DmsgwError
 from dmsgw.transport.interlink import PodStatus, RetrievedPodData, parse_create_body
@@ -67,6 +79,11 @@ class Phase:
 
 
 TERMINAL_DMS = {DeploymentStatus.COMPLETED, DeploymentStatus.FAILED}
+_NOT_STARTED = frozenset({"", AllocationStatus.PENDING})
+_UNHEALTHY = "unhealthy"
+MARKER_READ_LIMIT = 1 << 20
+"""At most this much of a container's new stderr is read for the wrapper's markers at once
+(a container that wrote more between two reads may have runs go uncounted)."""
 
 
 @dataclasses.dataclass
@@ -90,6 +107,8 @@ class PodRecord:
     started_ns: int = 0
     finished_ns: int = 0
     observed: dict[str, Any] = dataclasses.field(default_factory=dict)
+    runs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Container name -> its runs, restarts and last run's end (:meth:`Runs.to_map`)."""
 
     def to_map(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -121,6 +140,7 @@ class _Observed:
     status: DeploymentStatus
     reply: Any
     manifest: Any = None  # fetched when the deployment ends: how each allocation ended
+    runs: Mapping[str, Runs] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,6 +305,7 @@ class PodActor(AsyncActor):
         if message.manifest is not None:
             observed["manifest"] = _plain(message.manifest)
         record.observed = observed
+        record.runs = {name: runs.to_map() for name, runs in message.runs.items()}
         if message.status == DeploymentStatus.RUNNING and not record.started_ns:
             record.started_ns = self._clock()
         if message.status == DeploymentStatus.RUNNING and self._service_completed():
@@ -353,6 +374,10 @@ class PodActor(AsyncActor):
                 self.record.ensemble_id or self.record.previous_ensemble_id
             )
             self.record.ensemble_id = ""
+            self.record.runs = {
+                name: Runs.from_map(runs).next_ensemble().to_map()
+                for name, runs in self.record.runs.items()
+            }
             await self._save()
         attempt = self.record.attempt
         try:
@@ -426,10 +451,19 @@ class PodActor(AsyncActor):
         return base * (0.8 + 0.4 * self._rng.random())
 
     async def _follow(self, ensemble_id: str) -> None:
-        """Report each change of the deployment's status or of an allocation's status (a task
-        fails while the deployment still runs, and the DMS reports allocations only then)."""
+        """Report each change of the deployment's status, of an allocation's status or of a
+        container's runs (a task fails while the deployment still runs, and the DMS reports
+        allocations only then). A wrapped container whose allocation changed, and every one
+        once the deployment has ended, has its log read for the wrapper's markers: the DMS
+        reports no exit code. An allocation whose health check fails may be restarted by
+        the DMS between two polls: its log is read at every poll, as the start markers are
+        the only trace of such a restart."""
         interval = self._policy.poll_min_s
         last: tuple[Any, ...] | None = None
+        pod = request_data(self.record).pod
+        containers = (*pod.spec.init_containers, *pod.spec.containers)
+        runs = {c.name: Runs.from_map(self.record.runs.get(c.name)) for c in containers}
+        seen: dict[str, tuple[str, str]] = {}
         while True:
             try:
                 reply = await self._invoke(
@@ -443,12 +477,36 @@ class PodActor(AsyncActor):
             status = DeploymentStatus.parse(reply.status)
             allocations = reply.allocation_info or {}
             key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
-            if key != last:
-                manifest = await self._manifest(ensemble_id) if status in TERMINAL_DMS else None
-                self.actor_ref.tell(_Observed(status, reply, manifest))
+            ended = status in TERMINAL_DMS
+            manifest = await self._manifest(ensemble_id) if ended and key != last else None
+            listed = (manifest.allocations or {}) if manifest is not None else {}
+            states = {c.name: _allocation_state(c.name, listed, allocations) for c in containers}
+            read = [
+                c.name
+                for c in containers
+                if is_wrapped(c)
+                and states[c.name][0] not in _NOT_STARTED
+                and (ended or states[c.name] != seen.get(c.name) or states[c.name][1] == _UNHEALTHY)
+            ]
+            found = await asyncio.gather(
+                *(
+                    read_runs(self._invoke, ensemble_id, name, runs[name], uid=self.record.uid)
+                    for name in read
+                )
+            )
+            now = {**runs, **dict(zip(read, found, strict=True))}
+            now = {
+                c.name: now[c.name].saw(
+                    states[c.name][0], deployment_ended=ended, wrapped=is_wrapped(c)
+                )
+                for c in containers
+            }
+            seen = states
+            if key != last or now != runs:
+                self.actor_ref.tell(_Observed(status, reply, manifest, now))
                 interval = self._policy.poll_min_s
-                last = key
-                if status in TERMINAL_DMS:
+                last, runs = key, now
+                if ended:
                     return
             else:
                 interval = min(interval * 1.5, self._policy.poll_max_s)
@@ -523,6 +581,30 @@ def _parsed_request(request: bytes) -> RetrievedPodData:
     return parse_create_body(request)[0]
 
 
+async def read_runs(
+    invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str
+) -> Runs:
+    """``runs`` after the markers that the container's stderr gained since the last read;
+    unchanged when the log cannot be had (pod ``uid`` names it in the log message)."""
+    try:
+        directory = await log_directory(invoke, ensemble_id, allocation_key(container))
+        text, read_to = await asyncio.to_thread(
+            lines_after, directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT
+        )
+    except (DmsgwError, OSError) as exc:
+        log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
+        return runs
+    return runs.read(markers(text), read_to)
+
+
+def _allocation_state(
+    name: str, listed: Mapping[str, Any], allocations: Mapping[str, Any]
+) -> tuple[str, str]:
+    """A container's allocation status and health, from the live info or the manifest."""
+    status, info, _ = allocation_of(name, listed, allocations)
+    return status, info.health if info is not None else ""
+
+
 def _plain(reply: Any) -> dict[str, Any]:
     """A reply as a plain map, to persist what was last observed."""
     raw = reply.to_json() if hasattr(reply, "to_json") else b"{}"
@@ -537,10 +619,9 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
     status = record.dms_status or DeploymentStatus.PREPARING.go_name
     if record.phase == Phase.TERMINAL and record.reason == "ProviderFailed":
         status = DeploymentStatus.FAILED.go_name
-    seen = {
-        c.name: ContainerObservation(restart_count=record.restarts)
-        for c in (*pod.spec.init_containers, *pod.spec.containers)
-    }
+    containers = (*pod.spec.init_containers, *pod.spec.containers)
+    runs = {c.name: Runs.from_map(record.runs.get(c.name)) for c in containers}
+    seen = {name: own.observation(record.restarts) for name, own in runs.items()}
     manifest = (
         EnsembleManifest.from_json(json.dumps(record.observed["manifest"]))
         if record.observed.get("manifest")

@@ -21,12 +21,14 @@ the docstrings below):
   completion marker that the previous init container's wrapper writes into a per-pod control
   volume (``/.dmsgw``) when its command exits 0.
 * **Command.** ``command`` is the entrypoint and ``args`` the cmd, with ``$(VAR)`` expanded
-  from the container's environment as the kubelet does. A container that needs a wrapper (an
-  init container, for its completion marker, or one with lifecycle hooks) runs
-  ``/bin/sh -c <wrapper> dmsgw-pod <command> <args>``: the wrapper starts the command, runs the
-  ``postStart`` hook beside it (killing it if the hook fails), runs ``preStop`` when it is
-  asked to stop, forwards the signal and exits with the command's status. Such a container
-  needs a ``command`` (the image's own entrypoint cannot be wrapped) and ``/bin/sh``.
+  from the container's environment as the kubelet does. A container with a ``command`` runs
+  ``/bin/sh -c <wrapper> dmsgw-pod <command> <args>``: the wrapper reports the command's start
+  and exit status on stderr (:mod:`dmsgw.behaviors.run_markers`: the DMS reports neither),
+  starts the command, runs the ``postStart`` hook beside it (killing it if the hook fails),
+  runs ``preStop`` when it is asked to stop, forwards the signal, writes an init container's
+  completion marker and exits with the command's status. The image needs ``/bin/sh`` then. A
+  container without a ``command`` runs the image's own entrypoint, which cannot be wrapped: its
+  exit code stays unknown, and an init container or one with lifecycle hooks is refused.
 * **Environment.** Literal values; leftover ``valueFrom`` is resolved from the ConfigMaps and
   Secrets interLink sent, from the pod (``fieldRef``) and from the container's resources
   (``resourceFieldRef``).
@@ -82,6 +84,7 @@ from dmsgw.behaviors.ensemble import (
 )
 from dmsgw.behaviors.ensemble_validation import validate_ensemble
 from dmsgw.behaviors.resources import CPU, GPU, RAM, Disk, GPUVendor, Resources
+from dmsgw.behaviors.run_markers import EXIT_CODE_MARKER, STARTED_MARKER
 from dmsgw.errors import DmsgwError
 from dmsgw.keys.peer import PeerIDError, parse_peer_id
 from dmsgw.transport import k8s
@@ -104,11 +107,26 @@ __all__ = [
     "POD_NODE",
     "PodTranslationError",
     "TranslationOptions",
+    "allocation_key",
+    "is_wrapped",
     "pod_to_ensemble",
 ]
 
 POD_NODE = "pod"
 """The ensemble's only node; allocations are keyed ``pod.<container>`` in manifests."""
+
+
+def allocation_key(container: str) -> str:
+    """The manifest key of a container's allocation (what ``deployment/logs`` is asked for)."""
+    return f"{POD_NODE}.{container}"
+
+
+def is_wrapped(container: k8s.Container) -> bool:
+    """Whether the container runs under the wrapper that reports its runs on stderr: those
+    with a ``command`` (the image's own entrypoint cannot be wrapped)."""
+    return bool(container.command)
+
+
 PEER_ANNOTATION = "nunet.io/peer"
 """Pod annotation: the peer ID (``12D3KooW…``) the pod must run on."""
 EXCLUDE_PEERS_ANNOTATION = "nunet.io/exclude-peers"
@@ -818,13 +836,15 @@ def _wrapper(c: _Container, hooks: _Hooks, marker: str) -> str:
     """The shell that runs the container's command (``"$@"``) in the background so that it can
     run the ``postStart`` hook beside it, run ``preStop`` and forward the signal when it is
     asked to stop, and, for an init container, write the completion ``marker`` when the
-    command exits 0. It exits with the command's status."""
+    command exits 0. It reports the command's start and exit status on stderr (the DMS reports
+    neither) and exits with the command's status."""
     on_stop = f"{hooks.pre_stop} || :; " if hooks.pre_stop else ""
     on_stop += '[ -z "$pid" ] || kill -TERM "$pid" 2>/dev/null'
     lines = [
-        f"# dmsgw: runs container {c.spec.name!r} with its hooks and completion marker",
+        f"# dmsgw: runs container {c.spec.name!r}, reporting its start and exit on stderr",
         "pid=",
         f"trap {shlex.quote(on_stop)} TERM INT",
+        f"echo {shlex.quote(STARTED_MARKER)} >&2",
         '"$@" &',
         "pid=$!",
     ]
@@ -844,7 +864,7 @@ def _wrapper(c: _Container, hooks: _Hooks, marker: str) -> str:
     ]
     if marker:
         lines.append(f'if [ "$code" -eq 0 ]; then : > {shlex.quote(marker)}; fi')
-    lines.append('exit "$code"')
+    lines += [f'echo "{EXIT_CODE_MARKER}$code" >&2', 'exit "$code"']
     return "\n".join(lines) + "\n"
 
 
@@ -1309,21 +1329,18 @@ def _execution(ctx: _Pod, c: _Container, env: Mapping[str, str], hooks: _Hooks) 
     command = [_expand(part, env) for part in spec.command]
     args = [_expand(part, env) for part in spec.args]
     params: dict[str, Any] = {"image": spec.image}
-    if c.init_index is not None or hooks != _Hooks():
-        if not command:
-            raise PodTranslationError(
-                f"{c.path}.command",
-                "required: the gateway wraps the command of an init container or of a container "
-                "with lifecycle hooks, and cannot wrap the image's own entrypoint",
-            )
+    if (c.init_index is not None or hooks != _Hooks()) and not is_wrapped(spec):
+        raise PodTranslationError(
+            f"{c.path}.command",
+            "required: the gateway wraps the command of an init container or of a container "
+            "with lifecycle hooks, and cannot wrap the image's own entrypoint",
+        )
+    if is_wrapped(spec):
         marker = _marker(spec.name) if c.init_index is not None else ""
         params["entrypoint"] = ["/bin/sh", "-c", _wrapper(c, hooks, marker), _WRAPPER_NAME]
         params["cmd"] = command + args
-    else:
-        if command:
-            params["entrypoint"] = command
-        if args:
-            params["cmd"] = args
+    elif args:
+        params["cmd"] = args
     if env:
         params["environment"] = [f"{name}={value}" for name, value in env.items()]
     if spec.working_dir:

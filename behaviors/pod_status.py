@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import NamedTuple
 
-from dmsgw.behaviors.pod_ensemble import POD_NODE
+from dmsgw.behaviors.pod_ensemble import allocation_key
 from dmsgw.behaviors.status import (
     AllocationInfo,
     AllocationManifest,
@@ -41,16 +41,19 @@ from dmsgw.errors import DmsgwError
 from dmsgw.transport import interlink, k8s
 
 __all__ = [
+    "FAILED_EXIT_CODE",
     "NOT_RUN_EXIT_CODE",
     "ContainerObservation",
     "PodContainerStatuses",
+    "allocation_of",
+    "terminated_state",
     "container_statuses",
     "pod_status",
 ]
 
 NOT_RUN_EXIT_CODE = 1
 """Exit code reported for a container that never ran because the pod failed before it."""
-_FAILED_EXIT_CODE = 1
+FAILED_EXIT_CODE = 1
 """Exit code of a failed allocation whose real code is unknown (the DMS does not report it)."""
 _STOPPED_EXIT_CODE = 143
 """Exit code of an allocation the DMS stopped, when its real code is unknown (SIGTERM)."""
@@ -105,28 +108,62 @@ def _waiting(reason: str, message: str = "") -> k8s.ContainerState:
     return k8s.ContainerState(waiting=k8s.ContainerStateWaiting(reason=reason, message=message))
 
 
-def _terminated(
-    code: int, seen: ContainerObservation, now: datetime, message: str = ""
+def terminated_state(
+    code: int,
+    *,
+    oom_killed: bool = False,
+    message: str = "",
+    started_at: datetime | None = None,
+    finished_at: datetime | None = None,
 ) -> k8s.ContainerState:
-    reason = "Completed" if code == 0 else ("OOMKilled" if seen.oom_killed else "Error")
+    """A run that ended with ``code``: ``Completed``, ``OOMKilled`` or ``Error``."""
+    reason = "Completed" if code == 0 else ("OOMKilled" if oom_killed else "Error")
     return k8s.ContainerState(
         terminated=k8s.ContainerStateTerminated(
             exit_code=code,
             reason=reason,
             message=message,
-            started_at=seen.started_at,
-            finished_at=seen.finished_at or now,
+            started_at=started_at,
+            finished_at=finished_at,
         )
+    )
+
+
+def _terminated(
+    code: int, seen: ContainerObservation, now: datetime, message: str = ""
+) -> k8s.ContainerState:
+    return terminated_state(
+        code,
+        oom_killed=seen.oom_killed,
+        message=message,
+        started_at=seen.started_at,
+        finished_at=seen.finished_at or now,
     )
 
 
 def _find(entries: Mapping[str, object], name: str) -> str | None:
     """The key of container ``name``'s allocation: ``pod.<name>`` in a manifest, a full
     allocation ID (``<ensemble>_pod.<name>``) in ``allocation_info``."""
-    for key in (f"{POD_NODE}.{name}", name):
+    for key in (allocation_key(name), name):
         if key in entries:
             return key
     return next((key for key in sorted(entries) if key.rsplit(".", 1)[-1] == name), None)
+
+
+def allocation_of(
+    name: str,
+    allocations: Mapping[str, AllocationManifest],
+    info: Mapping[str, AllocationInfo],
+) -> tuple[str, AllocationInfo | None, str]:
+    """Container ``name``'s allocation in a manifest's ``allocations`` and in ``deployment/
+    status``'s ``allocation_info``: its status (``""`` if unknown), live info and ID."""
+    key = _find(allocations, name)
+    entry = allocations[key] if key else None
+    info_key = entry.id if entry and entry.id in info else _find(info, name)
+    live = info[info_key] if info_key else None
+    status = (live.status if live else "") or (entry.status if entry else "")
+    ident = entry.id if entry and entry.id else (live.allocation_id if live else "")
+    return status, live, ident
 
 
 class _Deployment:
@@ -146,19 +183,9 @@ class _Deployment:
         self.info = info
         self.error = error
 
-    def allocation(self, name: str) -> tuple[str, AllocationInfo | None, str]:
-        """The allocation's status (``""`` if unknown), live info and ID."""
-        key = _find(self.allocations, name)
-        entry = self.allocations[key] if key else None
-        info_key = entry.id if entry and entry.id in self.info else _find(self.info, name)
-        info = self.info[info_key] if info_key else None
-        status = (info.status if info else "") or (entry.status if entry else "")
-        ident = entry.id if entry and entry.id else (info.allocation_id if info else "")
-        return status, info, ident
-
     def state(self, name: str, seen: ContainerObservation, now: datetime) -> _State:
         """The container's own state, from its allocation and the deployment as a whole."""
-        status, info, ident = self.allocation(name)
+        status, info, ident = allocation_of(name, self.allocations, self.info)
         healthy = info is not None and info.health == "healthy"
         if status == AllocationStatus.RUNNING and self.status not in _ENDED:
             running = k8s.ContainerStateRunning(started_at=seen.started_at or now)
@@ -166,13 +193,13 @@ class _Deployment:
         if status == AllocationStatus.COMPLETED:
             return _State(_terminated(seen.exit_code or 0, seen, now), allocation_id=ident)
         if status == AllocationStatus.FAILED:
-            code = seen.exit_code or _FAILED_EXIT_CODE
+            code = seen.exit_code or FAILED_EXIT_CODE
             return _State(_terminated(code, seen, now), allocation_id=ident)
         if status in _STOPPED:
             code = seen.exit_code if seen.exit_code is not None else _STOPPED_EXIT_CODE
             return _State(_terminated(code, seen, now, "stopped by the DMS"), allocation_id=ident)
         if self.status == DeploymentStatus.FAILED:
-            code = seen.exit_code or _FAILED_EXIT_CODE
+            code = seen.exit_code or FAILED_EXIT_CODE
             message = self.error or "the DMS deployment failed"
             return _State(_terminated(code, seen, now, message), allocation_id=ident)
         if self.status == DeploymentStatus.COMPLETED:

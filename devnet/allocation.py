@@ -4,7 +4,8 @@ It answers the orchestrator (``/dms/allocation/start|restart|shutdown|logs`` and
 check) and reports every change of its state to the orchestrator's
 ``/dms/ensemble/<id>/allocation/status``: ``running`` when its command starts, then, when the
 process ends on its own, ``completed`` (exit code 0) or ``failed`` (anything else, or killed:
-128 + the signal, 137 with "container was killed due to OOM" when it outgrew ``ram.size``).
+128 + the signal; "container was killed due to OOM" when it outgrew ``ram.size`` and the
+executor killed its largest process — 137 when that was the main one).
 A process the orchestrator stopped ends ``terminated``. Deciding what a failure means for the
 ensemble (``failure_recovery``) is the orchestrator's business.
 

@@ -12,7 +12,10 @@ files. What it keeps of Docker's behaviour:
   process has exited, as Docker ends a container's every process with its PID 1).
 * **Memory**: ``resources.ram.size`` is enforced without cgroups by sampling the resident
   memory of the main process and its descendants every :data:`MEMORY_SAMPLE_S`; above the limit
-  the process group is SIGKILLed and the run reports exit code 137 with the DMS's
+  the largest of them is SIGKILLed, as the kernel's OOM killer picks its victim in a container's
+  memory cgroup (Docker does not set ``memory.oom.group``, so only that process dies), until
+  the rest fits. The run ends with the main process: 137 when it was the victim, else whatever
+  it makes of its child's death (the pod wrapper reports it and exits with it), with the DMS's
   "container was killed due to OOM". A burst shorter than a sample passes unseen.
   (``RLIMIT_AS`` was not used: it caps reserved virtual memory, which runtimes such as Go, Java
   or Node reserve far beyond what they use, and it makes allocations fail rather than killing,
@@ -96,25 +99,24 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def resident_bytes(pid: int) -> int:
-    """Resident memory of ``pid`` and its descendants (those ``/proc/…/children`` lists)."""
-    total = 0
+def resident_bytes(pid: int) -> dict[int, int]:
+    """Resident memory of ``pid`` and of each of its descendants (those ``/proc/…/children``
+    lists), by PID."""
+    sizes: dict[int, int] = {}
     pending = [pid]
-    seen: set[int] = set()
     while pending:
         current = pending.pop()
-        if current in seen:
+        if current in sizes:
             continue
-        seen.add(current)
         proc = Path(f"/proc/{current}")
         try:
-            total += int((proc / "statm").read_text().split()[1]) * _PAGE
+            sizes[current] = int((proc / "statm").read_text().split()[1]) * _PAGE
             for task in os.listdir(proc / "task"):
                 children = (proc / "task" / task / "children").read_text().split()
                 pending += [int(child) for child in children]
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
-    return total
+    return sizes
 
 
 class MountPoints:
@@ -308,13 +310,16 @@ class Execution:
         return (await asyncio.to_thread(read)).decode(errors="replace").strip()
 
     async def watch_memory(self) -> None:
-        """Kill the process group once its resident memory exceeds ``ram.size``."""
+        """While the process lives: whenever it and its descendants hold more resident memory
+        than ``ram.size``, SIGKILL the largest of them (the OOM killer's choice)."""
         limit = self.plan.memory_limit
         while self.proc.returncode is None:
-            if resident_bytes(self.pid) > limit:
+            sizes = resident_bytes(self.pid)
+            if sum(sizes.values()) > limit:
                 self.oom_killed = True
-                self.kill()
-                return
+                victim = max(sizes, key=sizes.__getitem__)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(victim, signal.SIGKILL)
             await asyncio.sleep(MEMORY_SAMPLE_S)
 
 

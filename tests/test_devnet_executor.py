@@ -247,3 +247,20 @@ def test_memory_beyond_ram_size_is_killed_as_an_oom(embedded_devnet: EmbeddedDev
     assert (allocation.exit_code, allocation.oom_killed) == (137, True)
     record = _orchestrator(h, eid).placed["n1.hog"]
     assert (record.exit_code, record.error) == (137, OOM_ERROR)
+
+
+def test_the_oom_kill_takes_the_largest_process_and_its_parent_lives_on(
+    embedded_devnet: EmbeddedDevnet,
+) -> None:
+    """As the kernel's OOM killer in a Docker container's memory cgroup: the hog dies, the
+    shell that started it sees 137 and ends the run with its own status."""
+    h = embedded_devnet
+    hog = f"{sys.executable} -c 'b = b\"x\" * (160 << 20); import time; time.sleep(30)'"
+    shell = shell_allocation("task", f'{hog}; echo "child ended with $?"; exit 5')
+    shell["resources"] = {**shell["resources"], "ram": {"size": 64 * MIB}}
+    eid = h.dms.deployment.new(one_node_ensemble({"shell": shell})).ensemble_id
+    h.wait_allocation(eid, "n1.shell", "failed")
+    assert _stdout(h, eid, "n1.shell") == "child ended with 137\n"
+    allocation = h.faults.allocation(eid, "shell")
+    assert (allocation.exit_code, allocation.oom_killed) == (5, True)
+    assert _orchestrator(h, eid).placed["n1.shell"].error == OOM_ERROR

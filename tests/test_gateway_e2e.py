@@ -119,7 +119,8 @@ async def test_a_failing_container_reports_its_exit_code(plugin: Any) -> None:
     spec = pod("22222222-2222-3333-4444-555555555555", args="echo oops >&2; exit 3")
     await client.post("/create", data=json.dumps({"pod": spec, "container": [{"name": "main"}]}))
     ended = await wait_state(client, spec, "terminated")
-    assert ended["containers"][0]["state"]["terminated"]["exitCode"] != 0
+    terminated = ended["containers"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (3, "Error")
 
 
 async def test_restart_policy_on_failure_redeploys_and_counts(plugin: Any) -> None:

@@ -44,6 +44,7 @@ from dmsgw.behaviors.pod_ensemble import (
     pod_to_ensemble,
 )
 from dmsgw.behaviors.resources import GPU
+from dmsgw.behaviors.run_markers import Marker, markers
 from dmsgw.transport.interlink import RetrievedPodData, parse_create_body
 
 DATA = Path(__file__).parent / "data" / "interlink"
@@ -115,6 +116,16 @@ def params(config: EnsembleConfig, name: str = "main") -> dict[str, Any]:
     return dict(allocation(config, name).execution.params or {})
 
 
+def unwrapped(p: dict[str, Any]) -> dict[str, Any]:
+    """An allocation's execution params with the pod wrapper taken off: the command it runs
+    as ``entrypoint`` (the wrapper passes the container's command and args as its own)."""
+    entrypoint = p.pop("entrypoint", [])
+    if entrypoint:
+        assert entrypoint[:2] == ["/bin/sh", "-c"] and entrypoint[3:] == ["dmsgw-pod"]
+        p["entrypoint"] = p.pop("cmd")
+    return p
+
+
 def script(config: EnsembleConfig, name: str = "main") -> str:
     assert config.v1 is not None
     names = allocation(config, name).provision or ()
@@ -156,10 +167,9 @@ def test_the_seed_quickstart_pod() -> None:
     assert (node.peer, node.ports) == ("", None)
     main = allocation(config, "my-container")
     assert (main.executor, main.type, main.failure_recovery) == ("docker", "service", "one_for_one")
-    assert main.execution.params == {
+    assert unwrapped(dict(main.execution.params or {})) == {
         "image": "busybox",
-        "entrypoint": ["/bin/sh"],
-        "cmd": ["-c", "sleep 600 && echo 'FINISHED!'"],
+        "entrypoint": ["/bin/sh", "-c", "sleep 600 && echo 'FINISHED!'"],
     }
     assert main.resources.cpu.cores == 1
     assert (main.resources.ram.size, main.resources.disk.size) == (GIB, GIB)
@@ -187,10 +197,9 @@ def test_the_seed_gpu_pod_asks_for_the_gpu_class_peers_report() -> None:
     assert main.resources.cpu.cores == 8
     assert main.resources.ram.size == 128 * GIB
     assert main.resources.gpus == (V100,)
-    assert main.execution.params == {
+    assert unwrapped(dict(main.execution.params or {})) == {
         "image": "tensorflow/tensorflow:latest-gpu",
-        "entrypoint": ["python", "-u"],
-        "cmd": ["path/to/your/tensorflow/script.py"],
+        "entrypoint": ["python", "-u", "path/to/your/tensorflow/script.py"],
     }
 
 
@@ -336,17 +345,17 @@ def _drop_volume(pod: dict[str, Any], name: str) -> None:
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        ({"command": ["run"], "args": ["a", "b"]}, {"entrypoint": ["run"], "cmd": ["a", "b"]}),
+        ({"command": ["run"], "args": ["a", "b"]}, {"entrypoint": ["run", "a", "b"]}),
         ({"command": ["run"]}, {"entrypoint": ["run"]}),  # the image's CMD is dropped, as in k8s
         ({"command": [], "args": ["x"]}, {"cmd": ["x"]}),  # the image's ENTRYPOINT gets args
         ({"command": []}, {}),
     ],
 )
-def test_command_is_the_entrypoint_and_args_the_cmd(
+def test_command_and_args_run_under_the_wrapper_args_alone_after_the_image_entrypoint(
     fields: dict[str, Any], expected: dict[str, Any]
 ) -> None:
     config = translate(make_pod(container(**fields)))
-    assert params(config) == {"image": "busybox", **expected}
+    assert unwrapped(params(config)) == {"image": "busybox", **expected}
 
 
 def test_command_and_args_expand_variables_as_the_kubelet_does() -> None:
@@ -355,9 +364,11 @@ def test_command_and_args_expand_variables_as_the_kubelet_does() -> None:
         args=["$(NAME)-$(GREETING)"],
         env=[{"name": "GREETING", "value": "hi"}, {"name": "NAME", "value": "x"}],
     )
-    p = params(translate(make_pod(main)))
-    assert p["entrypoint"] == ["echo", "hi", "$(GREETING)", "$(MISSING)", "$(UNCLOSED", "$", "a$b"]
-    assert p["cmd"] == ["x-hi"]
+    p = unwrapped(params(translate(make_pod(main))))
+    assert p["entrypoint"] == [
+        *["echo", "hi", "$(GREETING)", "$(MISSING)", "$(UNCLOSED", "$", "a$b"],
+        "x-hi",
+    ]
 
 
 def test_environment_resolves_leftover_references() -> None:
@@ -862,11 +873,8 @@ def test_init_containers_run_in_order_before_the_main_containers() -> None:
         assert f": > /.dmsgw/{name}.done" in entrypoint[2]
         assert params(config, name)["cmd"] == ["sh", "-c", "true"]
         assert allocation(config, name).type == "task"
-    assert "entrypoint" in params(config, "app") and params(config, "app")["entrypoint"] == [
-        "sh",
-        "-c",
-        "true",
-    ]
+    assert ": > /.dmsgw/" not in params(config, "app")["entrypoint"][2]  # no completion marker
+    assert params(config, "app")["cmd"] == ["sh", "-c", "true"]
     control = {
         v.src for name in node.allocations or () for v in allocation(config, name).volume or ()
     }
@@ -945,12 +953,21 @@ def test_a_failing_post_start_hook_stops_the_container(tmp_path: Path) -> None:
 
 
 @needs_sh
-def test_without_hooks_a_plain_container_is_not_wrapped_and_exits_with_its_code(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [
+        ("exit 5", 5),
+        ("kill -9 $$$$", 137),  # $$ is the kubelet's escape for $
+        ("printf partial >&2", 0),
+    ],
+)
+def test_a_plain_container_is_wrapped_and_reports_its_start_and_exit_on_stderr(
+    tmp_path: Path, script: str, code: int
 ) -> None:
-    config = translate(make_pod(container(command=["sh", "-c", "exit 5"])))
-    argv = params(config)["entrypoint"]
-    assert argv == ["sh", "-c", "exit 5"]
+    config = translate(make_pod(container(command=["sh", "-c", f"echo out; {script}"])))
+    result = subprocess.run(_wrapper(config, "main", tmp_path), capture_output=True, timeout=10)
+    assert (result.returncode, result.stdout) == (code, b"out\n")
+    assert list(markers(result.stderr)) == [Marker(None), Marker(code)]
 
 
 @pytest.mark.parametrize(

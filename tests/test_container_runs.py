@@ -1,0 +1,258 @@
+"""A container's runs from the pod wrapper's stderr markers and the DMS's allocation statuses:
+the marker format, the ledger that reconciles both sources, and the log reads that feed it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmsgw.actors.logs import lines_after, read_logs
+from dmsgw.actors.node import DMSBehaviorError
+from dmsgw.actors.pod import read_runs
+from dmsgw.behaviors.container_runs import Runs
+from dmsgw.behaviors.deployment import DeploymentLogsResponse
+from dmsgw.behaviors.run_markers import Marker, markers, strip_marker
+from dmsgw.transport.interlink import ContainerLogOpts
+
+START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"
+
+# --- the markers ------------------------------------------------------------------------------
+
+
+def test_markers_are_read_in_order_even_after_unterminated_output() -> None:
+    text = START + b"oops\n" + b"partial" + EXIT % 3 + START + b"tail" + EXIT % 0
+    assert list(markers(text)) == [Marker(None), Marker(3), Marker(None), Marker(0)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"dmsgw.io/exit-code=256",  # not an exit status
+        b"dmsgw.io/exit-code=",
+        b"dmsgw.io/exit-code=-1",
+        b"dmsgw.io/exit-code=3 and more",
+        b"dmsgw.io/exit-code=1234",
+        b"dmsgw.io/started!",
+        b"DMSGW.IO/STARTED",
+        b"\xff\xfe garbage",
+    ],
+)
+def test_garbled_markers_are_not_markers(line: bytes) -> None:
+    assert list(markers(line + b"\n")) == []
+    assert strip_marker(line + b"\n") == line + b"\n"
+
+
+def test_markers_are_kept_out_of_the_log_lines() -> None:
+    assert strip_marker(START) == b""
+    assert strip_marker(EXIT % 3) == b""
+    assert strip_marker(b"partial" + EXIT % 3) == b"partial\n"
+    assert strip_marker(b"plain line\n") == b"plain line\n"
+
+
+# --- the ledger -------------------------------------------------------------------------------
+
+
+def read(runs: Runs, text: bytes) -> Runs:
+    return runs.read(markers(text), runs.read_to + len(text))
+
+
+def test_an_exit_marker_gives_the_ended_run_its_code() -> None:
+    runs = read(Runs(), START)
+    assert (runs.started, runs.running, runs.last_exit_code) == (1, True, None)
+    runs = read(runs, b"oops\n" + EXIT % 3)
+    assert (runs.started, runs.ended, runs.last_exit_code) == (1, 1, 3)
+    assert runs.read_to == len(START + b"oops\n" + EXIT % 3)
+    # The failed status of the same run changes nothing.
+    assert runs.saw("failed", deployment_ended=False, wrapped=True) == runs
+
+
+def test_a_run_without_its_exit_marker_ended_with_an_unknown_code() -> None:
+    """Its wrapper was killed with it (a stop that came to SIGKILL): a later start or the
+    allocation's status ends it, and the code stays unknown."""
+    restarted = read(Runs(), START + START)
+    assert (restarted.started, restarted.ended, restarted.exit_code) == (2, 1, None)
+    failed = read(Runs(), START).saw("failed", deployment_ended=False, wrapped=True)
+    assert (failed.ended, failed.last_exit_code) == (1, None)
+    gone = read(Runs(), START).saw("running", deployment_ended=True, wrapped=True)
+    assert (gone.ended, gone.last_exit_code) == (1, None)
+
+
+def test_a_late_exit_marker_fills_in_the_code_the_status_could_not_give() -> None:
+    failed = read(Runs(), START).saw("failed", deployment_ended=False, wrapped=True)
+    assert read(failed, EXIT % 4).last_exit_code == 4
+    assert read(failed, EXIT % 4).ended == 1
+
+
+def test_an_exit_whose_start_was_not_read_still_counts_one_run() -> None:
+    runs = read(Runs(), EXIT % 2)
+    assert (runs.started, runs.ended, runs.last_exit_code) == (1, 1, 2)
+
+
+def test_an_allocation_that_ended_without_any_marker_ran_once() -> None:
+    for wrapped in (True, False):
+        runs = Runs().saw("completed", deployment_ended=True, wrapped=wrapped)
+        assert (runs.started, runs.ended, runs.last_exit_code) == (1, 1, None)
+        assert runs.saw("completed", deployment_ended=True, wrapped=wrapped) == runs
+
+
+def test_an_allocation_never_placed_never_ran() -> None:
+    for status in ("", "pending"):
+        assert Runs().saw(status, deployment_ended=True, wrapped=True) == Runs()
+
+
+def test_a_wrapped_container_starts_only_with_its_marker() -> None:
+    """Its status may say ``running`` before the marker is read; counting that as a start too
+    would count the run twice."""
+    assert Runs().saw("running", deployment_ended=False, wrapped=True) == Runs()
+
+
+def test_an_unwrapped_container_is_followed_by_its_statuses() -> None:
+    runs = Runs()
+    for status in ("pending", "running", "running", "restarting", "running", "failed"):
+        runs = runs.saw(status, deployment_ended=False, wrapped=False)
+    assert (runs.started, runs.ended, runs.last_exit_code) == (2, 2, None)
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        None,
+        "garbage",
+        {},
+        {"started": "2", "ended": -1, "exit_code": "3", "read_to": None},
+        {"unknown": 1},
+    ],
+)
+def test_a_stored_ledger_that_is_missing_or_garbled_reads_as_empty(stored: Any) -> None:
+    assert Runs.from_map(stored) == Runs()
+
+
+def test_a_ledger_round_trips_through_its_map() -> None:
+    runs = Runs(
+        read_to=120,
+        started=3,
+        ended=2,
+        exit_code=137,
+        previous_exit_code=3,
+        earlier_restarts=4,
+        earlier_ended=True,
+        earlier_exit_code=None,
+    )
+    assert Runs.from_map(runs.to_map()) == runs
+
+
+# --- reading the log --------------------------------------------------------------------------
+
+
+def test_lines_after_returns_whole_lines_only(tmp_path: Path) -> None:
+    path = tmp_path / "stderr.log"
+    path.write_bytes(b"one\ntwo\nthr")
+    assert lines_after(path, 0) == (b"one\ntwo\n", 8)
+    assert lines_after(path, 8) == (b"", 8)
+    assert lines_after(tmp_path / "missing.log", 5) == (b"", 5)
+    path.write_bytes(b"one\ntwo\nthree\n")
+    # More than the limit: the last 8 bytes are "o\nthree\n", of which one line is whole.
+    assert lines_after(path, 0, limit=8) == (b"three\n", 14)
+
+
+def _invoke(directory: str | Exception) -> Any:
+    async def invoke(behavior: str, payload: Any = None, **_: Any) -> Any:
+        assert behavior == "/dms/node/deployment/logs"
+        assert payload.allocation_name == "pod.main"
+        if isinstance(directory, Exception):
+            raise directory
+        return DeploymentLogsResponse(logs_written_to=directory)
+
+    return invoke
+
+
+async def test_read_runs_takes_the_new_markers_of_the_log(tmp_path: Path) -> None:
+    (tmp_path / "stderr.log").write_bytes(START + b"oops\n" + EXIT % 3)
+    runs = await read_runs(_invoke(str(tmp_path)), "ens", "main", Runs(), uid="u")
+    assert (runs.started, runs.last_exit_code) == (1, 3)
+    assert await read_runs(_invoke(str(tmp_path)), "ens", "main", runs, uid="u") == runs
+
+
+@pytest.mark.parametrize("problem", ["refused", "no directory", "unreadable", "no file"])
+async def test_a_log_that_cannot_be_read_leaves_the_runs_as_they_were(
+    tmp_path: Path, problem: str
+) -> None:
+    (tmp_path / "dir" / "stderr.log").mkdir(parents=True)  # unreadable: a directory
+    invoke = _invoke(
+        {
+            "refused": DMSBehaviorError("/dms/node/deployment/logs", "no such allocation"),
+            "no directory": "",
+            "unreadable": str(tmp_path / "dir"),
+            "no file": str(tmp_path / "empty"),
+        }[problem]
+    )
+    before = Runs(read_to=7, started=1)
+    assert await read_runs(invoke, "ens", "main", before, uid="u") == before
+
+
+async def test_the_markers_are_not_part_of_the_container_log(tmp_path: Path) -> None:
+    (tmp_path / "stdout.log").write_bytes(b"out\n")
+    (tmp_path / "stderr.log").write_bytes(START + b"err" + EXIT % 3)
+
+    async def fetch() -> Path:
+        return tmp_path
+
+    chunks = [c async for c in read_logs(fetch, ContainerLogOpts(), running=lambda: False)]
+    assert b"".join(chunks) == b"out\nerr\n"
+    tail = read_logs(fetch, ContainerLogOpts(Tail=1), running=lambda: False)
+    assert b"".join([c async for c in tail]) == b"err\n"
+
+
+def test_only_a_run_the_wrapper_saw_end_with_137_was_oom_killed() -> None:
+    assert read(Runs(), START + EXIT % 137).oom_killed
+    assert not read(Runs(), START + EXIT % 143).oom_killed
+    # Killed with its wrapper (a stop that came to SIGKILL): no marker, no OOM verdict.
+    assert not read(Runs(), START).saw("failed", deployment_ended=False, wrapped=True).oom_killed
+    # Restarted since: the current run is not the one that was killed.
+    assert not read(Runs(), START + EXIT % 137 + START).oom_killed
+
+
+# --- restarts and the previous run ------------------------------------------------------------
+
+
+def _last(runs: Runs) -> tuple[int, str, str] | None:
+    terminated = runs.observation(0).last_state
+    if terminated is None or terminated.terminated is None:
+        return None
+    t = terminated.terminated
+    return t.exit_code, t.reason, t.message
+
+
+def test_the_dms_restarts_of_a_container_are_counted_with_the_previous_run() -> None:
+    first = read(Runs(), START)
+    assert (first.observation(0).restart_count, _last(first)) == (0, None)
+    again = read(first, EXIT % 3 + START)  # failed, restarted by the DMS
+    assert again.observation(0).restart_count == 1
+    assert _last(again) == (3, "Error", "")
+    oom = read(again, EXIT % 137 + START)
+    assert oom.observation(2).restart_count == 4  # two pod redeploys on top
+    assert _last(oom) == (137, "OOMKilled", "")
+    ended = read(oom, EXIT % 0)  # the current run ended: lastState is the one before
+    seen = ended.observation(0)
+    assert (seen.exit_code, seen.restart_count, _last(ended)) == (0, 2, (137, "OOMKilled", ""))
+
+
+def test_a_previous_run_without_an_exit_code_is_reported_as_unknown() -> None:
+    killed = read(Runs(), START + START)  # the first run's wrapper died with it
+    code, reason, message = _last(killed) or (0, "", "")
+    assert (code, reason) == (1, "Error") and "no exit code" in message
+
+
+def test_restarts_and_the_last_run_carry_over_to_the_next_deployment() -> None:
+    old = read(Runs(), START + EXIT % 2 + START + EXIT % 5)
+    new = old.next_ensemble()
+    assert (new.started, new.read_to, new.restarts) == (0, 0, 1)
+    assert _last(new) == (5, "Error", "")  # waiting or running: the old ensemble's last run
+    assert _last(read(new, START)) == (5, "Error", "")
+    assert _last(read(new, START + EXIT % 0)) == (5, "Error", "")
+    assert read(new, START + EXIT % 0 + START).restarts == 2
+    # A deployment in which the container never ran keeps what came before.
+    assert new.next_ensemble() == new
+    assert Runs().next_ensemble() == Runs()

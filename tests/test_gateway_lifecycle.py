@@ -1,0 +1,184 @@
+"""Containers' lives through the plugin API over the embedded devnet: real exit codes, OOM
+kills, lifecycle hooks, probes and restarts. The DMS reports none of the exit codes: they come
+from the pod wrapper's markers in each container's stderr, which the container's own log (as
+``/getLogs`` serves it) does not show.
+
+Waiting is on the gateway's answers (bounded /status polls), never on a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from tests.test_gateway_e2e import plugin
+from tests.test_gateway_pods import _container, _create, _logs, _pod, _wait_all_terminated
+
+__all__ = ["plugin"]  # the fixture, re-exported for pytest
+
+HOG = "b = b'x' * (160 << 20); import time; time.sleep(30)"
+"""Holds 160 MiB for longer than any test waits."""
+
+
+async def test_each_container_reports_its_own_exit_code(plugin: Any) -> None:
+    client, _ = plugin
+    spec = _pod(
+        [_container("bad", "echo oops >&2; exit 3"), _container("good", "echo fine")],
+        init=[_container("setup", "echo set up >&2")],
+    )
+    await _create(client, spec)
+    status = await _wait_all_terminated(client, spec)
+    ended = {
+        c["name"]: (c["state"]["terminated"]["exitCode"], c["state"]["terminated"]["reason"])
+        for c in (*status["initContainers"], *status["containers"])
+    }
+    assert ended == {"setup": (0, "Completed"), "bad": (3, "Error"), "good": (0, "Completed")}
+    # The wrapper's markers are the gateway's: the containers' own logs do not show them.
+    assert await _logs(client, spec, "bad") == "oops\n"
+    assert await _logs(client, spec, "setup") == "set up\n"
+    await _delete(plugin, spec)
+
+
+async def test_a_container_over_its_memory_limit_is_oom_killed(plugin: Any) -> None:
+    client, _ = plugin
+    hog = _container("hog", "")
+    hog["command"] = [sys.executable, "-c", HOG]
+    hog["resources"] = {"limits": {"memory": "64Mi"}}
+    spec = _pod([hog, _container("light", "echo fine")])
+    await _create(client, spec)
+    status = await _wait_all_terminated(client, spec)
+    ended = {
+        c["name"]: (c["state"]["terminated"]["exitCode"], c["state"]["terminated"]["reason"])
+        for c in status["containers"]
+    }
+    assert ended == {"hog": (137, "OOMKilled"), "light": (0, "Completed")}
+    await _delete(plugin, spec)
+
+
+async def _until(
+    client: TestClient[Any, Any], spec: dict[str, Any], done: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """Poll /status until ``done(status)``; every status seen, in order."""
+    seen = []
+    for _ in range(400):
+        resp = await client.get("/status", data=json.dumps([spec]))
+        assert resp.status == 200, await resp.text()
+        (status,) = await resp.json()
+        seen.append(status)
+        if done(status):
+            return seen
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{spec['metadata']['uid']} never got there: {seen[-1]}")
+
+
+async def _delete(plugin: Any, spec: dict[str, Any]) -> None:
+    """``/delete``, then wait until the pod's ensemble has been stopped (its actor ends)."""
+    client, backend = plugin
+    assert (await client.post("/delete", data=json.dumps(spec))).status == 200
+    for _ in range(400):
+        if spec["metadata"]["uid"] not in backend.gateway._records:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{spec['metadata']['uid']} was never deleted")
+
+
+def _by_name(status: dict[str, Any]) -> dict[str, Any]:
+    return {c["name"]: c for c in status["containers"]}
+
+
+def _probe(kind: str, passes: bool) -> dict[str, Any]:
+    command = ["true" if passes else "false"]
+    return {f"{kind}Probe": {"exec": {"command": command}, "periodSeconds": 1}}
+
+
+def _health(backend: Any, uid: str, name: str) -> str:
+    """The DMS health of a container's allocation, as the gateway last observed it."""
+    info = backend.gateway._records[uid].observed.get("allocation_info") or {}
+    return next((a["health"] for k, a in info.items() if k.endswith(f".{name}")), "")
+
+
+async def test_lifecycle_hooks_run_around_the_container(plugin: Any, tmp_path: Path) -> None:
+    client, _ = plugin
+    started, stopped = tmp_path / "post-started", tmp_path / "pre-stopped"
+    hooks = {
+        "postStart": {"exec": {"command": ["sh", "-c", f"echo post-start; touch {started}"]}},
+        "preStop": {"exec": {"command": ["sh", "-c", f"echo pre-stop > {stopped}"]}},
+    }
+    script = f"until [ -e {started} ]; do sleep 0.05; done; echo main; exec sleep 60"
+    spec = _pod([_container("main", script, lifecycle=hooks)])
+    await _create(client, spec)
+    await _until(client, spec, lambda s: "running" in s["containers"][0]["state"])
+    for _ in range(400):
+        logs = await _logs(client, spec, "main")
+        if logs == "post-start\nmain\n":
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"the hook's and the command's output: {logs!r}")
+    assert not stopped.exists()
+    await _delete(plugin, spec)
+    assert stopped.read_text() == "pre-stop\n"
+
+
+async def test_readiness_and_startup_probes_set_ready_and_started(plugin: Any) -> None:
+    client, backend = plugin
+    sleeper = "exec sleep 60"
+    spec = _pod(
+        [
+            _container("ready-ok", sleeper, **_probe("readiness", True)),
+            _container("ready-bad", sleeper, **_probe("readiness", False)),
+            _container("start-ok", sleeper, **_probe("startup", True)),
+            _container("start-bad", sleeper, **_probe("startup", False)),
+        ],
+        policy="Always",
+    )
+    uid = spec["metadata"]["uid"]
+    await _create(client, spec)
+
+    def settled(status: dict[str, Any]) -> bool:
+        c = _by_name(status)
+        return (
+            c["ready-ok"]["ready"]
+            and c["start-ok"]["started"]
+            and all(
+                "running" in c[name]["state"] and _health(backend, uid, name) == "unhealthy"
+                for name in ("ready-bad", "start-bad")
+            )
+        )
+
+    seen = await _until(client, spec, settled)
+    last = _by_name(seen[-1])
+    assert (last["ready-ok"]["ready"], last["ready-ok"]["started"]) == (True, True)
+    assert (last["start-ok"]["ready"], last["start-ok"]["started"]) == (True, True)
+    assert (last["ready-bad"]["ready"], last["ready-bad"]["started"]) == (False, True)
+    assert (last["start-bad"]["ready"], last["start-bad"]["started"]) == (False, False)
+    # A failing probe never let its container count as ready, however it was polled.
+    assert not any(_by_name(s)[n]["ready"] for s in seen for n in ("ready-bad", "start-bad"))
+    await _delete(plugin, spec)
+
+
+async def test_a_failing_liveness_probe_restarts_the_container(plugin: Any) -> None:
+    client, _ = plugin
+    spec = _pod(
+        [_container("main", "echo up; exec sleep 60", **_probe("liveness", False))],
+        policy="Always",
+    )
+    await _create(client, spec)
+    seen = await _until(
+        client,
+        spec,
+        lambda s: (
+            s["containers"][0]["restartCount"] >= 1 and "running" in s["containers"][0]["state"]
+        ),
+    )
+    main = seen[-1]["containers"][0]
+    # The DMS stopped it (SIGTERM, forwarded by the wrapper to the command) and started it again.
+    assert main["lastState"]["terminated"]["exitCode"] == 143
+    assert main["lastState"]["terminated"]["reason"] == "Error"
+    await _delete(plugin, spec)
