@@ -19,7 +19,9 @@ the docstrings below):
   container to completion first. So each init container depends on the previous one and every
   main container on the last; on top of that a container waits, in its provision script, for a
   completion marker that the previous init container's wrapper writes into a per-pod control
-  volume (``/.dmsgw``) when its command exits 0.
+  volume (``/.dmsgw``) when its command exits 0. When an init container's command fails, its
+  wrapper writes ``init-failed`` there instead, and every set-up still waiting fails: the DMS
+  then fails the deployment, as Kubernetes fails the pod, rather than leaving it provisioning.
 * **Command.** ``command`` is the entrypoint and ``args`` the cmd, with ``$(VAR)`` expanded
   from the container's environment as the kubelet does. A container with a ``command`` runs
   ``/bin/sh -c <wrapper> dmsgw-pod <command> <args>``: the wrapper reports the command's start
@@ -136,6 +138,8 @@ GPU_TYPE_LABELS = ("gpu-type", "nunet.io/gpu-type")
 as in the seed, ``nunet.io/gpu.…``, or the bare class) that the pod's GPUs must be."""
 CONTROL_MOUNT = "/.dmsgw"
 """Where every container of a pod with init containers sees the pod's control volume."""
+INIT_FAILED = f"{CONTROL_MOUNT}/init-failed"
+"""Written by an init container's wrapper when its command fails: the name of that container."""
 
 METADATA_POD_UID = "dmsgw.io/pod-uid"
 METADATA_POD_NAMESPACE = "dmsgw.io/pod-namespace"
@@ -863,7 +867,8 @@ def _wrapper(c: _Container, hooks: _Hooks, marker: str) -> str:
         "done",
     ]
     if marker:
-        lines.append(f'if [ "$code" -eq 0 ]; then : > {shlex.quote(marker)}; fi')
+        failed = f"printf '%s\\n' {shlex.quote(c.spec.name)} > {shlex.quote(INIT_FAILED)}"
+        lines.append(f'if [ "$code" -eq 0 ]; then : > {shlex.quote(marker)}; else {failed}; fi')
     lines += [f'echo "{EXIT_CODE_MARKER}$code" >&2', 'exit "$code"']
     return "\n".join(lines) + "\n"
 
@@ -1116,9 +1121,18 @@ class _Script:
         self.empty = False
 
     def wait_for(self, marker: str, container: str) -> None:
+        """Until ``container`` has completed; an init container that failed (this one or an
+        earlier one) fails this set-up, so that the deployment fails instead of waiting."""
+        failed = shlex.quote(INIT_FAILED)
         self.lines += [
             f"# wait for init container {container!r} to complete",
-            f"while [ ! -e {shlex.quote(marker)} ]; do sleep 1; done",
+            f"while [ ! -e {shlex.quote(marker)} ]; do",
+            f"  if [ -e {failed} ]; then",
+            f'    echo "dmsgw: init container $(cat {failed}) failed" >&2',
+            "    exit 1",
+            "  fi",
+            "  sleep 1",
+            "done",
         ]
         self.empty = False
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import os
 import secrets
 from collections.abc import Iterator, Sequence
@@ -247,3 +248,21 @@ def test_shutdown_runs_the_pre_stop_hook_before_the_container_stops(
     assert h.wait_status(eid, "Completed") == "Completed"
     assert _stdout(h, eid, "main") == "up\npre-stop\nmain-term\n"
     assert h.faults.allocation(eid, "main").exit_code == 0
+
+
+def test_a_failed_init_container_fails_the_deployment_instead_of_leaving_it_provisioning() -> None:
+    """The set-ups waiting for an init container give up once one has failed, so the DMS
+    fails the deployment (after its own retries) instead of provisioning until its timeout."""
+    from dmsgw.devnet.timeouts import TEST_TIMEOUTS
+
+    patient = dataclasses.replace(TEST_TIMEOUTS, deploy_deadline_s=2.0, provision_s=3600.0)
+    h = start_embedded(1, seed="pods-init-fails", timeouts=patient)
+    try:
+        eid = _deploy(
+            h,
+            [_container("main", "echo main")],
+            init=[_container("setup", "echo broken >&2; exit 2")],
+        )
+        assert h.wait_status(eid, "Failed", "Running", "Completed", timeout_s=60) == "Failed"
+    finally:
+        h.close()

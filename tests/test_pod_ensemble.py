@@ -243,7 +243,7 @@ def test_the_spec_create_example_with_init_container_and_volumes() -> None:
     text = script(config)
     assert "printf 'x=1\\012' > /etc/cfg/app.conf\nchmod 644 /etc/cfg/app.conf" in text
     assert "/var/run/secrets/kubernetes.io/serviceaccount/namespace" in text
-    assert text.endswith("while [ ! -e /.dmsgw/init.done ]; do sleep 1; done\n")
+    assert "while [ ! -e /.dmsgw/init.done ]; do\n" in text and text.endswith("done\n")
     assert init.provision is None  # the first init container has nothing to wait for
 
 
@@ -866,7 +866,7 @@ def test_init_containers_run_in_order_before_the_main_containers() -> None:
         "sidecar": ("third",),
     }
     for name, waits_for in [("second", "first"), ("third", "second"), ("app", "third")]:
-        assert f"while [ ! -e /.dmsgw/{waits_for}.done ]; do sleep 1; done" in script(config, name)
+        assert f"while [ ! -e /.dmsgw/{waits_for}.done ]; do\n" in script(config, name)
     for name in ("first", "second", "third"):
         entrypoint = params(config, name)["entrypoint"]
         assert entrypoint[:2] == ["/bin/sh", "-c"] and entrypoint[3] == "dmsgw-pod"
@@ -908,6 +908,22 @@ def test_the_init_wrapper_marks_completion_only_on_success(
     result = subprocess.run(_wrapper(config, "init", tmp_path), capture_output=True, text=True)
     assert (result.returncode, result.stdout) == (code, "running\n")
     assert (tmp_path / "init.done").exists() is marked
+    failed = tmp_path / "init-failed"
+    assert (failed.read_text() if failed.exists() else None) == (None if marked else "init\n")
+
+
+@needs_sh
+@pytest.mark.parametrize(("failed", "code"), [(False, 0), (True, 1)])
+def test_a_set_up_waiting_for_an_init_container_gives_up_when_one_failed(
+    tmp_path: Path, failed: bool, code: int
+) -> None:
+    init = container("init", command=["sh", "-c", "true"])
+    config = translate(make_pod(container(), initContainers=[init]))
+    (tmp_path / ("init-failed" if failed else "init.done")).write_text("init\n")
+    text = script(config).replace(CONTROL_MOUNT, str(tmp_path))
+    result = subprocess.run(["sh", "-c", text], capture_output=True, text=True, timeout=30)
+    assert result.returncode == code
+    assert result.stderr == ("dmsgw: init container init failed\n" if failed else "")
 
 
 # --- lifecycle hooks -------------------------------------------------------------------------
