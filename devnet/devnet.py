@@ -55,6 +55,10 @@ T = TypeVar("T")
 DEFAULT_NODES = 3
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_SEED = "default"
+API_SHUTDOWN_S = 0.25
+"""How long a stopping node's REST API lets requests in flight finish before cutting them, as a
+DMS that goes away does. An ``invoke`` waits for its reply until the message expires (30 s
+and more), and a stopped node's replies never come."""
 OPERATOR_CAPABILITIES = ("/dms/node", "/public", "/broadcast")
 """What a node accepts from chains rooted in the other nodes (gateway grants)."""
 ANCHOR_LIFETIME_S = 10 * 365 * 24 * 3600.0
@@ -161,7 +165,10 @@ class Devnet:
         )
 
     async def _serve(self, entry: DevnetNode, port: int) -> None:
-        runner = web.AppRunner(make_app(entry.node, early_timeout=self.early_timeout))
+        runner = web.AppRunner(
+            make_app(entry.node, early_timeout=self.early_timeout),
+            shutdown_timeout=API_SHUTDOWN_S,
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.host, port)
         try:

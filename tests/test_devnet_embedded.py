@@ -14,9 +14,11 @@ import secrets
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from dmsgw.actors.node import DMSBehaviorError
+from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.orchestrator import Orchestrator
 from dmsgw.devnet.pytest_plugin import (
@@ -26,7 +28,13 @@ from dmsgw.devnet.pytest_plugin import (
     start_embedded,
 )
 from dmsgw.devnet.sandbox import Isolation
+from dmsgw.keys.crypto import Ed25519PrivKey
+from dmsgw.keys.trust import provider_from_private_key
+from dmsgw.keys.ucan import CapabilityContext
+from dmsgw.transport import envelope as env
+from dmsgw.transport.gojson import marshal
 from dmsgw.transport.rest import DMSTimeoutError, TransportError
+from dmsgw.transport.security import SecurityContext
 
 GIB = 1024**3
 NS = 1_000_000_000
@@ -369,3 +377,37 @@ def test_stopping_leaves_no_process_or_file_behind(tmp_path: Path) -> None:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert not _children()
+
+
+async def test_a_stopping_devnet_cuts_requests_in_flight_instead_of_waiting_for_them() -> None:
+    """An ``invoke`` whose reply never comes waits until its message expires (an hour here);
+    stopping the devnet must not wait for it, as a DMS that goes away does not."""
+    devnet = Devnet(1, seed="stop-in-flight")
+    await devnet.start()
+    node = devnet.nodes[0].node
+    key = Ed25519PrivKey(bytes(range(100, 132)))
+    security = SecurityContext(key, CapabilityContext(provider_from_private_key(key)))
+    source = env.Handle(security.id, security.did, env.Address(node.peer_id, "user-1"))
+    msg = env.message(
+        source,
+        node.handle,
+        "/nobody/answers",
+        reply_to="/private/user/1",
+        expire=time.time_ns() + 3600 * NS,
+    )
+    body = marshal(security.sign(msg))
+    async with aiohttp.ClientSession() as session:
+
+        async def invoke() -> int:
+            async with session.post(devnet.urls[0] + "/api/v1/actor/invoke", data=body) as resp:
+                return resp.status
+
+        pending = asyncio.ensure_future(invoke())
+        for _ in range(500):  # until the node has dropped it: the API now waits for a reply
+            if node.dropped:
+                break
+            await asyncio.sleep(0.01)
+        assert node.dropped[-1].reason == "unknown behavior"
+        await asyncio.wait_for(devnet.stop(), timeout=30)  # a hang guard: it takes ~0.25 s
+        with pytest.raises(aiohttp.ClientError):
+            await pending
