@@ -484,7 +484,7 @@ class PodActor(AsyncActor):
             read = [
                 c.name
                 for c in containers
-                if is_wrapped(c)
+                if is_wrapped(pod, c)
                 and states[c.name][0] not in _NOT_STARTED
                 and (ended or states[c.name] != seen.get(c.name) or states[c.name][1] == _UNHEALTHY)
             ]
@@ -497,7 +497,7 @@ class PodActor(AsyncActor):
             now = {**runs, **dict(zip(read, found, strict=True))}
             now = {
                 c.name: now[c.name].saw(
-                    states[c.name][0], deployment_ended=ended, wrapped=is_wrapped(c)
+                    states[c.name][0], deployment_ended=ended, wrapped=is_wrapped(pod, c)
                 )
                 for c in containers
             }

@@ -28,7 +28,8 @@ the docstrings below):
   and exit status on stderr (:mod:`dmsgw.behaviors.run_markers`: the DMS reports neither),
   starts the command, runs the ``postStart`` hook beside it (killing it if the hook fails),
   runs ``preStop`` when it is asked to stop, forwards the signal, writes an init container's
-  completion marker and exits with the command's status. The image needs ``/bin/sh`` then. A
+  completion marker and exits with the command's status. The image needs ``/bin/sh`` then; a
+  container named in the pod's :data:`UNWRAPPED_ANNOTATION` runs its command as it is. A
   container without a ``command`` runs the image's own entrypoint, which cannot be wrapped: its
   exit code stays unknown, and an init container or one with lifecycle hooks is refused.
 * **Environment.** Literal values; leftover ``valueFrom`` is resolved from the ConfigMaps and
@@ -110,6 +111,7 @@ __all__ = [
     "PodTranslationError",
     "TranslationOptions",
     "allocation_key",
+    "UNWRAPPED_ANNOTATION",
     "is_wrapped",
     "pod_to_ensemble",
 ]
@@ -123,10 +125,32 @@ def allocation_key(container: str) -> str:
     return f"{POD_NODE}.{container}"
 
 
-def is_wrapped(container: k8s.Container) -> bool:
+UNWRAPPED_ANNOTATION = "dmsgw.io/unwrapped-containers"
+"""Pod annotation: comma-separated names of containers to run without the gateway's shell
+wrapper (for images without ``/bin/sh``); their exit codes are then unknown to the gateway."""
+
+
+def is_wrapped(pod: k8s.Pod, container: k8s.Container) -> bool:
     """Whether the container runs under the wrapper that reports its runs on stderr: those
-    with a ``command`` (the image's own entrypoint cannot be wrapped)."""
-    return bool(container.command)
+    with a ``command`` (the image's own entrypoint cannot be wrapped) that the pod does not
+    name in :data:`UNWRAPPED_ANNOTATION`."""
+    return bool(container.command) and container.name not in _unwrapped(pod)
+
+
+def _unwrapped(pod: k8s.Pod) -> set[str]:
+    listed = pod.metadata.annotations.get(UNWRAPPED_ANNOTATION, "")
+    return {name.strip() for name in listed.split(",") if name.strip()}
+
+
+def _check_unwrapped(pod: k8s.Pod) -> None:
+    """A name in :data:`UNWRAPPED_ANNOTATION` that is no container is a typo to point at."""
+    names = {c.name for c in (*pod.spec.init_containers, *pod.spec.containers)}
+    unknown = sorted(_unwrapped(pod) - names)
+    if unknown:
+        raise PodTranslationError(
+            f"metadata.annotations[{json.dumps(UNWRAPPED_ANNOTATION)}]",
+            f"no container named {', '.join(map(repr, unknown))} in the pod",
+        )
 
 
 PEER_ANNOTATION = "nunet.io/peer"
@@ -1343,18 +1367,28 @@ def _execution(ctx: _Pod, c: _Container, env: Mapping[str, str], hooks: _Hooks) 
     command = [_expand(part, env) for part in spec.command]
     args = [_expand(part, env) for part in spec.args]
     params: dict[str, Any] = {"image": spec.image}
-    if (c.init_index is not None or hooks != _Hooks()) and not is_wrapped(spec):
+    needs_wrapper = c.init_index is not None or hooks != _Hooks()
+    if needs_wrapper and not spec.command:
         raise PodTranslationError(
             f"{c.path}.command",
             "required: the gateway wraps the command of an init container or of a container "
             "with lifecycle hooks, and cannot wrap the image's own entrypoint",
         )
-    if is_wrapped(spec):
+    if needs_wrapper and spec.name in _unwrapped(ctx.pod):
+        raise PodTranslationError(
+            f"metadata.annotations[{json.dumps(UNWRAPPED_ANNOTATION)}]",
+            f"{spec.name!r} cannot run unwrapped: the gateway runs an init container's or a "
+            "lifecycle hook's ordering through its wrapper",
+        )
+    if is_wrapped(ctx.pod, spec):
         marker = _marker(spec.name) if c.init_index is not None else ""
         params["entrypoint"] = ["/bin/sh", "-c", _wrapper(c, hooks, marker), _WRAPPER_NAME]
         params["cmd"] = command + args
-    elif args:
-        params["cmd"] = args
+    else:
+        if command:
+            params["entrypoint"] = command
+        if args:
+            params["cmd"] = args
     if env:
         params["environment"] = [f"{name}={value}" for name, value in env.items()]
     if spec.working_dir:
@@ -1450,6 +1484,7 @@ def pod_to_ensemble(
     """The ensemble running ``data.pod``; :class:`PodTranslationError` names what cannot run."""
     options = options or TranslationOptions()
     _check_pod(data.pod)
+    _check_unwrapped(data.pod)
     ctx = _Pod(data, options)
     peer, excluded = _placement(ctx.pod)
     if ctx.gpu_type is not None and not any(a.gpus for a in ctx.amounts.values()):

@@ -39,12 +39,15 @@ from dmsgw.behaviors.pod_ensemble import (
     METADATA_RESTART_POLICY,
     PEER_ANNOTATION,
     POD_NODE,
+    UNWRAPPED_ANNOTATION,
     PodTranslationError,
     TranslationOptions,
+    is_wrapped,
     pod_to_ensemble,
 )
 from dmsgw.behaviors.resources import GPU
 from dmsgw.behaviors.run_markers import Marker, markers
+from dmsgw.transport import k8s
 from dmsgw.transport.interlink import RetrievedPodData, parse_create_body
 
 DATA = Path(__file__).parent / "data" / "interlink"
@@ -1488,3 +1491,47 @@ def test_any_pod_gives_a_valid_ensemble_or_a_translation_error(
     encoded = config.to_json()
     assert pod_to_ensemble(body, options=options).to_json() == encoded
     assert EnsembleConfig.from_json(encoded).to_json() == encoded
+
+
+def _annotated(pod: dict[str, Any], names: str) -> dict[str, Any]:
+    pod["metadata"]["annotations"] = {UNWRAPPED_ANNOTATION: names}
+    return pod
+
+
+def test_containers_named_unwrapped_run_their_command_as_it_is() -> None:
+    pod = _annotated(
+        make_pod(
+            container("app", command=["/app"], args=["--serve"]),
+            container("sidecar", command=["sh", "-c", "sleep 1"]),
+        ),
+        " app ,",
+    )
+    config = translate(pod)
+    assert params(config, "app")["entrypoint"] == ["/app"]
+    assert params(config, "app")["cmd"] == ["--serve"]
+    assert params(config, "sidecar")["entrypoint"][:2] == ["/bin/sh", "-c"]
+    spec = k8s.Pod.model_validate(pod)
+    assert [is_wrapped(spec, c) for c in spec.spec.containers] == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("names", "extra", "expected"),
+    [
+        (
+            "app,sidcar",
+            {},
+            'metadata.annotations["dmsgw.io/unwrapped-containers"]: no container named '
+            "'sidcar' in the pod",
+        ),
+        (
+            "init",
+            {"initContainers": [container("init")]},
+            "metadata.annotations[\"dmsgw.io/unwrapped-containers\"]: 'init' cannot run "
+            "unwrapped: the gateway runs an init container's or a lifecycle hook's ordering "
+            "through its wrapper",
+        ),
+    ],
+)
+def test_unwrapped_containers_are_checked(names: str, extra: Any, expected: str) -> None:
+    pod = _annotated(make_pod(container("app"), **extra), names)
+    assert refusal(pod) == expected
