@@ -61,12 +61,14 @@ from dmsgw.actors.resources import ResourceActor
 from dmsgw.actors.store import PodStore
 from dmsgw.behaviors.deployment import (
     DeploymentListResponse,
+    DeploymentLogsResponse,
     DeploymentManifestResponse,
     DeploymentShutdownResponse,
     DeploymentStatusResponse,
     NewDeploymentResponse,
 )
 from dmsgw.behaviors.pod_ensemble import TranslationOptions, pod_to_ensemble
+from dmsgw.behaviors.run_markers import STARTED_MARKER
 from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.clock import system_clock
 from dmsgw.config import load_config
@@ -125,11 +127,17 @@ _RUNNING = DeploymentStatusResponse(
 
 
 class FakeDMS:
-    """Answers the pod actors' behaviors at once; counts what it was asked."""
+    """Answers the pod actors' behaviors at once; counts what it was asked. Every container's
+    logs are one directory whose ``stderr.log`` holds what the pod wrapper writes when the
+    command starts (the gateway reads it for each container that starts running)."""
 
-    def __init__(self) -> None:
+    def __init__(self, logs: Path) -> None:
         self.calls: dict[str, int] = {}
         self._next = 0
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / "stdout.log").write_text("")
+        (logs / "stderr.log").write_text(STARTED_MARKER + "\n")
+        self._logs = DeploymentLogsResponse(logs_written_to=str(logs))
 
     async def __call__(
         self, behavior: str, payload: Any = None, *, timeout_s: float | None = None
@@ -146,6 +154,8 @@ class FakeDMS:
             return DeploymentManifestResponse()
         if behavior == "/dms/node/deployment/shutdown":
             return DeploymentShutdownResponse()
+        if behavior == "/dms/node/deployment/logs":
+            return self._logs
         raise AssertionError(f"the bench's fake DMS does not answer {behavior}")
 
 
@@ -238,7 +248,7 @@ async def _drive(
                 latencies.append(loop.time() - due)
 
         # Warm up: open the pool's connections, then a short burst at the rate.
-        await asyncio.gather(*(one(bodies[i], None) for i in range(CONNECTIONS)))
+        await asyncio.gather(*(one(bodies[i % len(bodies)], None) for i in range(CONNECTIONS)))
         total = int(rate * s)
         tasks = []
         start = loop.time() + 0.01
@@ -274,7 +284,7 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
 async def main(pods: int, rate: float, seconds: float, batch: int) -> None:
     loop = asyncio.get_running_loop()
     with tempfile.TemporaryDirectory(prefix="dmsgw-bench-pods-") as tmp:
-        dms = FakeDMS()
+        dms = FakeDMS(Path(tmp) / "logs")
         parts = GatewayParts(
             invoke=dms,
             store=PodStore(Path(tmp) / "state.sqlite3"),
