@@ -460,9 +460,8 @@ class PodActor(AsyncActor):
         the only trace of such a restart."""
         interval = self._policy.poll_min_s
         last: tuple[Any, ...] | None = None
-        pod = request_data(self.record).pod
-        containers = (*pod.spec.init_containers, *pod.spec.containers)
-        runs = {c.name: Runs.from_map(self.record.runs.get(c.name)) for c in containers}
+        containers = _wrapped_containers(self.record)  # name -> whether it runs wrapped
+        runs = {name: Runs.from_map(self.record.runs.get(name)) for name in containers}
         seen: dict[str, tuple[str, str]] = {}
         while True:
             try:
@@ -480,13 +479,13 @@ class PodActor(AsyncActor):
             ended = status in TERMINAL_DMS
             manifest = await self._manifest(ensemble_id) if ended and key != last else None
             listed = (manifest.allocations or {}) if manifest is not None else {}
-            states = {c.name: _allocation_state(c.name, listed, allocations) for c in containers}
+            states = {name: _allocation_state(name, listed, allocations) for name in containers}
             read = [
-                c.name
-                for c in containers
-                if is_wrapped(pod, c)
-                and states[c.name][0] not in _NOT_STARTED
-                and (ended or states[c.name] != seen.get(c.name) or states[c.name][1] == _UNHEALTHY)
+                name
+                for name, wraps in containers.items()
+                if wraps
+                and states[name][0] not in _NOT_STARTED
+                and (ended or states[name] != seen.get(name) or states[name][1] == _UNHEALTHY)
             ]
             found = await asyncio.gather(
                 *(
@@ -496,10 +495,8 @@ class PodActor(AsyncActor):
             )
             now = {**runs, **dict(zip(read, found, strict=True))}
             now = {
-                c.name: now[c.name].saw(
-                    states[c.name][0], deployment_ended=ended, wrapped=is_wrapped(pod, c)
-                )
-                for c in containers
+                name: now[name].saw(states[name][0], deployment_ended=ended, wrapped=wraps)
+                for name, wraps in containers.items()
             }
             seen = states
             if key != last or now != runs:
@@ -569,12 +566,19 @@ class PodActor(AsyncActor):
             await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
 
 
+def _wrapped_containers(record: PodRecord) -> dict[str, bool]:
+    """Each container of the pod, init containers first, and whether it runs wrapped: what a
+    follower needs of the pod, without keeping the parsed pod alive as long as it follows."""
+    pod = request_data(record).pod
+    return {c.name: is_wrapped(pod, c) for c in (*pod.spec.init_containers, *pod.spec.containers)}
+
+
 def request_data(record: PodRecord) -> RetrievedPodData:
     """The ``/create`` body the record keeps (it was valid when stored)."""
     return _parsed_request(record.request)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def _parsed_request(request: bytes) -> RetrievedPodData:
     """A pod's stored body is read on every snapshot and restart decision, and never changes:
     parse it once (bounded, so 10,000 pods do not keep 10,000 parsed copies)."""
