@@ -881,6 +881,10 @@ def _wrapper(c: _Container, hooks: _Hooks, marker: str) -> str:
             f"if ! {hooks.post_start}; then",
             "  echo 'dmsgw: the postStart hook failed; stopping the container' >&2",
             '  kill -TERM "$pid" 2>/dev/null',
+            # A TERM that reaches the child before it has exec'd the command hits the trap it
+            # inherited and is lost: ask again once the command runs.
+            "  sleep 1",
+            '  kill -TERM "$pid" 2>/dev/null',
             "fi",
         ]
     lines += [
@@ -892,7 +896,9 @@ def _wrapper(c: _Container, hooks: _Hooks, marker: str) -> str:
     ]
     if marker:
         failed = f"printf '%s\\n' {shlex.quote(c.spec.name)} > {shlex.quote(INIT_FAILED)}"
-        lines.append(f'if [ "$code" -eq 0 ]; then : > {shlex.quote(marker)}; else {failed}; fi')
+        done = f"rm -f {shlex.quote(INIT_FAILED)}; : > {shlex.quote(marker)}"
+        # A success clears an earlier failure: the DMS retries provisioning in the same volume.
+        lines.append(f'if [ "$code" -eq 0 ]; then {done}; else {failed}; fi')
     lines += [f'echo "{EXIT_CODE_MARKER}$code" >&2', 'exit "$code"']
     return "\n".join(lines) + "\n"
 
@@ -1124,8 +1130,9 @@ class _Script:
 
     def __init__(self, container: str, pod: k8s.Pod) -> None:
         meta = pod.metadata
+        where = f"{meta.namespace}/{meta.name}"  # quoted below: a name must not end the comment
         self.lines = [
-            f"# dmsgw: set-up of container {container!r} of pod {meta.namespace}/{meta.name}",
+            f"# dmsgw: set-up of container {container!r} of pod {where!r}",
             "set -e",
             "umask 022",
         ]

@@ -839,3 +839,13 @@ def test_mutated_valid_bodies_raise_only_plugin_errors(
     else:
         document = data.draw(_json_values)
     only_plugin_errors(parse, json.dumps(document).encode("utf-8", "surrogatepass"))
+
+
+def test_remembered_status_bodies_are_bounded_by_their_bytes() -> None:
+    from dmsgw.transport.interlink import _BodyMemo
+
+    memo = _BodyMemo(max_entries=100, max_bytes=600)
+    for i in range(12):
+        meta = {"name": f"p{i}", "namespace": "d", "uid": f"u{i}"}
+        assert memo.get(json.dumps([{"metadata": meta}]).encode()) == ((f"u{i}", "d", f"p{i}"),)
+    assert memo._bytes <= 600 and len(memo._known) < 12

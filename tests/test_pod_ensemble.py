@@ -908,6 +908,7 @@ def test_the_init_wrapper_marks_completion_only_on_success(
 ) -> None:
     init = container("init", command=["sh", "-c", f"echo running; exit {code}"])
     config = translate(make_pod(container(), initContainers=[init]))
+    (tmp_path / "init-failed").write_text("init\n")  # an earlier try in the same volume failed
     result = subprocess.run(_wrapper(config, "init", tmp_path), capture_output=True, text=True)
     assert (result.returncode, result.stdout) == (code, "running\n")
     assert (tmp_path / "init.done").exists() is marked
@@ -1535,3 +1536,10 @@ def test_containers_named_unwrapped_run_their_command_as_it_is() -> None:
 def test_unwrapped_containers_are_checked(names: str, extra: Any, expected: str) -> None:
     pod = _annotated(make_pod(container("app"), **extra), names)
     assert refusal(pod) == expected
+
+
+def test_a_pod_name_cannot_end_the_set_up_scripts_comment() -> None:
+    pod = make_pod(container(), initContainers=[container("init")])
+    pod["metadata"]["name"] = "demo\ntouch /tmp/owned #"
+    text = script(translate(pod))
+    assert not any(line.startswith("touch") for line in text.splitlines())

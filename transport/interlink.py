@@ -14,9 +14,9 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import (
     ConfigDict,
@@ -195,17 +195,21 @@ class PodStatus(GoModel):
         validation_alias="initContainers",
         serialization_alias="initContainers",
     )
-    _wire: tuple[int, bytes] | None = PrivateAttr(default=None)
+    _wire: bytes | None = PrivateAttr(default=None)
 
     def wire(self) -> bytes:
         """The Go JSON of this status, written once: a pod's published snapshot answers every
-        poll of that pod until it changes. Keyed by identity, since ``model_copy`` copies
-        private attributes along with the fields it changes."""
-        written = self._wire
-        if written is None or written[0] != id(self):
-            written = (id(self), wire_json(self.to_wire()))
-            self._wire = written
-        return written[1]
+        poll of that pod until it changes (a published status is never changed, nested
+        containers included; a new status is made for every change)."""
+        if self._wire is None:
+            self._wire = wire_json(self.to_wire())
+        return self._wire
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy writes its own JSON (pydantic would copy the cached one along)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy._wire = None
+        return copy
 
 
 def _count(value: object) -> str:
@@ -358,21 +362,42 @@ def read_status_body(raw: bytes) -> list[PodRef]:
     interLink polls every pod every few seconds with the same JSON until the pod changes, and
     validating a whole pod costs more than answering from its snapshot. Each distinct body is
     still validated in full once (a bad one is refused every time: only good ones are kept);
-    what is remembered is the identities it names, a few hundred bytes per body.
+    what is remembered is the identities it names, never more than the body's own size.
     """
-    digest = hashlib.blake2b(raw, digest_size=16).digest()
-    identities = _VALID_STATUS_BODIES.get(digest)
-    if identities is None:
-        pods = parse_status_body(raw)
-        identities = tuple((p.metadata.uid, p.metadata.namespace, p.metadata.name) for p in pods)
-        if len(_VALID_STATUS_BODIES) >= _VALID_STATUS_BODIES_MAX:
-            _VALID_STATUS_BODIES.clear()
-        _VALID_STATUS_BODIES[digest] = identities
+    identities = _VALID_STATUS_BODIES.get(raw)
     return [PodRef(uid, ns, name, raw, i) for i, (uid, ns, name) in enumerate(identities)]
 
 
-_VALID_STATUS_BODIES: dict[bytes, tuple[tuple[str, str, str], ...]] = {}
-_VALID_STATUS_BODIES_MAX = 32768
+_Identities = tuple[tuple[str, str, str], ...]
+
+
+class _BodyMemo:
+    """Validated bodies' identities by digest, bounded in entries and in the bytes of the
+    bodies they came from (which bound what the identities hold)."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self._known: dict[bytes, _Identities] = {}
+        self._bytes = 0
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+
+    def get(self, raw: bytes) -> _Identities:
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        identities = self._known.get(digest)
+        if identities is None:
+            pods = parse_status_body(raw)
+            identities = tuple(
+                (p.metadata.uid, p.metadata.namespace, p.metadata.name) for p in pods
+            )
+            if len(self._known) >= self._max_entries or self._bytes + len(raw) > self._max_bytes:
+                self._known.clear()
+                self._bytes = 0
+            self._known[digest] = identities
+            self._bytes += len(raw)
+        return identities
+
+
+_VALID_STATUS_BODIES = _BodyMemo(max_entries=32768, max_bytes=64 << 20)
 
 
 def parse_logs_body(raw: bytes) -> LogStruct:
