@@ -81,6 +81,8 @@ class Phase:
 TERMINAL_DMS = {DeploymentStatus.COMPLETED, DeploymentStatus.FAILED}
 _NOT_STARTED = frozenset({"", AllocationStatus.PENDING})
 _UNHEALTHY = "unhealthy"
+END_READ_TRIES = 3
+"""How many more polls a follower makes when a log could not be read at the deployment's end."""
 MARKER_READ_LIMIT = 1 << 20
 """At most this much of a container's new stderr is read for the wrapper's markers at once
 (a container that wrote more between two reads may have runs go uncounted)."""
@@ -462,7 +464,8 @@ class PodActor(AsyncActor):
         last: tuple[Any, ...] | None = None
         containers = _wrapped_containers(self.record)  # name -> whether it runs wrapped
         runs = {name: Runs.from_map(self.record.runs.get(name)) for name in containers}
-        seen: dict[str, tuple[str, str]] = {}
+        seen: dict[str, tuple[str, str] | None] = {}
+        end_reads_left = END_READ_TRIES
         while True:
             try:
                 reply = await self._invoke(
@@ -484,8 +487,13 @@ class PodActor(AsyncActor):
                 name
                 for name, wraps in containers.items()
                 if wraps
-                and states[name][0] not in _NOT_STARTED
-                and (ended or states[name] != seen.get(name) or states[name][1] == _UNHEALTHY)
+                and (
+                    ended  # the manifest may have failed too: every log, once more
+                    or (
+                        states[name][0] not in _NOT_STARTED
+                        and (states[name] != seen.get(name) or states[name][1] == _UNHEALTHY)
+                    )
+                )
             ]
             found = await asyncio.gather(
                 *(
@@ -493,12 +501,25 @@ class PodActor(AsyncActor):
                     for name in read
                 )
             )
-            now = {**runs, **dict(zip(read, found, strict=True))}
+            unread = {name for name, got in zip(read, found, strict=True) if got is None}
+            if ended and unread and end_reads_left:
+                end_reads_left -= 1  # the logs hold the only exit codes: try the end again
+                await asyncio.sleep(interval)
+                continue
             now = {
-                name: now[name].saw(states[name][0], deployment_ended=ended, wrapped=wraps)
+                **runs,
+                **{n: got for n, got in zip(read, found, strict=True) if got is not None},
+            }
+            now = {
+                # A container whose log could not be read keeps its runs as they were: judging
+                # its status without its markers would count a run they may yet show.
+                name: now[name]
+                if name in unread and not ended
+                else now[name].saw(states[name][0], deployment_ended=ended, wrapped=wraps)
                 for name, wraps in containers.items()
             }
-            seen = states
+            # A container whose log could not be read is read again at the next poll.
+            seen = {name: seen.get(name) if name in unread else states[name] for name in states}
             if key != last or now != runs:
                 self.actor_ref.tell(_Observed(status, reply, manifest, now))
                 interval = self._policy.poll_min_s
@@ -587,9 +608,9 @@ def _parsed_request(request: bytes) -> RetrievedPodData:
 
 async def read_runs(
     invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str
-) -> Runs:
+) -> Runs | None:
     """``runs`` after the markers that the container's stderr gained since the last read;
-    unchanged when the log cannot be had (pod ``uid`` names it in the log message)."""
+    ``None`` when the log cannot be had (pod ``uid`` names it in the log message)."""
     try:
         directory = await log_directory(invoke, ensemble_id, allocation_key(container))
         text, read_to = await asyncio.to_thread(
@@ -597,7 +618,7 @@ async def read_runs(
         )
     except (DmsgwError, OSError) as exc:
         log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
-        return runs
+        return None
     return runs.read(markers(text), read_to)
 
 

@@ -175,21 +175,25 @@ async def test_read_runs_takes_the_new_markers_of_the_log(tmp_path: Path) -> Non
     assert await read_runs(_invoke(str(tmp_path)), "ens", "main", runs, uid="u") == runs
 
 
-@pytest.mark.parametrize("problem", ["refused", "no directory", "unreadable", "no file"])
-async def test_a_log_that_cannot_be_read_leaves_the_runs_as_they_were(
-    tmp_path: Path, problem: str
-) -> None:
+@pytest.mark.parametrize("problem", ["refused", "no directory", "unreadable"])
+async def test_a_log_that_cannot_be_read_is_said_so(tmp_path: Path, problem: str) -> None:
     (tmp_path / "dir" / "stderr.log").mkdir(parents=True)  # unreadable: a directory
     invoke = _invoke(
         {
             "refused": DMSBehaviorError("/dms/node/deployment/logs", "no such allocation"),
             "no directory": "",
             "unreadable": str(tmp_path / "dir"),
-            "no file": str(tmp_path / "empty"),
         }[problem]
     )
     before = Runs(read_to=7, started=1)
-    assert await read_runs(invoke, "ens", "main", before, uid="u") == before
+    assert await read_runs(invoke, "ens", "main", before, uid="u") is None
+
+
+async def test_a_log_not_written_yet_has_no_new_markers(tmp_path: Path) -> None:
+    before = Runs(read_to=7, started=1)
+    assert (
+        await read_runs(_invoke(str(tmp_path / "empty")), "ens", "main", before, uid="u") == before
+    )
 
 
 async def test_the_markers_are_not_part_of_the_container_log(tmp_path: Path) -> None:
