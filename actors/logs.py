@@ -52,13 +52,16 @@ def lines_after(path: Path, offset: int, limit: int | None = None) -> tuple[byte
         with path.open("rb") as f:
             size = f.seek(0, os.SEEK_END)
             start = offset if limit is None else max(offset, size - limit)
-            f.seek(start)
-            data = f.read(max(size - start, 0))
+            # Skipping ahead, read one byte before: whether it ends a line tells whether the
+            # first line read is whole or only the tail of one.
+            skipped = start > offset
+            f.seek(start - 1 if skipped else start)
+            data = f.read(max(size - start, 0) + (1 if skipped else 0))
     except FileNotFoundError:
         return b"", offset
-    if start > offset:  # skipped ahead: the first line read is only a part of one
+    if skipped:
         cut = data.find(b"\n") + 1
-        start, data = start + cut, data[cut:]
+        start, data = start - 1 + cut, data[cut:]
     complete = data[: data.rfind(b"\n") + 1]
     return complete, start + len(complete)
 

@@ -155,6 +155,9 @@ def test_lines_after_returns_whole_lines_only(tmp_path: Path) -> None:
     path.write_bytes(b"one\ntwo\nthree\n")
     # More than the limit: the last 8 bytes are "o\nthree\n", of which one line is whole.
     assert lines_after(path, 0, limit=8) == (b"three\n", 14)
+    # Exactly the last line: it is whole, since the byte before it ends a line.
+    assert lines_after(path, 0, limit=6) == (b"three\n", 14)
+    assert lines_after(path, 0, limit=5) == (b"", 14)
 
 
 def _invoke(directory: str | Exception) -> Any:
