@@ -121,8 +121,12 @@ class Runs:
 
     def next_ensemble(self) -> Runs:
         """The ledger for the pod's next deployment: the runs start again, the restarts and
-        the last run's end carry over."""
-        ended, code = (True, self.exit_code) if self.ended else (False, None)
+        the last run's end carry over (a run still open was ended by the redeployment,
+        with an unknown code)."""
+        if self.running:
+            ended, code = True, None
+        else:
+            ended, code = (True, self.exit_code) if self.ended else (False, None)
         return Runs(
             earlier_restarts=self.restarts,
             earlier_ended=ended or self.earlier_ended,

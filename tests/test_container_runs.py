@@ -263,3 +263,9 @@ def test_restarts_and_the_last_run_carry_over_to_the_next_deployment() -> None:
     # A deployment in which the container never ran keeps what came before.
     assert new.next_ensemble() == new
     assert Runs().next_ensemble() == Runs()
+
+
+def test_a_run_the_redeployment_cut_short_is_the_last_one() -> None:
+    cut = read(Runs(), START + EXIT % 137 + START).next_ensemble()
+    code, reason, message = _last(cut)
+    assert (code, reason) == (1, "Error") and "no exit code" in message
