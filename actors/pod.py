@@ -118,7 +118,10 @@ class PodRecord:
     @classmethod
     def from_map(cls, value: Mapping[str, Any]) -> PodRecord:
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in value.items() if k in names})
+        fields = {k: v for k, v in value.items() if k in names}
+        if not isinstance(fields.get("runs", {}), dict):
+            fields["runs"] = {}  # a garbled ledger reads as empty, as a garbled entry of it does
+        return cls(**fields)
 
 
 @dataclasses.dataclass(frozen=True)

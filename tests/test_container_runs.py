@@ -10,7 +10,7 @@ import pytest
 
 from dmsgw.actors.logs import lines_after, read_logs
 from dmsgw.actors.node import DMSBehaviorError
-from dmsgw.actors.pod import read_runs
+from dmsgw.actors.pod import PodRecord, read_runs
 from dmsgw.behaviors.container_runs import Runs
 from dmsgw.behaviors.deployment import DeploymentLogsResponse
 from dmsgw.behaviors.run_markers import Marker, markers, strip_marker
@@ -269,3 +269,9 @@ def test_a_run_the_redeployment_cut_short_is_the_last_one() -> None:
     cut = read(Runs(), START + EXIT % 137 + START).next_ensemble()
     code, reason, message = _last(cut)
     assert (code, reason) == (1, "Error") and "no exit code" in message
+
+
+def test_a_record_whose_stored_ledger_is_garbled_loads_with_an_empty_one() -> None:
+    stored = {"uid": "u", "namespace": "d", "name": "p", "jid": "j", "request": b"{}"}
+    assert PodRecord.from_map({**stored, "runs": "garbage"}).runs == {}
+    assert PodRecord.from_map({**stored, "runs": {"main": {}}}).runs == {"main": {}}
