@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from dmsgw.behaviors.status import AllocationManifest
     from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
     from dmsgw.devnet.faults import Faults
+    from dmsgw.devnet.orchestrator import Orchestrator
     from dmsgw.devnet.timeouts import Timeouts
     from dmsgw.keys.crypto import PrivKey
     from dmsgw.session import Node
@@ -163,6 +165,12 @@ class DevnetHandle:
     def close(self) -> None:
         self.dms.close()
 
+    def stdout(self, ensemble_id: str, allocation: str) -> str:
+        """What an allocation wrote to stdout, from the directory ``deployment/logs`` names
+        (on the DMS's host: this one, for the embedded devnet or a local DMS)."""
+        written = self.dms.deployment.logs(ensemble_id, allocation).logs_written_to
+        return (Path(written) / "stdout.log").read_text()
+
 
 class EmbeddedDevnet(DevnetHandle):
     """The embedded devnet behind a :class:`DevnetHandle`, with fault injection."""
@@ -181,6 +189,13 @@ class EmbeddedDevnet(DevnetHandle):
     @property
     def devnet(self) -> Devnet:
         return self.background.devnet
+
+    def orchestrator(self, ensemble_id: str, node: int = 0) -> Orchestrator:
+        """The orchestrator of a deployment made through ``node``, to read what a DMS reply
+        does not carry (exit codes, placements)."""
+        deployments = self.devnet.nodes[node].deployments
+        assert deployments is not None, "the node has no deployments"
+        return deployments.orchestrators[ensemble_id]
 
     def _generation(self) -> int:
         return self.devnet.changes.generation

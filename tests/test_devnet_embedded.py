@@ -20,7 +20,6 @@ import pytest
 from dmsgw.actors.node import DMSBehaviorError
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.executor import probe_isolation
-from dmsgw.devnet.orchestrator import Orchestrator
 from dmsgw.devnet.pytest_plugin import (
     EmbeddedDevnet,
     one_node_ensemble,
@@ -38,16 +37,6 @@ from dmsgw.transport.security import SecurityContext
 
 GIB = 1024**3
 NS = 1_000_000_000
-
-
-def _orchestrator(h: EmbeddedDevnet, eid: str) -> Orchestrator:
-    deployments = h.devnet.nodes[0].deployments
-    assert deployments is not None
-    return deployments.orchestrators[eid]
-
-
-def _stdout(h: EmbeddedDevnet, eid: str, key: str) -> str:
-    return (Path(h.dms.deployment.logs(eid, key).logs_written_to) / "stdout.log").read_text()
 
 
 def _children() -> set[int]:
@@ -74,7 +63,7 @@ def test_a_deployment_goes_through_every_dms_status(embedded_devnet: EmbeddedDev
     ).ensemble_id
     assert h.wait_status(eid, "Running") == "Running"
     assert h.dms.deployment.shutdown(eid).ok
-    assert [s.go_name for s in _orchestrator(h, eid).history] == [
+    assert [s.go_name for s in h.orchestrator(eid).history] == [
         "Preparing",
         "Generating",
         "Committing",
@@ -121,7 +110,7 @@ def test_an_impossible_request_fails_with_the_dms_error(embedded_devnet: Embedde
     greedy["resources"] = {**greedy["resources"], "gpus": [{"vram": GIB}] * 64}
     eid = h.dms.deployment.new(one_node_ensemble({"greedy": greedy})).ensemble_id
     assert h.wait_status(eid, "Failed") == "Failed"
-    assert "failed to create deployment" in _orchestrator(h, eid).error
+    assert "failed to create deployment" in h.orchestrator(eid).error
 
 
 def test_a_short_lived_request_is_refused_as_by_a_dms(embedded_devnet: EmbeddedDevnet) -> None:
@@ -225,7 +214,7 @@ def test_volumes_keys_scripts_environment_and_workdir(isolation: Isolation, tmp_
     try:
         eid = h.dms.deployment.new(ensemble).ensemble_id
         assert h.wait_status(eid, "Completed", "Failed") == "Completed"
-        lines = _stdout(h, eid, "n1.job").splitlines()
+        lines = h.stdout(eid, "n1.job").splitlines()
     finally:
         h.close()
     assert lines[0] == "hello devnet"
@@ -281,13 +270,13 @@ def test_a_killed_allocation_is_handled_by_its_failure_recovery(
     eid = h.dms.deployment.new(ensemble).ensemble_id
     assert h.wait_status(eid, "Running") == "Running"
     svc = h.faults.allocation(eid, "svc")
-    h.wait_for(lambda: _stdout(h, eid, "n1.svc") == "up\n", what="the first run's output")
+    h.wait_for(lambda: h.stdout(eid, "n1.svc") == "up\n", what="the first run's output")
     pid = h.faults.kill_allocation(eid, "svc")
     if restarted:
         h.wait_allocation(eid, "n1.svc", "running", timeout_s=5)
         h.wait_for(lambda: svc.pid not in (None, pid), what="a new process")
         both_runs = "up\nup\n"  # the log is appended to, run after run
-        h.wait_for(lambda: _stdout(h, eid, "n1.svc") == both_runs, what="the second run's output")
+        h.wait_for(lambda: h.stdout(eid, "n1.svc") == both_runs, what="the second run's output")
     else:
         h.wait_allocation(eid, "n1.svc", "failed")
         assert svc.exit_code == 137  # 128 + SIGKILL, as Docker reports it
@@ -320,7 +309,7 @@ def test_an_unreachable_pinned_peer_fails_the_deployment(embedded_devnet: Embedd
     ensemble = one_node_ensemble({"x": shell_allocation("task", "true")}, peer=peer)
     eid = h.dms.deployment.new(ensemble).ensemble_id
     assert h.wait_status(eid, "Failed", timeout_s=1.0) == "Failed"
-    assert "requesting bid to targeted peer" in _orchestrator(h, eid).error
+    assert "requesting bid to targeted peer" in h.orchestrator(eid).error
 
 
 def test_dropped_bids_fail_a_deployment_until_healed(embedded_devnet: EmbeddedDevnet) -> None:

@@ -23,7 +23,6 @@ import pytest
 
 from dmsgw.behaviors.ensemble import SpecConfig, VolumeConfig
 from dmsgw.devnet.executor import OOM_ERROR, probe_isolation
-from dmsgw.devnet.orchestrator import Orchestrator
 from dmsgw.devnet.protocol import AllocationDeploymentConfig
 from dmsgw.devnet.pytest_plugin import (
     EmbeddedDevnet,
@@ -57,16 +56,6 @@ def _with_scripts(allocations: dict[str, Any], scripts: dict[str, str], **node: 
     return ensemble
 
 
-def _orchestrator(h: EmbeddedDevnet, eid: str) -> Orchestrator:
-    deployments = h.devnet.nodes[0].deployments
-    assert deployments is not None
-    return deployments.orchestrators[eid]
-
-
-def _stdout(h: EmbeddedDevnet, eid: str, key: str) -> str:
-    return (Path(h.dms.deployment.logs(eid, key).logs_written_to) / "stdout.log").read_text()
-
-
 def _volume_dirs(h: EmbeddedDevnet) -> list[Path]:
     root = h.devnet.root
     assert root is not None
@@ -92,7 +81,7 @@ def test_provision_scripts_write_declared_paths_inside_the_devnet(
     )
     eid = h.dms.deployment.new(ensemble).ensemble_id
     assert h.wait_status(eid, "Running", "Failed") == "Running"
-    h.wait_for(lambda: _stdout(h, eid, "n1.svc") == "x=1\n", what="the configuration read back")
+    h.wait_for(lambda: h.stdout(eid, "n1.svc") == "x=1\n", what="the configuration read back")
     if h.devnet.nodes[0].executor and h.devnet.nodes[0].executor.isolation is Isolation.REWRITE:
         assert not top.exists()  # no mount point either
     assert [p.name for p in _volume_dirs(h)] == [f"conf-{top.name}"]
@@ -117,7 +106,7 @@ def test_a_volume_over_tmp_hides_nothing_the_set_up_needs(isolated: EmbeddedDevn
     ensemble = _with_scripts({"job": allocation}, {"setup": "echo prepared > /tmp/prepared\n"})
     eid = h.dms.deployment.new(ensemble).ensemble_id
     assert h.wait_status(eid, "Completed", "Failed") == "Completed"
-    assert _stdout(h, eid, "n1.job") == f"prepared\nkey-{tag}\n"
+    assert h.stdout(eid, "n1.job") == f"prepared\nkey-{tag}\n"
 
 
 def test_a_failing_provision_script_fails_the_start_with_its_stderr(
@@ -130,7 +119,7 @@ def test_a_failing_provision_script_fails_the_start_with_its_stderr(
     )
     eid = h.dms.deployment.new(ensemble).ensemble_id
     assert h.wait_status(eid, "Failed", "Completed") == "Failed"
-    reasons = "\n".join(_orchestrator(h, eid).failures)
+    reasons = "\n".join(h.orchestrator(eid).failures)
     assert re.search(
         r"start executor: allocation \S+job: provision script 'setup' exited with 4: "
         r"cannot prepare",
@@ -158,7 +147,7 @@ def test_provision_scripts_have_their_own_time_limit() -> None:
         )
         eid = h.dms.deployment.new(stuck).ensemble_id
         assert h.wait_status(eid, "Failed", "Running") == "Failed"
-        assert any("did not finish within 1 s" in f for f in _orchestrator(h, eid).failures)
+        assert any("did not finish within 1 s" in f for f in h.orchestrator(eid).failures)
     finally:
         h.close()
 
@@ -188,7 +177,7 @@ def test_named_volumes_are_shared_and_removed_with_their_last_user(
     second = h.dms.deployment.new(reader).ensemble_id
     for eid in (first, second):
         assert h.wait_status(eid, "Running", "Failed") == "Running"
-    h.wait_for(lambda: _stdout(h, second, "n1.r") == "hi\n", what="the reader to see the file")
+    h.wait_for(lambda: h.stdout(second, "n1.r") == "hi\n", what="the reader to see the file")
     (directory,) = _volume_dirs(h)
     assert directory.name == name and directory.parent.parent.name == "node0"
     assert h.dms.deployment.shutdown(first).ok
@@ -225,11 +214,11 @@ def test_shutdown_terms_the_main_process_only_then_kills_the_group(
     assert h.wait_status(eid, "Running", "Failed") == "Running"
     svc = h.faults.allocation(eid, "svc")
     started = h.wait_for(
-        lambda: re.fullmatch(r"child (\d+)\n", _stdout(h, eid, "n1.svc")), what="the child"
+        lambda: re.fullmatch(r"child (\d+)\n", h.stdout(eid, "n1.svc")), what="the child"
     )
     assert h.dms.deployment.shutdown(eid).ok
     assert h.wait_status(eid, "Completed") == "Completed"
-    assert _stdout(h, eid, "n1.svc") == f"{started.group(0)}main-term\n"
+    assert h.stdout(eid, "n1.svc") == f"{started.group(0)}main-term\n"
     assert svc.exit_code == 0
     with pytest.raises(ProcessLookupError):
         os.kill(int(started.group(1)), 0)
@@ -245,7 +234,7 @@ def test_memory_beyond_ram_size_is_killed_as_an_oom(embedded_devnet: EmbeddedDev
     h.wait_allocation(eid, "n1.hog", "failed")
     allocation = h.faults.allocation(eid, "hog")
     assert (allocation.exit_code, allocation.oom_killed) == (137, True)
-    record = _orchestrator(h, eid).placed["n1.hog"]
+    record = h.orchestrator(eid).placed["n1.hog"]
     assert (record.exit_code, record.error) == (137, OOM_ERROR)
 
 
@@ -260,7 +249,7 @@ def test_the_oom_kill_takes_the_largest_process_and_its_parent_lives_on(
     shell["resources"] = {**shell["resources"], "ram": {"size": 64 * MIB}}
     eid = h.dms.deployment.new(one_node_ensemble({"shell": shell})).ensemble_id
     h.wait_allocation(eid, "n1.shell", "failed")
-    assert _stdout(h, eid, "n1.shell") == "child ended with 137\n"
+    assert h.stdout(eid, "n1.shell") == "child ended with 137\n"
     allocation = h.faults.allocation(eid, "shell")
     assert (allocation.exit_code, allocation.oom_killed) == (5, True)
-    assert _orchestrator(h, eid).placed["n1.shell"].error == OOM_ERROR
+    assert h.orchestrator(eid).placed["n1.shell"].error == OOM_ERROR

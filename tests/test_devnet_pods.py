@@ -22,7 +22,6 @@ import pytest
 
 from dmsgw.behaviors.pod_ensemble import POD_NODE, pod_to_ensemble
 from dmsgw.devnet.executor import probe_isolation
-from dmsgw.devnet.orchestrator import Orchestrator
 from dmsgw.devnet.pytest_plugin import EmbeddedDevnet, start_embedded
 from dmsgw.devnet.sandbox import Isolation
 from dmsgw.transport.interlink import RetrievedPodData
@@ -97,19 +96,12 @@ def _deploy(
 
 
 def _stdout(h: EmbeddedDevnet, eid: str, container: str) -> str:
-    written = h.dms.deployment.logs(eid, f"{POD_NODE}.{container}").logs_written_to
-    return (Path(written) / "stdout.log").read_text()
+    return h.stdout(eid, f"{POD_NODE}.{container}")
 
 
 def _statuses(h: EmbeddedDevnet, eid: str) -> dict[str, str]:
     manifest = h.dms.deployment.manifest(eid).manifest
     return {k: a.status for k, a in (manifest.allocations or {}).items()}
-
-
-def _orchestrator(h: EmbeddedDevnet, eid: str) -> Orchestrator:
-    deployments = h.devnet.nodes[0].deployments
-    assert deployments is not None
-    return deployments.orchestrators[eid]
 
 
 def _volume_dirs(h: EmbeddedDevnet) -> list[Path]:
@@ -227,7 +219,7 @@ def test_a_failing_container_reports_its_exit_code(devnet: EmbeddedDevnet, base:
         return {k.rsplit(".", 1)[1]: a.status for k, a in (reply.allocation_info or {}).items()}
 
     assert h.wait_for(lambda: info() == {"bad": "failed", "steady": "running"}, what="the info")
-    assert _orchestrator(h, eid).placed["pod.bad"].exit_code == 3
+    assert h.orchestrator(eid).placed["pod.bad"].exit_code == 3
     assert h.faults.allocation(eid, "bad").exit_code == 3
     assert h.dms.deployment.shutdown(eid).ok
     assert h.wait_status(eid, "Completed") == "Completed"
