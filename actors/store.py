@@ -5,13 +5,20 @@ gateway killed at any instant resumes every pod from here plus what the DMS know
 group-committed on a writer thread — many pods changing at once cost one transaction, and the
 event loop never waits on the disk. Records are msgpack blobs: compact, fast, and schema changes
 need no migration (unknown keys are ignored, missing ones defaulted by the reader).
+
+The records hold whole pod specs, Kubernetes Secret data included, so the state is private as
+the key files are: the database and SQLite's side files 0600, in a directory of its own 0700.
+A state written by an older gateway is tightened when it is opened, and the log says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +35,11 @@ CREATE TABLE IF NOT EXISTS pods (
 ) WITHOUT ROWID
 """
 _MAX_RECORD_BYTES = 16 * 1024 * 1024
+_SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
+"""SQLite's companions of a database file; each holds pages of the records."""
+_GROUP_OTHER = 0o077
+
+log = logging.getLogger(__name__)
 
 
 class StoreError(DmsgwError):
@@ -66,7 +78,7 @@ class PodStore:
         self.path = Path(path)
         try:
             if str(path) != ":memory:":
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                _make_private(self.path)
             self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -155,3 +167,60 @@ class PodStore:
                 await self._writer
         with self._lock:
             self._db.close()
+
+
+def _make_private(path: Path) -> None:
+    """Create the state file 0600 in a 0700 directory, or tighten what an older gateway left.
+
+    The file is created here, before SQLite opens it, because SQLite would create it 0644 (less
+    the umask); SQLite gives its -wal, -shm and -journal files the database's own mode.
+    """
+    directory = path.parent
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    else:
+        _tighten_directory(directory, path)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for file in (path, *(path.with_name(path.name + s) for s in _SIDE_FILE_SUFFIXES)):
+        _tighten(file, "state file")
+
+
+def _tighten(path: Path, what: str) -> None:
+    """Take group and other permissions away from ``path`` (if it exists), saying so."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return
+    if mode & _GROUP_OTHER:
+        path.chmod(mode & ~_GROUP_OTHER)
+        log.warning(
+            "the %s %s was readable by others (mode %04o): now %04o, as it holds pod specs, "
+            "Kubernetes Secret data included",
+            what,
+            path,
+            mode,
+            mode & ~_GROUP_OTHER,
+        )
+
+
+def _tighten_directory(directory: Path, path: Path) -> None:
+    """Tighten the state's directory when it is the state's own (it holds nothing else and is
+    ours); a directory shared with other files (a home directory, ``/tmp``) is the operator's
+    to decide, so it is only reported — the files in it are private either way."""
+    mode = stat.S_IMODE(directory.stat().st_mode)
+    if not mode & _GROUP_OTHER:
+        return
+    own_names = {path.name, *(path.name + s for s in _SIDE_FILE_SUFFIXES)}
+    dedicated = directory.stat().st_uid == os.geteuid() and all(
+        entry.name in own_names for entry in directory.iterdir()
+    )
+    if dedicated:
+        _tighten(directory, "state directory")
+    else:
+        log.warning(
+            "the state directory %s is open to others (mode %04o) and holds other files, so "
+            "it is left as it is; the state files in it are 0600 (give the state a directory "
+            "of its own to keep even their names private)",
+            directory,
+            mode,
+        )

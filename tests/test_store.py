@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,63 @@ def test_unopenable_and_corrupt_state_is_named(tmp_path: Path) -> None:
         PodStore(path).load_all()
     with pytest.raises(StoreError, match="not a map"):
         unpack(pack([1, 2]))  # type: ignore[arg-type]
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_a_new_state_is_private_side_files_included(tmp_path: Path) -> None:
+    """The records hold pod specs with Secret data: 0600 files in a 0700 directory."""
+    path = tmp_path / "state" / "gw.sqlite3"
+    store = PodStore(path)
+    await store.put("a", {"uid": "a", "secret": "hunter2"})
+    wal, shm = path.with_name("gw.sqlite3-wal"), path.with_name("gw.sqlite3-shm")
+    assert wal.exists() and shm.exists()  # WAL mode: both live while the store is open
+    assert {p.name: _mode(p) for p in (path, wal, shm)} == dict.fromkeys(
+        ("gw.sqlite3", "gw.sqlite3-wal", "gw.sqlite3-shm"), 0o600
+    )
+    assert _mode(path.parent) == 0o700
+    await store.close()
+
+
+async def test_an_older_world_readable_state_is_tightened_on_open(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "state"
+    directory.mkdir(mode=0o755)
+    directory.chmod(0o755)
+    path = directory / "gw.sqlite3"
+    old = sqlite3.connect(path)  # as an older gateway left it: 0644 (the umask's default)
+    old.execute("CREATE TABLE pods (uid TEXT PRIMARY KEY, record BLOB NOT NULL) WITHOUT ROWID")
+    old.execute("INSERT INTO pods VALUES ('a', ?)", (pack({"uid": "a"}),))
+    old.commit()
+    old.close()
+    wal = path.with_name("gw.sqlite3-wal")  # left by a gateway that was killed
+    wal.write_bytes(b"")
+    for file in (path, wal):
+        file.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="dmsgw.actors.store"):
+        store = PodStore(path)
+    assert store.load_all() == [{"uid": "a"}]
+    assert (_mode(directory), _mode(path), _mode(wal)) == (0o700, 0o600, 0o600)
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert f"state file {path} was readable by others (mode 0644): now 0600" in logged
+    assert f"state directory {directory} was readable by others (mode 0755)" in logged
+    await store.close()
+
+
+async def test_a_shared_directory_is_left_alone_but_the_state_is_private(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A state put in a directory that holds other files (a home directory) keeps its files
+    private without changing the operator's directory."""
+    tmp_path.chmod(0o755)
+    (tmp_path / "notes.txt").write_text("not the gateway's")
+    with caplog.at_level(logging.WARNING, logger="dmsgw.actors.store"):
+        store = PodStore(tmp_path / "gw.sqlite3")
+    await store.put("a", {"uid": "a"})
+    assert _mode(tmp_path) == 0o755
+    assert _mode(tmp_path / "gw.sqlite3") == 0o600
+    assert "holds other files, so it is left as it is" in caplog.text
+    await store.close()
