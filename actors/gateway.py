@@ -21,7 +21,7 @@ from typing import Any
 from dmsgw.actors import bridge
 from dmsgw.actors.aio import AsyncActorRef
 from dmsgw.actors.logs import log_directory, read_logs
-from dmsgw.actors.node import NodeActor, NodeClient
+from dmsgw.actors.node import NodeActor, NodeClient, seconds_until_grant_expiry
 from dmsgw.actors.pod import (
     DEFAULT_POLICY,
     POD_UID_KEY,
@@ -540,6 +540,10 @@ async def start_backend(config: GatewayConfig, *, metrics: Metrics) -> GatewayBa
         gpu_prefix=config.gpu_resource_prefix,
     )
     metrics.gauge("pods", "Pods the gateway tracks").set_function(lambda: len(gateway.snapshots))
+    metrics.gauge(
+        "grant_expiry_seconds",
+        "Seconds until the gateway's grant from the DMS runs out (negative: it has; NaN: none)",
+    ).set_function(lambda: seconds_until_grant_expiry(capabilities, system_clock))
     backend.start_orphan_collection()
     return backend
 

@@ -7,9 +7,12 @@ capability), sends it through the transport, and checks the reply (addressed to 
 actor we asked, signed by it, in time) before decoding it with the behavior's reply model.
 
 Invoke tokens are cached per capability and audience and renewed before they run out, so a
-request costs one signature (the envelope's) instead of three. When the DMS answers 408 — its
-way of refusing silently — the actor runs the preflight against its model of the DMS and puts
-the reason in the error.
+request costs one signature (the envelope's) instead of three. No token outlives the grant it
+is chained on (the DMS would drop it without a word, as it drops one chained on a grant that
+has run out): a request whose grant has run out is refused before it is sent, naming the grant
+and the command that renews it, and the log warns a week, a day and an hour ahead. When the DMS
+answers 408 — its way of refusing silently — the actor runs the preflight against its model of
+the DMS and puts the reason in the error.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
+import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from dmsgw.actors.aio import AsyncActor, AsyncActorRef
@@ -26,7 +32,7 @@ from dmsgw.errors import DmsgwError
 from dmsgw.keys.did import DID
 from dmsgw.keys.ucan.cap import Capability, implies
 from dmsgw.keys.ucan.context import CapabilityContext
-from dmsgw.keys.ucan.token import format_ns
+from dmsgw.keys.ucan.token import Action, Token, format_ns
 from dmsgw.transport import envelope as env
 from dmsgw.transport.envelope import Address, Envelope, Handle
 from dmsgw.transport.preflight import preflight
@@ -39,8 +45,8 @@ TOKEN_LIFETIME_S = 600.0
 """How long a cached invoke token is made to live (capped by the delegated capability)."""
 TOKEN_RENEW_MARGIN_S = 60.0
 """A cached token is replaced when less than this remains beyond the message's own expiry."""
-CAPABILITY_WARN_S = 7 * 24 * 3600.0
-"""Warn when the delegated capability expires within this."""
+GRANT_WARNINGS_S = (7 * 24 * 3600.0, 24 * 3600.0, 3600.0)
+"""The log warns once when the grant has less than each of these left (a week, a day, an hour)."""
 
 
 class DMSBehaviorError(DmsgwError):
@@ -57,13 +63,20 @@ class ReplyError(TransportError):
 
 
 class CapabilityExpiredError(DmsgwError):
-    """The capability delegated to the gateway has run out."""
+    """The grant the gateway's tokens would be chained on has run out: nothing was sent."""
 
 
 @dataclasses.dataclass(frozen=True)
 class _CachedTokens:
     blob: bytes
     expire: int
+    grant_end: bool
+    """The tokens expire with their grant: no new token could live longer."""
+
+    def serve(self, now: int, until: int) -> bool:
+        """Whether these tokens may go on a message that wants them valid until ``until``:
+        still valid, and either valid that long or as long as their grant allows."""
+        return now <= self.expire and (self.expire >= until or self.grant_end)
 
 
 class NodeActor(AsyncActor):
@@ -76,7 +89,7 @@ class NodeActor(AsyncActor):
         *,
         clock: Clock = system_clock,
         token_lifetime_s: float = TOKEN_LIFETIME_S,
-        warn_before_s: float = CAPABILITY_WARN_S,
+        warn_before_s: Sequence[float] = GRANT_WARNINGS_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -84,9 +97,9 @@ class NodeActor(AsyncActor):
         self.transport = transport
         self.clock = clock
         self.token_lifetime_ns = int(token_lifetime_s * NS_PER_SECOND)
-        self.warn_before_ns = int(warn_before_s * NS_PER_SECOND)
+        self.warn_before_ns = [int(w * NS_PER_SECOND) for w in warn_before_s]
         self._tokens: dict[tuple[tuple[Capability, ...], DID], _CachedTokens] = {}
-        self._warned_for: int | None = None
+        self._warned: set[tuple[int, int]] = set()  # (grant's end, warning) already logged
 
     # --- the API -------------------------------------------------------------------------
 
@@ -128,13 +141,12 @@ class NodeActor(AsyncActor):
             topic=behavior.topic,
             nonce=nonce,
         )
-        return self.security.provide_broadcast(msg, [behavior.capability])
-
-    def capability_expiry(self) -> int | None:
-        """When the latest-expiring delegated capability (provide anchor) runs out, Unix ns."""
-        _, _, provide, _ = self.security.capabilities.list_roots()
-        expiries = [t.expire() for t in provide.present()]
-        return max(expiries) if expiries else None
+        caps = (behavior.capability,)
+        end = self._grant_end(Action.BROADCAST, DID(), (behavior.topic,), caps)
+        blob = self.security.capabilities.provide_broadcast(
+            self.security.id, behavior.topic, _within(msg.opt.exp, end), list(caps)
+        )
+        return self.security.sign(dataclasses.replace(msg, cap=blob))
 
     # --- building requests --------------------------------------------------------------
 
@@ -174,42 +186,80 @@ class NodeActor(AsyncActor):
 
     def _tokens_for(self, caps: tuple[Capability, ...], target: Handle, msg_exp: int) -> bytes:
         key = (caps, target.did)
-        cached = self._tokens.get(key)
-        margin = int(TOKEN_RENEW_MARGIN_S * NS_PER_SECOND)
-        if cached is None or cached.expire < msg_exp + margin:
-            self._check_capability_expiry()
-            expire = max(msg_exp, self._token_expiry())
-            blob = self.security.capabilities.provide(
-                target.did, self.security.id, target.id, expire, list(caps)
-            )
-            cached = _CachedTokens(blob, expire)
-            self._tokens[key] = cached
-        return cached.blob
-
-    def _token_expiry(self) -> int:
-        wanted = self.clock() + self.token_lifetime_ns
-        anchor = self.capability_expiry()
-        return min(wanted, anchor) if anchor is not None else wanted
-
-    def _check_capability_expiry(self) -> None:
-        anchor = self.capability_expiry()
-        if anchor is None:
-            return
         now = self.clock()
-        if anchor < now:
+        cached = self._tokens.get(key)
+        if cached is not None and cached.serve(now, msg_exp + _RENEW_MARGIN_NS):
+            return cached.blob
+        end = self._grant_end(Action.INVOKE, target.did, None, caps)
+        expire = _within(max(msg_exp, now + self.token_lifetime_ns), end)
+        blob = self.security.capabilities.provide(
+            target.did, self.security.id, target.id, expire, list(caps)
+        )
+        self._tokens[key] = _CachedTokens(blob, expire, grant_end=expire == end)
+        return blob
+
+    def _grant_end(
+        self,
+        action: Action,
+        audience: DID,
+        topics: tuple[Capability, ...] | None,
+        caps: tuple[Capability, ...],
+    ) -> int | None:
+        """When the longest-lived grant that ``action`` tokens for ``caps`` can be chained on
+        runs out (the earliest expiry along its chain); ``None`` when no grant covers them
+        (the tokens are then self-signed only: the gateway may be a root of the DMS).
+
+        Raises :class:`CapabilityExpiredError` when only grants that ran out cover them:
+        the DMS would drop the message without a word."""
+        capabilities = self.security.capabilities
+        live = capabilities.anchors_for(action, audience, topics, caps)
+        if live:
+            end = max(t.chain_expiry() for t in live)
+            self._warn_if_ending(end, max(live, key=Token.chain_expiry))
+            return end
+        lapsed = capabilities.anchors_for(action, audience, topics, caps, lapsed=True)
+        if lapsed:
+            grant = max(lapsed, key=Token.chain_expiry)
             raise CapabilityExpiredError(
-                f"the capability delegated to {self.security.did.uri} expired at "
-                f"{format_ns(anchor)}: ask the DMS operator for a new grant "
-                f"(nunet cap grant --context dms --cap /dms/node --duration 8760h "
-                f"{self.security.did.uri})"
+                f"not sent: the grant to {self.security.did.uri} ran out at "
+                f"{format_ns(grant.chain_expiry())} ({grant.describe()}), and the DMS drops a "
+                f"message it no longer covers without a word. "
+                f"Renew it: {self._renewal(grant)}"
             )
-        if anchor - now < self.warn_before_ns and self._warned_for != anchor:
-            self._warned_for = anchor
-            log.warning(
-                "the capability delegated to %s expires at %s; renew it soon",
-                self.security.did.uri,
-                format_ns(anchor),
-            )
+        return None
+
+    def _warn_if_ending(self, end: int, grant: Token) -> None:
+        """Log once when the grant has less than each of :data:`GRANT_WARNINGS_S` left
+        (only the nearest, when the gateway starts with several already passed)."""
+        left = end - self.clock()
+        passed = [w for w in self.warn_before_ns if left < w]
+        if not passed or (end, min(passed)) in self._warned:
+            return
+        self._warned.update((end, w) for w in passed)
+        log.warning(
+            "the grant to %s runs out at %s, in %s (%s); renew it: %s",
+            self.security.did.uri,
+            format_ns(end),
+            _time_left(left),
+            grant.describe(),
+            self._renewal(grant),
+        )
+
+    def _renewal(self, grant: Token) -> str:
+        """The commands that renew ``grant`` (same capabilities and topics, a year long)."""
+        did = self.security.did.uri
+        context = self.security.capabilities.name
+        scope = [arg for c in grant.capability() or () for arg in ("--cap", c)]
+        scope += [arg for t in grant.topic() or () for arg in ("--topic", t)]
+        nunet = shlex.join(["nunet", "cap", "grant", "--context", "dms", *scope])
+        devnet = shlex.join(["dmsgw", "devnet", "grant", *scope, "--anchor", context, did])
+        anchor = shlex.join(["dmsgw", "cap", "anchor", "--context", context, "--provide"])
+        return (
+            f"on a DMS, its operator runs `{nunet} --duration 8760h {did}` (or `dmsgw cap "
+            f"grant` with the same arguments) and you add the token list it prints with "
+            f"`{anchor} '<token list>'`; on a `dmsgw devnet`, `{devnet}` does both; then "
+            "restart the gateway (or reconnect)"
+        )
 
 
 class NodeClient:
@@ -315,9 +365,17 @@ class NodeClient:
         _, _, provide, _ = self.security.capabilities.list_roots()
         grants = provide.present()
         if not grants:
+            lapsed = self.security.capabilities.lapsed_anchors().present()
+            held = (
+                "only grants that ran out ("
+                + "; ".join(f"{t.describe()} at {format_ns(t.chain_expiry())}" for t in lapsed)
+                + ")"
+                if lapsed
+                else "no delegated capability"
+            )
             return (
-                f"\n  hint: {self.security.did.uri} holds no delegated capability; the DMS "
-                "operator grants one with `nunet cap grant --context dms --cap /dms/node …`"
+                f"\n  hint: {self.security.did.uri} holds {held}; the DMS operator grants "
+                "one with `nunet cap grant --context dms --cap /dms/node …`"
             )
         covered = [c for t in grants for c in t.capability() or ()]
         if any(implies(c, behavior) for c in covered):
@@ -326,3 +384,34 @@ class NodeClient:
             f"\n  hint: the capabilities delegated to {self.security.did.uri} "
             f"([{', '.join(covered)}]) — none covers {behavior}"
         )
+
+
+_RENEW_MARGIN_NS = int(TOKEN_RENEW_MARGIN_S * NS_PER_SECOND)
+
+
+def _within(expire: int, grant_end: int | None) -> int:
+    """``expire``, cut to the end of the grant the token is chained on (if any): a token
+    that outlives its chain does not verify, and the DMS drops its message unheard."""
+    return expire if grant_end is None else min(expire, grant_end)
+
+
+def _time_left(ns: int) -> str:
+    minutes = ns // (60 * NS_PER_SECOND)
+    if minutes < 120:
+        return f"{minutes} min"
+    hours = minutes // 60
+    return f"{hours} h" if hours < 72 else f"{hours // 24} days"
+
+
+def grant_expiry(capabilities: CapabilityContext) -> int | None:
+    """When the gateway's grant runs (or ran) out, Unix ns: the latest chain expiry among its
+    provide anchors, the live ones if any are left; ``None`` when it was given none."""
+    anchors = capabilities.list_roots()[2].present() or capabilities.lapsed_anchors().present()
+    return max((t.chain_expiry() for t in anchors), default=None)
+
+
+def seconds_until_grant_expiry(capabilities: CapabilityContext, clock: Clock) -> float:
+    """For a gauge: seconds until the grant runs out (negative once it has; NaN without one,
+    so that an alert on ``< 86400`` stays quiet for a gateway the DMS trusts as a root)."""
+    expiry = grant_expiry(capabilities)
+    return math.nan if expiry is None else (expiry - clock()) / NS_PER_SECOND

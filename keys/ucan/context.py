@@ -134,6 +134,9 @@ class CapabilityContext:
     ``identity`` is a :class:`Provider` for a context that issues tokens, or just a
     :class:`DID` for a read-only model of someone else's context (e.g. a DMS's ``dms.cap``,
     to predict its verdicts): such a context can consume, require and explain, not sign.
+    ``lapsed`` are provide anchors that had run out before the context was made (a file's,
+    which :func:`~dmsgw.keys.ucan.store.load_context` drops as the DMS does): never used,
+    only named by :meth:`lapsed_anchors`.
     """
 
     def __init__(
@@ -145,6 +148,7 @@ class CapabilityContext:
         require: TokenList | None = None,
         provide: TokenList | None = None,
         revoke: TokenList | None = None,
+        lapsed: TokenList | None = None,
         clock: Clock = system_clock,
         nonce_source: Callable[[], bytes] = random_nonce,
     ) -> None:
@@ -159,6 +163,9 @@ class CapabilityContext:
         self._provide: dict[DID, list[Token]] = {}  # issuer -> tokens we delegate from
         self._tokens: dict[DID, list[Token]] = {}  # subject -> consumed tokens
         self._revocations = RevocationSet()
+        # Every provide anchor we were given, kept past its expiry (the tables above forget
+        # it, as the DMS does) so that whoever relied on it can be told which grant ran out.
+        self._given: dict[bytes, Token] = {t.revocation_key(): t for t in _present(lapsed)}
         self.last_consume: ConsumeReport | None = None
         """The report of the latest :meth:`consume`, which a failing :meth:`require` explains
         itself with (pass a report to :meth:`explain_require` when consumes interleave)."""
@@ -207,6 +214,7 @@ class CapabilityContext:
             for t in _present(provide):
                 self._verify_anchor("provide", t, now)
                 _add_anchor_token(self._provide.setdefault(t.issuer(), []), t)
+                self._given[t.revocation_key()] = t
             self._drop_invalid(now)
 
     def _verify_anchor(self, kind: str, t: Token, now: int) -> None:
@@ -241,6 +249,12 @@ class CapabilityContext:
             for table, tokens in ((self._require, require), (self._provide, provide)):
                 for t in _present(tokens):
                     _remove_by_nonce(table, t.issuer(), t)
+            for t in _present(provide):
+                self._given = {
+                    key: ot
+                    for key, ot in self._given.items()
+                    if not (ot.issuer() == t.issuer() and ot.nonce() == t.nonce())
+                }
             for t in _present(revoke):
                 self._revocations.remove(t)
 
@@ -257,6 +271,41 @@ class CapabilityContext:
             ]
             revoke = self._revocations.list(now)
         return roots, TokenList.of(require), TokenList.of(provide), TokenList.of(revoke)
+
+    def lapsed_anchors(self) -> TokenList:
+        """The provide anchors we were given that have run out — and were otherwise sound
+        (validly signed, not revoked, on the day they last held). Not in the DMS, which
+        forgets them without a word; kept so that a sender can name the grant to renew
+        instead of sending a message the DMS would drop."""
+        now = self.now()
+        with self._lock:
+            given = list(self._given.values())
+        return TokenList.of(
+            t for t in given if t.expire_before(now) and self._verifies(t, t.chain_expiry())
+        )
+
+    def anchors_for(
+        self,
+        action: Action,
+        audience: DID,
+        topics: Sequence[Capability] | None,
+        caps: Sequence[Capability],
+        *,
+        lapsed: bool = False,
+    ) -> list[Token]:
+        """The live provide anchors (with ``lapsed``, those that ran out) on which we could
+        chain ``action`` tokens for every one of ``caps`` on ``audience``, time aside: what
+        :meth:`delegate_invocation` and :meth:`delegate_broadcast` decide, asked at each
+        anchor's last valid instant (:meth:`Token.chain_expiry`)."""
+        anchors = self.lapsed_anchors() if lapsed else self.list_roots()[2]
+        return [
+            t
+            for t in anchors.present()
+            if all(
+                t.allow_delegation(action, self._did, audience, topics, t.chain_expiry(), c)
+                for c in caps
+            )
+        ]
 
     def gc(self) -> None:
         """Forget expired tokens and revocations (the DMS runs this periodically)."""

@@ -66,7 +66,8 @@ def load_context(
 ) -> CapabilityContext:
     """Load ``<directory>/<name>.cap`` (``LoadCapabilityContextWithName``).
 
-    Tokens that have expired are dropped, as the DMS drops them. ``identity`` must be the
+    Tokens that have expired are dropped, as the DMS drops them (expired provide anchors are
+    kept aside, as the context's ``lapsed``, to name the grant to renew). ``identity`` must be the
     context's own DID's :class:`Provider` to issue tokens from it; without it the context is
     read-only (enough to predict the owner's verdicts). A file for another DID is refused.
     """
@@ -100,6 +101,7 @@ def load_context(
             require=_unexpired(view.require, now),
             provide=_unexpired(view.provide, now),
             revoke=_unexpired(view.revoke, now),
+            lapsed=TokenList.of(t for t in view.provide.present() if t.expire_before(now)),
             clock=clock,
         )
     except UcanError as exc:

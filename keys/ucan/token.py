@@ -250,6 +250,18 @@ class DMSToken(GoStruct):
             return True
         return self.chain is not None and self.chain.expire_before(deadline)
 
+    def chain_expiry(self) -> int:
+        """The earliest expiry along this token and its chain: the last instant at which it
+        verifies, and so the latest expiry a token chained on it may have (0 when the chain
+        holds a token that is not a DMS token: as for :meth:`expire_before`, it never verifies)."""
+        t, earliest = self, self.expire
+        while t.chain is not None:
+            if t.chain.dms is None:
+                return 0
+            t = t.chain.dms
+            earliest = min(earliest, t.expire)
+        return earliest
+
     def anchor(self, anchor: DID) -> bool:
         """True when ``anchor`` issued this token or a token in its chain."""
         if self.issuer == anchor:
@@ -476,7 +488,7 @@ class DMSToken(GoStruct):
                 Reason.CHAIN_OUTLIVED,
                 "capability expired",
                 f"{describe(self)} expires at {format_ns(self.expire)}, after its chain "
-                f"(which expires at {format_ns(_chain_expiry(granting))})",
+                f"(which expires at {format_ns(granting.chain_expiry())})",
                 self,
             )
         granting._verify(now, depth + 1, revoke)
@@ -653,15 +665,6 @@ def _expired_error(t: DMSToken, now: int) -> TokenError:
     return TokenError(Reason.EXPIRED, "capability expired", detail, culprit)
 
 
-def _chain_expiry(t: DMSToken) -> int:
-    """The earliest expiry along ``t`` and its chain."""
-    earliest = t.expire
-    while t.chain is not None and t.chain.dms is not None:
-        t = t.chain.dms
-        earliest = min(earliest, t.expire)
-    return earliest
-
-
 def _chain_refusal(granting: DMSToken, t: DMSToken) -> str:
     """Which part of ``granting``'s delegation ``t`` oversteps (for messages)."""
     if not granting.audience.empty() and granting.audience != t.audience:
@@ -748,6 +751,9 @@ class Token(GoStruct):
 
     def expire_before(self, deadline: int) -> bool:
         return self.dms.expire_before(deadline) if self.dms else True
+
+    def chain_expiry(self) -> int:
+        return self.dms.chain_expiry() if self.dms else 0
 
     def anchor(self, anchor: DID) -> bool:
         return self.dms is not None and self.dms.anchor(anchor)
