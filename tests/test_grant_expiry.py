@@ -178,9 +178,7 @@ async def test_the_log_warns_a_week_a_day_and_an_hour_ahead_once_each(
         await node.aclose()
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 3, warnings
-    assert ["30 h", "22 h", "50 min"] == [
-        w.split(", in ")[1].split(" (")[0] for w in warnings
-    ]
+    assert [w.split(", in ")[1].split(" (")[0] for w in warnings] == ["30 h", "22 h", "50 min"]
     assert all("renew it: on a DMS, its operator runs `nunet cap grant" in w for w in warnings)
 
 
