@@ -42,9 +42,10 @@ from dmsgw.transport.security import SecurityContext
 log = logging.getLogger(__name__)
 
 TOKEN_LIFETIME_S = 600.0
-"""How long a cached invoke token is made to live (capped by the delegated capability)."""
+"""How long a cached invoke token is made to live (cut to the end of its grant)."""
 TOKEN_RENEW_MARGIN_S = 60.0
 """A cached token is replaced when less than this remains beyond the message's own expiry."""
+_RENEW_MARGIN_NS = int(TOKEN_RENEW_MARGIN_S * NS_PER_SECOND)
 GRANT_WARNINGS_S = (7 * 24 * 3600.0, 24 * 3600.0, 3600.0)
 """The log warns once when the grant has less than each of these left (a week, a day, an hour)."""
 
@@ -366,13 +367,8 @@ class NodeClient:
         grants = provide.present()
         if not grants:
             lapsed = self.security.capabilities.lapsed_anchors().present()
-            held = (
-                "only grants that ran out ("
-                + "; ".join(f"{t.describe()} at {format_ns(t.chain_expiry())}" for t in lapsed)
-                + ")"
-                if lapsed
-                else "no delegated capability"
-            )
+            ended = "; ".join(f"{t.describe()} at {format_ns(t.chain_expiry())}" for t in lapsed)
+            held = f"only grants that ran out ({ended})" if lapsed else "no delegated capability"
             return (
                 f"\n  hint: {self.security.did.uri} holds {held}; the DMS operator grants "
                 "one with `nunet cap grant --context dms --cap /dms/node …`"
@@ -386,9 +382,6 @@ class NodeClient:
         )
 
 
-_RENEW_MARGIN_NS = int(TOKEN_RENEW_MARGIN_S * NS_PER_SECOND)
-
-
 def _within(expire: int, grant_end: int | None) -> int:
     """``expire``, cut to the end of the grant the token is chained on (if any): a token
     that outlives its chain does not verify, and the DMS drops its message unheard."""
@@ -396,6 +389,7 @@ def _within(expire: int, grant_end: int | None) -> int:
 
 
 def _time_left(ns: int) -> str:
+    """A span as an operator reads it in a warning: minutes, hours or days, rounded down."""
     minutes = ns // (60 * NS_PER_SECOND)
     if minutes < 120:
         return f"{minutes} min"
