@@ -322,29 +322,34 @@ class _GivingUpBackend:
 async def test_serve_reports_not_ready_then_fails_when_the_backend_gives_up() -> None:
     backend = _GivingUpBackend()
     started: asyncio.Future[ServeInfo] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()  # never set by the gateway: only the test's own cleanup sets it
 
     async def factory(_: Metrics) -> Any:
         return backend
 
     ports = {"listen": ListenAddress(port=0), "operator_listen": ListenAddress(port=0)}
-    serve = asyncio.create_task(
-        Serve(factory, ServerOptions(**ports)).run(started=started.set_result)
-    )
-    info = await asyncio.wait_for(started, WAIT_S)
-    async with ClientSession() as session:
-        assert (await session.get(info.operator.endpoint("/readyz"))).status == 200
-        backend.gave_up.set_result("the pod supervisor gave up: too many restarts")
-        for _ in range(int(WAIT_S / 0.01)):
-            answer = await session.get(info.operator.endpoint("/readyz"))
-            if answer.status == 503:
-                break
-            await asyncio.sleep(0.01)
-        assert answer.status == 503, "/readyz stayed ready after the backend gave up"
-    assert not serve.done()  # not ready first, then the shutdown
-    backend.may_close.set()
-    with pytest.raises(BackendGaveUpError, match="too many restarts"):
-        await asyncio.wait_for(serve, WAIT_S)
-    assert backend.closed
+    serving = Serve(factory, ServerOptions(**ports)).run(started=started.set_result, stop=stop)
+    serve = asyncio.create_task(serving)
+    try:
+        info = await asyncio.wait_for(started, WAIT_S)
+        async with ClientSession() as session:
+            assert (await session.get(info.operator.endpoint("/readyz"))).status == 200
+            backend.gave_up.set_result("the pod supervisor gave up: too many restarts")
+            for _ in range(int(WAIT_S / 0.01)):
+                answer = await session.get(info.operator.endpoint("/readyz"))
+                if answer.status == 503:
+                    break
+                await asyncio.sleep(0.01)
+            assert answer.status == 503, "/readyz stayed ready after the backend gave up"
+        assert not serve.done()  # not ready first, then the shutdown
+        backend.may_close.set()
+        with pytest.raises(BackendGaveUpError, match="too many restarts"):
+            await asyncio.wait_for(serve, WAIT_S)
+        assert backend.closed
+    finally:
+        stop.set()
+        backend.may_close.set()
+        await asyncio.gather(serve, return_exceptions=True)
 
 
 GIVING_UP_GATEWAY = """
