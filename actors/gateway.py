@@ -399,20 +399,18 @@ class Gateway:
         never collected, nor one of a gateway that interLink does not poll at all. A stray
         ensemble waits the same way from the gateway's start, since its pod may still be
         re-adopted through its ``JobID`` when interLink first names it."""
-        gone = [
-            uid
-            for uid, record in list(self._records.items())
+        gone = {
+            uid: (record.name, self._named.get(uid, self._started_ns))
+            for uid, record in self._records.items()
             if record.phase not in (Phase.TERMINAL, Phase.DELETING)
             and self._forgotten(self._named.get(uid, self._started_ns))
-        ]
-        for uid in gone:
-            silent_s = (self.parts.clock() - self._named[uid]) / NS_PER_SECOND
+        }
+        for uid, (name, since) in gone.items():
+            silent_s = (self.parts.clock() - since) / NS_PER_SECOND
             log.warning(
                 "pod %s was not named by interLink's polls for %.0f s: deleting it", uid, silent_s
             )
-            await self.delete(
-                k8s.Pod(metadata=k8s.ObjectMeta(uid=uid, name=self._records[uid].name))
-            )
+            await self.delete(k8s.Pod(metadata=k8s.ObjectMeta(uid=uid, name=name)))
         strays = await self._stray_ensembles() if self._forgotten(self._started_ns) else []
         for ensemble_id in strays:
             log.warning("ensemble %s belongs to no known pod: shutting it down", ensemble_id)
@@ -422,7 +420,7 @@ class Gateway:
                 )
             except DmsgwError as exc:
                 log.info("shutdown of stray ensemble %s: %s", ensemble_id, exc)
-        return gone
+        return list(gone)
 
     def _forgotten(self, since_ns: int) -> bool:
         """Whether interLink has polled other pods at least a grace period after ``since_ns``
