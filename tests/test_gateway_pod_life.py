@@ -361,7 +361,7 @@ class Backend:
     def __init__(self):
         loop = asyncio.get_running_loop()
         self.gave_up = loop.create_future()
-        loop.call_later(0.1, self.gave_up.set_result, "the pod supervisor gave up: test")
+        loop.call_soon(self.gave_up.set_result, "the pod supervisor gave up: test")
     async def create(self, pods): return []
     async def delete(self, pod): pass
     async def status(self, pods): return []
@@ -383,6 +383,7 @@ def test_dmsgw_serve_exits_non_zero_when_the_backend_gives_up(tmp_path: Path) ->
     script = tmp_path / "gateway.py"
     script.write_text(GIVING_UP_GATEWAY)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DMSGW_", "DMS_"))}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
     argv = [sys.executable, str(script), "serve", "--listen", "127.0.0.1:0"]
     argv += ["--operator-listen", "127.0.0.1:0", "--log-format", "text"]
     done = subprocess.run(
