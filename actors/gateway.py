@@ -4,22 +4,27 @@ It owns the pod registry (pod UID → ``PodActor``, supervised one-for-one: a cr
 restarts from its stored record), creates pod actors idempotently, answers ``/status`` from the
 snapshots the pod actors publish (no round trip to the DMS), relays deletes, finds log files,
 and asks the ``ResourceActor`` for node capacity. On start it resumes every stored pod and
-reconciles with the DMS: pods it knows are followed again, ensembles whose pod disappeared while
-the gateway was down are shut down once interLink has had time to ask about them.
+reconciles with the DMS: pods it knows are followed again, and two background passes collect
+what interLink has demonstrably forgotten (see :meth:`Gateway.collect_orphans`). Every ensemble
+carries its gateway's owner label, and a gateway only ever collects or re-adopts its own, so
+that several gateways can share one DMS. When the root supervisor gives up, the gateway says so
+through :attr:`Gateway.gave_up`, and ``dmsgw serve`` ends (crash-only).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from dmsgw.actors import bridge
 from dmsgw.actors.aio import AsyncActorRef
+from dmsgw.actors.base import ActorExit
 from dmsgw.actors.logs import log_directory, read_logs
 from dmsgw.actors.node import NodeActor, NodeClient, seconds_until_grant_expiry
 from dmsgw.actors.pod import (
@@ -32,22 +37,24 @@ from dmsgw.actors.pod import (
     PodRecord,
     Snapshot,
     Translate,
+    TranslationNotReadyError,
+    deployment_unknown,
     request_data,
     snapshot_of,
 )
 from dmsgw.actors.registry import Registry
-from dmsgw.actors.resources import DMSUnreachableError, ResourceActor
+from dmsgw.actors.resources import DMSUnreachableError, GpuCatalog, ResourceActor
 from dmsgw.actors.store import PodStore
 from dmsgw.actors.supervision import Backoff, Intensity, Restart, Strategy
 from dmsgw.actors.supervisor import ChildSpec, Supervisor
-from dmsgw.behaviors.capacity import GPU_RESOURCE_PREFIX, consolidate_capacity, gpu_catalog
+from dmsgw.behaviors.capacity import GPU_RESOURCE_PREFIX, consolidate_capacity
 from dmsgw.behaviors.deployment import (
     DeploymentListRequest,
     DeploymentManifestRequest,
     DeploymentShutdownRequest,
 )
-from dmsgw.behaviors.pod_ensemble import TranslationOptions, pod_to_ensemble
-from dmsgw.behaviors.resources import GPU
+from dmsgw.behaviors.ensemble import EnsembleConfig
+from dmsgw.behaviors.pod_ensemble import PodTranslationError, TranslationOptions, pod_to_ensemble
 from dmsgw.behaviors.status import DeploymentStatus
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
 from dmsgw.config import GatewayConfig
@@ -76,7 +83,15 @@ log = logging.getLogger(__name__)
 
 JID_PREFIX = "dmsgw-"
 ORPHAN_GRACE_S = 300.0
-"""How long after a restart a pod that interLink never asks about counts as deleted."""
+"""How long interLink must have gone on polling other pods without naming a pod before that
+pod counts as deleted (see :meth:`Gateway.collect_orphans`)."""
+OWNER_KEY = "dmsgw.io/owner"
+"""Ensemble metadata: the gateway that deployed it (its DID). A gateway collects and re-adopts
+only ensembles that carry its own; older ensembles without the label are never collected."""
+
+ROOT_INTENSITY = Intensity(max_restarts=100, period_s=60.0)
+"""Pod actor restarts the root supervisor allows before it gives up (and the process ends)."""
+ROOT_BACKOFF = Backoff(min_s=0.5, max_s=30.0)
 
 
 def job_id(uid: str) -> str:
@@ -98,6 +113,11 @@ class GatewayParts:
     policy: PodPolicy = DEFAULT_POLICY
     clock: Clock = system_clock
     orphan_grace_s: float = ORPHAN_GRACE_S
+    owner: str = ""
+    """Stamped on every ensemble as :data:`OWNER_KEY`; a gateway without one (``""``) collects
+    and re-adopts nothing."""
+    intensity: Intensity = ROOT_INTENSITY
+    backoff: Backoff = ROOT_BACKOFF
 
 
 class Gateway:
@@ -108,16 +128,21 @@ class Gateway:
         self.registry = Registry()
         self.snapshots: dict[str, PodStatus] = {}
         self._records: dict[str, PodRecord] = {}
-        self._asked: set[str] = set()
+        self._named: dict[str, int] = {}  # UID -> when interLink last named it (or we took it)
+        self._polled_ns: int | None = None  # when interLink last asked about any pod
         # One generator for every pod's retry jitter: a Random is 2.5 KiB, a tenth of a pod.
         self._jitter = random.Random()
         self._started_ns = parts.clock()
+        self.gave_up: asyncio.Future[str] = parts.loop.create_future()
+        """Completes with the reason when the root supervisor has given up: every pod actor
+        is stopped, so the process must end and start again (crash-only)."""
         self._supervisor = Supervisor.start(
             strategy=Strategy.ONE_FOR_ONE,
-            intensity=Intensity(max_restarts=100, period_s=60.0),
-            backoff=Backoff(min_s=0.5, max_s=30.0),
+            intensity=parts.intensity,
+            backoff=parts.backoff,
             registry=self.registry,
             clock=parts.clock,
+            exit_hook=self._supervisor_ended,
         )
         self._creating: dict[str, asyncio.Future[None]] = {}  # UID -> its create under way
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
@@ -140,8 +165,20 @@ class Gateway:
         await asyncio.get_running_loop().run_in_executor(None, self._supervisor.stop)
         await self.parts.store.close()
 
+    def _supervisor_ended(self, event: ActorExit) -> None:
+        """The root supervisor ended (in its own thread). Past its restart intensity it has
+        stopped every pod actor and failed: nobody above it can restart them, so the process
+        has to go; :attr:`gave_up` tells whoever runs it."""
+        if event.normal:
+            return
+        reason = f"the pod supervisor gave up: {event.error}"
+        log.critical("%s; the gateway must be restarted", reason)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
+            self.parts.loop.call_soon_threadsafe(_settle, self.gave_up, reason)
+
     async def _spawn(self, record: PodRecord) -> None:
         self._records[record.uid] = record
+        self._named[record.uid] = self.parts.clock()  # the wait for a first poll starts now
         parts = self.parts
 
         def start(hook: Any) -> AsyncActorRef[PodActor]:
@@ -150,7 +187,7 @@ class Gateway:
                 latest,
                 invoke=parts.invoke,
                 store=parts.store,
-                translate=parts.translate,
+                translate=self._translate,
                 snapshot=parts.snapshot,
                 snapshots=self.snapshots,
                 on_deleted=self._forget,
@@ -167,6 +204,19 @@ class Gateway:
     def _forget(self, uid: str) -> None:
         """A pod actor finished deleting its pod."""
         self._records.pop(uid, None)
+        self._named.pop(uid, None)
+
+    def _translate(self, data: RetrievedPodData, generation: int) -> EnsembleConfig:
+        """The configured translation, the ensemble stamped with this gateway as its owner."""
+        config = self.parts.translate(data, generation)
+        if not self.parts.owner or config.v1 is None:
+            return config
+        metadata = {**(config.v1.metadata or {}), OWNER_KEY: self.parts.owner}
+        return dataclasses.replace(config, v1=dataclasses.replace(config.v1, metadata=metadata))
+
+    def _owns(self, metadata: Mapping[str, str] | None) -> bool:
+        """Whether an ensemble with this metadata was deployed by this gateway."""
+        return bool(self.parts.owner) and (metadata or {}).get(OWNER_KEY) == self.parts.owner
 
     # --- the plugin backend ---------------------------------------------------------------
 
@@ -212,20 +262,31 @@ class Gateway:
             return
         record = self._records.pop(uid, None)
         self.snapshots.pop(uid, None)
+        self._named.pop(uid, None)
         if record is not None:
             await self.parts.store.delete(uid)
 
     async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         """Snapshots only: no DMS round trip. An unknown pod that carries our ``JobID`` is
         re-adopted if the DMS still runs its ensemble."""
+        self._heard_of(pods)
         out = []
         for ref in pods:
-            self._asked.add(ref.uid)
             snapshot = self.snapshots.get(ref.uid)
             if snapshot is None:
                 snapshot = await self._readopt(ref.pod())
             out.append(snapshot)
         return out
+
+    def _heard_of(self, pods: list[PodRef]) -> None:
+        """interLink polled these pods now: it is alive, and still wants each of them (a poll
+        naming no pod, as its ping is, proves neither)."""
+        if not pods:
+            return
+        now = self._polled_ns = self.parts.clock()
+        for ref in pods:
+            if ref.uid in self._named:
+                self._named[ref.uid] = now
 
     def logs(self, request: LogStruct) -> AsyncIterator[bytes]:
         """The container's log from the files the DMS writes (see :mod:`dmsgw.actors.logs`)."""
@@ -264,10 +325,19 @@ class Gateway:
             yield chunk
 
     async def _allocation_key(self, ensemble: str, container: str) -> str:
-        """The manifest's name for the container's allocation (``<node>.<allocation>``)."""
-        reply = await self.parts.invoke(
-            "/dms/node/deployment/manifest", DeploymentManifestRequest(ensemble)
-        )
+        """The manifest's name for the container's allocation (``<node>.<allocation>``). An
+        ensemble the DMS no longer knows took its logs with it: the pod's logs are gone, which
+        is the client's 404, not the gateway's failure."""
+        try:
+            reply = await self.parts.invoke(
+                "/dms/node/deployment/manifest", DeploymentManifestRequest(ensemble)
+            )
+        except DmsgwError as exc:
+            if deployment_unknown(exc):
+                raise UnknownPodError(
+                    f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc})"
+                ) from None
+            raise
         for key in reply.manifest.allocations or {}:
             if key == container or key.endswith("." + container):
                 return str(key)
@@ -298,9 +368,13 @@ class Gateway:
         return self.parts.unknown_pod(pod)
 
     async def _ensemble_of(self, uid: str) -> str:
+        """The live ensemble this gateway deployed for pod ``uid``, if the DMS still runs one."""
+        if not self.parts.owner:
+            return ""
+        wanted = {POD_UID_KEY: uid, OWNER_KEY: self.parts.owner}
         try:
             listing = await self.parts.invoke(
-                "/dms/node/deployment/list", DeploymentListRequest(metadata={POD_UID_KEY: uid})
+                "/dms/node/deployment/list", DeploymentListRequest(metadata=wanted)
             )
         except DmsgwError:
             return ""
@@ -308,29 +382,36 @@ class Gateway:
             d
             for d in listing.deployments or ()
             if (d.metadata or {}).get(POD_UID_KEY) == uid
+            and self._owns(d.metadata)
             and DeploymentStatus.parse(d.status)
             not in (DeploymentStatus.COMPLETED, DeploymentStatus.FAILED)
         ]
         return live[-1].orchestrator_id if live else ""
 
     async def collect_orphans(self) -> list[str]:
-        """After the grace period, shut down ensembles whose pod interLink never asked about
-        since the restart (deleted while we were down), and DMS ensembles of ours that no
-        record knows. Returns the UIDs handled."""
-        waited = (self.parts.clock() - self._started_ns) / NS_PER_SECOND
-        if waited < self.parts.orphan_grace_s:
-            return []
-        gone = [
-            uid
-            for uid, record in list(self._records.items())
-            if uid not in self._asked and record.phase not in (Phase.TERMINAL, Phase.DELETING)
-        ]
-        for uid in gone:
-            log.warning("pod %s was not asked about for %.0f s: deleting its ensemble", uid, waited)
-            await self.delete(
-                k8s.Pod(metadata=k8s.ObjectMeta(uid=uid, name=self._records[uid].name))
+        """Delete the pods interLink has demonstrably forgotten (deleted while the gateway was
+        down), then shut down the running ensembles of this gateway that no record knows.
+        Returns the UIDs of the pods deleted.
+
+        A pod is forgotten when interLink, alive and polling, has asked about other pods a
+        whole grace period after it last named this one (or after the gateway took the pod
+        on: created, resumed or re-adopted it). A pod nobody has polled yet, however old, is
+        never collected, nor one of a gateway that interLink does not poll at all. A stray
+        ensemble waits the same way from the gateway's start, since its pod may still be
+        re-adopted through its ``JobID`` when interLink first names it."""
+        gone = {
+            uid: (record.name, self._named.get(uid, self._started_ns))
+            for uid, record in self._records.items()
+            if record.phase not in (Phase.TERMINAL, Phase.DELETING)
+            and self._forgotten(self._named.get(uid, self._started_ns))
+        }
+        for uid, (name, since) in gone.items():
+            silent_s = (self.parts.clock() - since) / NS_PER_SECOND
+            log.warning(
+                "pod %s was not named by interLink's polls for %.0f s: deleting it", uid, silent_s
             )
-        strays = await self._stray_ensembles()
+            await self.delete(k8s.Pod(metadata=k8s.ObjectMeta(uid=uid, name=name)))
+        strays = await self._stray_ensembles() if self._forgotten(self._started_ns) else []
         for ensemble_id in strays:
             log.warning("ensemble %s belongs to no known pod: shutting it down", ensemble_id)
             try:
@@ -339,17 +420,32 @@ class Gateway:
                 )
             except DmsgwError as exc:
                 log.info("shutdown of stray ensemble %s: %s", ensemble_id, exc)
-        return gone
+        return list(gone)
+
+    def _forgotten(self, since_ns: int) -> bool:
+        """Whether interLink has polled other pods at least a grace period after ``since_ns``
+        (proof that it is alive and no longer asks about what it last heard of then)."""
+        if self._polled_ns is None:
+            return False
+        return self._polled_ns - since_ns >= self.parts.orphan_grace_s * NS_PER_SECOND
 
     async def _stray_ensembles(self) -> list[str]:
+        """Running ensembles that this gateway deployed for a pod it has no record of. Another
+        gateway's, and those without an owner (deployed before the label existed), are not."""
+        if not self.parts.owner:
+            return []
         try:
-            listing = await self.parts.invoke("/dms/node/deployment/list", DeploymentListRequest())
+            listing = await self.parts.invoke(
+                "/dms/node/deployment/list",
+                DeploymentListRequest(metadata={OWNER_KEY: self.parts.owner}),
+            )
         except DmsgwError:
             return []
         return [
             d.orchestrator_id
             for d in listing.deployments or ()
-            if (d.metadata or {}).get(POD_UID_KEY)
+            if self._owns(d.metadata)
+            and (d.metadata or {}).get(POD_UID_KEY)
             and (d.metadata or {}).get(POD_UID_KEY) not in self._records
             and DeploymentStatus.parse(d.status) == DeploymentStatus.RUNNING
         ]
@@ -357,6 +453,11 @@ class Gateway:
 
 def _name(uid: str) -> str:
     return f"pod/{uid}"
+
+
+def _settle(future: asyncio.Future[str], reason: str) -> None:
+    if not future.done():
+        future.set_result(reason)
 
 
 def _pod(record: PodRecord) -> k8s.Pod:
@@ -375,12 +476,12 @@ class GatewayBackend:
         resources: AsyncActorRef[ResourceActor],
         *,
         pods_capacity: int,
-        gpu_models: dict[str, GPU],
         closers: list[Callable[[], Awaitable[None]]],
         gpu_prefix: str = GPU_RESOURCE_PREFIX,
     ) -> None:
         self.gateway = gateway
-        self._gpu_models = gpu_models
+        self.gave_up = gateway.gave_up
+        """What ``dmsgw serve`` awaits besides its stop signal (see :attr:`Gateway.gave_up`)."""
         self._resources = resources
         self._pods_capacity = pods_capacity
         self._gpu_prefix = gpu_prefix
@@ -389,6 +490,9 @@ class GatewayBackend:
         self._orphans: asyncio.Task[None] | None = None
 
     def start_orphan_collection(self, every_s: float = 60.0) -> None:
+        """Run :meth:`Gateway.collect_orphans` every ``every_s``; a failing pass is logged and
+        the next one runs all the same."""
+
         async def loop() -> None:
             while True:
                 await asyncio.sleep(every_s)
@@ -396,6 +500,8 @@ class GatewayBackend:
                     await self.gateway.collect_orphans()
                 except DmsgwError as exc:
                     log.warning("orphan collection: %s", exc)
+                except Exception:
+                    log.exception("bug in the orphan collection")
 
         self._orphans = asyncio.get_running_loop().create_task(loop())
 
@@ -413,7 +519,6 @@ class GatewayBackend:
             peers = await self._resources.proxy().free_resources()
         except DMSUnreachableError as exc:
             raise BackendUnavailable(str(exc)) from None
-        self._gpu_models.update(gpu_catalog(p.free for p in peers))
         reply = consolidate_capacity(
             (p.free for p in peers),
             max_pods=self._pods_capacity,
@@ -473,9 +578,32 @@ def unknown_pod_status(pod: k8s.Pod) -> PodStatus:
     )
 
 
-async def start_backend(config: GatewayConfig, *, metrics: Metrics) -> GatewayBackend:
+def catalog_translation(catalog: GpuCatalog, load: Callable[[], Awaitable[None]]) -> Translate:
+    """Pods translated against the GPU classes the peers report. Until that catalog has been
+    loaded once (by a ping, or by ``load``), a pod that does not translate may only lack it
+    (a GPU pod resumed after a restart, before interLink's first ping): it waits for the
+    catalog and is translated again, instead of failing for good."""
+
+    def translate(data: RetrievedPodData, generation: int) -> EnsembleConfig:
+        options = TranslationOptions(generation=generation, gpu_models=dict(catalog.models))
+        try:
+            return pod_to_ensemble(data, options=options)
+        except PodTranslationError as exc:
+            if catalog.loaded:
+                raise
+            raise TranslationNotReadyError(
+                f"waiting for the DMS peers' GPU catalog to translate the pod ({exc})", load
+            ) from None
+
+    return translate
+
+
+async def start_backend(
+    config: GatewayConfig, *, metrics: Metrics, clock: Clock = system_clock
+) -> GatewayBackend:
     """Build and start the gateway described by ``config`` (the embedded devnet when no DMS
-    URL is configured) and return it as the plugin server's backend."""
+    URL is configured) and return it as the plugin server's backend. ``clock`` times the
+    gateway's background passes."""
     from dmsgw.devnet.devnet import Devnet
 
     loop = asyncio.get_running_loop()
@@ -514,20 +642,21 @@ async def start_backend(config: GatewayConfig, *, metrics: Metrics) -> GatewayBa
         target = Handle.parse(to) if to else None
         return await client.invoke(behavior, payload, to=target, timeout_s=timeout_s)
 
-    resources = ResourceActor.start(invoke, loop=loop)
-    gpu_models: dict[str, GPU] = {}  # filled by each ping: the GPU classes peers report
+    catalog = GpuCatalog()
+    resources = ResourceActor.start(invoke, catalog=catalog, loop=loop)
 
-    def translate(data: RetrievedPodData, generation: int) -> Any:
-        options = TranslationOptions(generation=generation, gpu_models=dict(gpu_models))
-        return pod_to_ensemble(data, options=options)
+    async def load_catalog() -> None:
+        await resources.proxy().free_resources()
 
     parts = GatewayParts(
         invoke=invoke,
         store=PodStore(config.state_path),
-        translate=translate,
+        translate=catalog_translation(catalog, load_catalog),
         snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
         unknown_pod=unknown_pod_status,
         loop=loop,
+        clock=clock,
+        owner=str(security.did),
     )
     gateway = Gateway(parts)
     await gateway.start()
@@ -535,7 +664,6 @@ async def start_backend(config: GatewayConfig, *, metrics: Metrics) -> GatewayBa
         gateway,
         resources,
         pods_capacity=config.pods_capacity,
-        gpu_models=gpu_models,
         closers=closers,
         gpu_prefix=config.gpu_resource_prefix,
     )

@@ -2,10 +2,12 @@
 
 Its life: persist → deploy (retrying transient DMS failures with backoff, never twice for one
 attempt) → follow the ensemble's status → apply the pod's ``restartPolicy`` → on delete, shut
-the ensemble down until done. Every transition is written to the store *before* it is acted on
-(crash-only), and every change publishes a fresh snapshot that ``/status`` reads without a
-round trip. The DMS I/O runs in a follower task that only reports back to the actor, so the
-actor's state changes one message at a time.
+the ensemble down until done. A deployment the DMS no longer knows ends the pod (or, under a
+``restartPolicy`` that asks for it, is deployed again) instead of being followed forever.
+Every transition is written to the store *before* it is acted on (crash-only), and every change
+publishes a fresh snapshot that ``/status`` reads without a round trip. The DMS I/O runs in a
+follower task that only reports back to the actor, so the actor's state changes one message at
+a time.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import functools
 import json
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -57,6 +59,36 @@ log = logging.getLogger(__name__)
 
 POD_UID_KEY = METADATA_POD_UID
 ATTEMPT_KEY = METADATA_GENERATION  # one deployment per attempt: its generation
+DEPLOYMENT_LOST = "DeploymentLost"
+"""``PodRecord.reason`` of a pod whose deployment the DMS no longer knows."""
+LOST_AFTER = 3
+"""How many status polls in a row must find the deployment unknown before the pod counts it
+lost: one answer could come from a DMS that is restarting and has not restored it yet."""
+
+
+class TranslationNotReadyError(DmsgwError):
+    """The pod cannot be translated *yet*: ``wait()`` fetches what is missing (the peers' GPU
+    catalog, before the first ping), after which the translation is tried again. Raised by a
+    :data:`Translate`; the pod actor waits instead of failing the pod."""
+
+    def __init__(self, message: str, wait: Callable[[], Awaitable[Any]]) -> None:
+        super().__init__(message)
+        self.wait = wait
+
+
+def deployment_unknown(exc: BaseException) -> bool:
+    """Whether ``exc`` is the DMS saying it does not know the deployment asked about.
+
+    The DMS answers with nothing but text: its handlers put ``err.Error()`` of Go's sentinel
+    errors (``ErrDeploymentNotFound``: "deployment not found"; on older DMSs
+    ``ErrOrchestratorNotFound``: "orchestrator with ID not found") into the reply's ``Error``
+    string, wrapped in context ("failed to get deployment: …"). No error code or kind reaches
+    the wire, so the sentinel texts are matched, here only; a transport failure never counts.
+    """
+    if not isinstance(exc, DMSBehaviorError):
+        return False
+    text = str(exc).lower()
+    return "deployment not found" in text or "orchestrator with id not found" in text
 
 
 class Invoke(Protocol):
@@ -161,6 +193,14 @@ class _DeployFailed:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Lost:
+    """The DMS no longer knows the followed deployment (``error`` is its last answer)."""
+
+    ensemble_id: str
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
 class _ShutDown:
     pass
 
@@ -171,7 +211,8 @@ class _TaskCrashed:
 
 
 Translate = Callable[[RetrievedPodData, int], EnsembleConfig]
-"""``translate(pod data, generation)``: the generation (deploy attempt) is part of the ensemble."""
+"""``translate(pod data, generation)``: the generation (deploy attempt) is part of the ensemble.
+It raises :class:`TranslationNotReadyError` when it lacks something it can fetch."""
 Snapshot = Callable[["PodRecord"], PodStatus]
 
 
@@ -273,6 +314,8 @@ class PodActor(AsyncActor):
             await self._on_deploy_failed(message)
         elif isinstance(message, _Observed):
             await self._on_observed(message)
+        elif isinstance(message, _Lost):
+            await self._on_lost(message)
         elif isinstance(message, _ShutDown):
             await self._on_shut_down()
         elif isinstance(message, _TaskCrashed):
@@ -333,6 +376,29 @@ class PodActor(AsyncActor):
             record.phase = Phase.TERMINAL
         await self._save()
 
+    async def _on_lost(self, message: _Lost) -> None:
+        """The DMS lost the deployment (restarted without it, or dropped it): following it
+        would report it running forever. ``Always`` and ``OnFailure`` deploy the pod again;
+        ``Never`` ends it, failed, saying why."""
+        record = self.record
+        if record.phase != Phase.RUNNING or message.ensemble_id != record.ensemble_id:
+            return
+        record.finished_ns = self._clock()
+        record.dms_status = DeploymentStatus.FAILED.go_name
+        lost = f"the DMS no longer knows deployment {message.ensemble_id} ({message.error})"
+        if request_data(record).pod.spec.restart_policy in ("Always", "OnFailure"):
+            log.warning("pod %s: %s; deploying it again", record.uid, lost)
+            record.phase = Phase.BACKOFF
+            record.restarts += 1
+            await self._save()
+            self._run(self._deploy(None, delay_s=self._restart_delay()))
+            return
+        log.warning("pod %s: %s; the pod has failed", record.uid, lost)
+        record.phase = Phase.TERMINAL
+        record.reason = DEPLOYMENT_LOST
+        record.message = lost
+        await self._save()
+
     async def _on_shut_down(self) -> None:
         await self._store.delete(self.record.uid)
         self._snapshots.pop(self.record.uid, None)
@@ -386,7 +452,7 @@ class PodActor(AsyncActor):
             await self._save()
         attempt = self.record.attempt
         try:
-            ensemble = self._ensemble(attempt)
+            ensemble = await self._ensemble(attempt)
         except DmsgwError as exc:
             self.actor_ref.tell(_DeployFailed(attempt, str(exc)))
             return
@@ -431,8 +497,22 @@ class PodActor(AsyncActor):
             self.actor_ref.tell(_Deployed(attempt, reply.ensemble_id))
             return
 
-    def _ensemble(self, attempt: int) -> EnsembleConfig:
-        return self._translate(request_data(self.record), attempt)
+    async def _ensemble(self, attempt: int) -> EnsembleConfig:
+        """The pod translated; a translation that is not ready waits for what it lacks (and
+        retries with backoff while that cannot be had) instead of failing the pod for good."""
+        tries = 0
+        while True:
+            try:
+                return self._translate(request_data(self.record), attempt)
+            except TranslationNotReadyError as pending:
+                if tries:
+                    await asyncio.sleep(self._retry_delay(tries))
+                tries += 1
+                log.info("pod %s: %s", self.record.uid, pending)
+                try:
+                    await pending.wait()
+                except DmsgwError as exc:
+                    log.info("pod %s: still waiting: %s", self.record.uid, exc)
 
     async def _find_existing(self, attempt: int) -> str:
         """An ensemble already deployed for this attempt (the reply to an earlier try may have
@@ -469,16 +549,22 @@ class PodActor(AsyncActor):
         runs = {name: Runs.from_map(self.record.runs.get(name)) for name in containers}
         seen: dict[str, tuple[str, str] | None] = {}
         end_reads_left = END_READ_TRIES
+        unknown = 0  # status polls in a row that found the deployment unknown to the DMS
         while True:
             try:
                 reply = await self._invoke(
                     "/dms/node/deployment/status", DeploymentStatusRequest(ensemble_id)
                 )
             except DmsgwError as exc:
+                unknown = unknown + 1 if deployment_unknown(exc) else 0
+                if unknown >= LOST_AFTER:
+                    self.actor_ref.tell(_Lost(ensemble_id, str(exc)))
+                    return
                 log.info("pod %s: status of %s unavailable: %s", self.record.uid, ensemble_id, exc)
                 await asyncio.sleep(interval)
                 interval = min(interval * 2, self._policy.poll_max_s)
                 continue
+            unknown = 0
             status = DeploymentStatus.parse(reply.status)
             allocations = reply.allocation_info or {}
             key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
@@ -580,11 +666,9 @@ class PodActor(AsyncActor):
                     await self._invoke(
                         "/dms/node/deployment/shutdown", DeploymentShutdownRequest(ensemble_id)
                     )
-            except DMSBehaviorError as exc:
-                if "not found" in str(exc).lower():
-                    break  # the DMS no longer knows it: nothing left to stop
-                log.info("pod %s: shutdown of %s: %s", self.record.uid, ensemble_id, exc)
             except DmsgwError as exc:
+                if deployment_unknown(exc):
+                    break  # the DMS no longer knows it: nothing left to stop
                 log.info("pod %s: shutdown of %s: %s", self.record.uid, ensemble_id, exc)
             tries += 1
             await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))

@@ -3,7 +3,9 @@
 Asks the local DMS for its peers, then every peer (through the DMS, bounded concurrency, a
 timeout each) for its free resources, and keeps the result for a while: interLink pings every
 30 s, and the readiness probe asks too, so most answers come from the cache. A peer that does
-not answer is left out; when the DMS itself does not answer, the gateway is not ready.
+not answer is left out; when the DMS itself does not answer, the gateway is not ready. Each
+gathering also teaches the :class:`GpuCatalog` the GPU classes the peers report, which pod
+translation reads.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from dmsgw.actors.aio import AsyncActor
-from dmsgw.behaviors.resources import Resources
+from dmsgw.behaviors.capacity import gpu_catalog
+from dmsgw.behaviors.resources import GPU, Resources
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
 from dmsgw.errors import DmsgwError
 
@@ -36,6 +39,20 @@ class PeerResources:
     free: Resources
 
 
+class GpuCatalog:
+    """The GPU classes the DMS peers have reported (a class, once seen, stays known while its
+    peers come and go), and whether they have been asked at all: before the first answer an
+    empty catalog means "not known yet", not "no GPU anywhere"."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, GPU] = {}
+        self.loaded = False
+
+    def learn(self, peers: Iterable[PeerResources]) -> None:
+        self.models.update(gpu_catalog(p.free for p in peers))
+        self.loaded = True
+
+
 class ResourceActor(AsyncActor):
     """Ask it ``await ref.proxy().free_resources()``."""
 
@@ -47,10 +64,12 @@ class ResourceActor(AsyncActor):
         peer_timeout_s: float = 5.0,
         concurrency: int = 16,
         clock: Clock = system_clock,
+        catalog: GpuCatalog | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._invoke = invoke
+        self._catalog = catalog
         self._ttl_ns = int(ttl_s * NS_PER_SECOND)
         self._peer_timeout_s = peer_timeout_s
         self._slots = asyncio.Semaphore(concurrency)
@@ -64,6 +83,8 @@ class ResourceActor(AsyncActor):
             return self._cached[1]
         peers = await self._gather()
         self._cached = (self._clock(), peers)
+        if self._catalog is not None:
+            self._catalog.learn(peers)
         return peers
 
     async def _gather(self) -> list[PeerResources]:

@@ -297,9 +297,7 @@ async def main(pods: int, rate: float, seconds: float, batch: int) -> None:
         gateway = Gateway(parts)
         await gateway.start()
         resources = ResourceActor.start(dms, loop=loop)
-        backend = GatewayBackend(
-            gateway, resources, pods_capacity=pods * 2, gpu_models={}, closers=[]
-        )
+        backend = GatewayBackend(gateway, resources, pods_capacity=pods * 2, closers=[])
         metrics = Metrics()
         config = load_config(env={"DMSGW_STATE_PATH": str(Path(tmp) / "unused.sqlite3")})
         runners: list[web.AppRunner] = []

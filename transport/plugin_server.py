@@ -127,6 +127,11 @@ class UnknownPodError(DmsgwError):
     """The backend has no such pod (``/getLogs`` of a pod it never saw): answered 404."""
 
 
+class BackendGaveUpError(DmsgwError):
+    """The backend's supervision gave up: ``dmsgw serve`` ends with a non-zero status, so that
+    its service manager starts it again and crash-only recovery takes over."""
+
+
 class ServeError(DmsgwError):
     """The server cannot start as configured (address in use, non-loopback without a token…)."""
 
@@ -159,6 +164,10 @@ class PluginBackend(Protocol):
     expires, so each must be safe to cancel (idempotent by pod UID, state persisted before it
     is acted on). A :class:`~dmsgw.errors.DmsgwError` becomes a 500 with its message,
     :class:`BackendUnavailable` a 503, :class:`UnknownPodError` a 404.
+
+    A backend may also have ``gave_up``, an :class:`asyncio.Future` that completes with a
+    reason when it can no longer serve (its root supervisor gave up): :class:`Serve` then
+    reports not ready, shuts down and raises :class:`BackendGaveUpError`.
     """
 
     async def create(self, pods: list[RetrievedPodData]) -> list[CreateStruct]:
@@ -915,9 +924,26 @@ class Serve:
             )
             if started is not None:
                 started(info)
-            await stop.wait()
+            gave_up = await _serving(stop, backend)
             health.stopping()
         log.info("stopped")
+        if gave_up is not None:
+            raise BackendGaveUpError(gave_up)
+
+
+async def _serving(stop: asyncio.Event, backend: PluginBackend) -> str | None:
+    """Until SIGTERM/SIGINT (``None``) or the backend gives up (its reason)."""
+    gave_up: asyncio.Future[str] | None = getattr(backend, "gave_up", None)
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    waits = {stopping} if gave_up is None else {stopping, gave_up}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if gave_up is None or not gave_up.done():
+        return None
+    log.critical("the backend gave up: %s; stopping with an error", gave_up.result())
+    return gave_up.result()
 
 
 async def _close_backend(backend: PluginBackend) -> None:

@@ -1,0 +1,237 @@
+"""An in-memory DMS that several gateways can share, and gateways built over it with an
+injected clock: what the tests of the gateway's background passes and of a pod's life need.
+
+The fake answers the deployment behaviors at once, as the devnet would (same error texts, from
+the devnet's own constants), keeps every deployment's metadata, and lets a test make the DMS
+forget a deployment. Waiting is bounded polling of the gateway's own state (never of
+``/status``, which would count as interLink asking about the pods).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dmsgw.actors.gateway import Gateway, GatewayParts, job_id, unknown_pod_status
+from dmsgw.actors.node import DMSBehaviorError
+from dmsgw.actors.pod import POD_UID_KEY, PodPolicy, Translate, snapshot_of
+from dmsgw.actors.store import PodStore
+from dmsgw.behaviors.deployment import (
+    DeploymentInfo,
+    DeploymentListResponse,
+    DeploymentLogsResponse,
+    DeploymentManifestResponse,
+    DeploymentShutdownResponse,
+    DeploymentStatusResponse,
+    NewDeploymentResponse,
+)
+from dmsgw.behaviors.node_resources import ResourcesResponse
+from dmsgw.behaviors.peers import PeerAddrInfoResponse, PeersListResponse
+from dmsgw.behaviors.pod_ensemble import TranslationOptions, pod_to_ensemble
+from dmsgw.behaviors.resources import Resources
+from dmsgw.behaviors.status import AllocationInfo
+from dmsgw.clock import FixedClock
+from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
+from dmsgw.transport.interlink import RetrievedPodData, parse_create_body, read_status_body
+from dmsgw.transport.rest import TransportError
+
+FAST = PodPolicy(poll_min_s=0.02, poll_max_s=0.1, retry_min_s=0.02, restart_min_s=0.02)
+WAIT_S = 10.0
+"""How long a test waits for the gateway to get somewhere before it fails (bounded)."""
+PEER = "12D3KooWFakePeer"
+
+
+@dataclasses.dataclass
+class FakeDeployment:
+    id: str
+    metadata: dict[str, str]
+    containers: tuple[str, ...]
+    status: str = "Running"
+
+
+class FakeDMS:
+    """One DMS, shared by every gateway of a test. ``free`` is what ``resources/free``
+    reports; while ``reachable`` is false, the peer behaviors fail as a dead DMS does."""
+
+    def __init__(self, logs: Path, free: Resources | None = None) -> None:
+        self.deployments: dict[str, FakeDeployment] = {}
+        self.free = free or Resources()
+        self.reachable = True
+        self.asked: Counter[str] = Counter()  # behavior (without /dms/node/) -> times asked
+        self._ids = itertools.count(1)
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / "stdout.log").write_text("hello\n")
+        (logs / "stderr.log").write_text("")
+        self._logs = logs
+
+    def live(self, uid: str | None = None) -> list[FakeDeployment]:
+        """The running deployments (of pod ``uid``)."""
+        return [
+            d
+            for d in self.deployments.values()
+            if d.status == "Running" and (uid is None or d.metadata.get(POD_UID_KEY) == uid)
+        ]
+
+    def forget(self, ensemble_id: str) -> None:
+        """The DMS loses the deployment (restarted without it)."""
+        del self.deployments[ensemble_id]
+
+    async def __call__(
+        self,
+        behavior: str,
+        payload: Any = None,
+        *,
+        to: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        await asyncio.sleep(0)  # a round trip yields, as a real one does
+        reply = self._answer(behavior, payload)
+        error = getattr(reply, "error", "")
+        if error:
+            raise DMSBehaviorError(behavior, error, reply)
+        return reply
+
+    def _answer(self, behavior: str, payload: Any) -> Any:
+        name = behavior.removeprefix("/dms/node/")
+        self.asked[name] += 1
+        if name in ("peers/self", "peers/list", "resources/free") and not self.reachable:
+            raise TransportError(f"{behavior}: connection refused")
+        if name == "peers/self":
+            return PeerAddrInfoResponse(id=PEER)
+        if name == "peers/list":
+            return PeersListResponse(peers=(PEER,))
+        if name == "resources/free":
+            return ResourcesResponse(resources=self.free)
+        if name == "deployment/new":
+            v1 = payload.ensemble.v1
+            ensemble = FakeDeployment(
+                f"ens-{next(self._ids)}", dict(v1.metadata or {}), tuple(v1.allocations or ())
+            )
+            self.deployments[ensemble.id] = ensemble
+            return NewDeploymentResponse(status="OK", ensemble_id=ensemble.id)
+        if name == "deployment/list":
+            wanted = (payload.metadata if payload is not None else None) or {}
+            found = [
+                d
+                for d in self.deployments.values()
+                if all(d.metadata.get(k) == v for k, v in wanted.items())
+            ]
+            infos = tuple(
+                DeploymentInfo(orchestrator_id=d.id, status=d.status, metadata=d.metadata)
+                for d in found
+            )
+            return DeploymentListResponse(deployments=infos, total=len(infos))
+        return self._about_one(name, payload)
+
+    def _about_one(self, name: str, payload: Any) -> Any:
+        ident = getattr(payload, "id", "") or getattr(payload, "ensemble_id", "")
+        found = self.deployments.get(ident)
+        if name == "deployment/status":
+            if found is None:
+                return DeploymentStatusResponse(error=f"failed to get deployment: {NOT_FOUND}")
+            running = found.status == "Running"
+            info = {
+                f"{found.id}_pod.{c}": AllocationInfo(
+                    allocation_id=f"{found.id}_pod.{c}", status="running"
+                )
+                for c in found.containers
+            }
+            return DeploymentStatusResponse(
+                status=found.status, allocation_info=info if running else None
+            )
+        if name == "deployment/manifest":
+            if found is None:
+                return DeploymentManifestResponse(error=f"failed to get deployment: {NOT_FOUND}")
+            return DeploymentManifestResponse()
+        if name == "deployment/shutdown":
+            if found is None:
+                return DeploymentShutdownResponse(error=ORCHESTRATOR_NOT_FOUND)
+            if found.status != "Running":
+                return DeploymentShutdownResponse(error=NOT_RUNNING)
+            found.status = "Completed"
+            return DeploymentShutdownResponse(ok=True)
+        if name == "deployment/logs":
+            if found is None:
+                return DeploymentLogsResponse(
+                    error=f"failed to get orchestrator: {ORCHESTRATOR_NOT_FOUND}"
+                )
+            return DeploymentLogsResponse(logs_written_to=str(self._logs))
+        raise AssertionError(f"the fake DMS does not answer {name}")
+
+
+def plain_translation(data: RetrievedPodData, generation: int) -> Any:
+    return pod_to_ensemble(data, options=TranslationOptions(generation=generation))
+
+
+async def gateway_on(
+    dms: FakeDMS,
+    state: Path,
+    *,
+    owner: str,
+    clock: FixedClock,
+    translate: Translate = plain_translation,
+    **parts: Any,
+) -> Gateway:
+    """A started gateway over ``dms`` keeping its pods in ``state``."""
+    gateway = Gateway(
+        GatewayParts(
+            invoke=dms,
+            store=PodStore(state),
+            translate=translate,
+            snapshot=lambda record: snapshot_of(record, now_ns=clock()),
+            unknown_pod=unknown_pod_status,
+            loop=asyncio.get_running_loop(),
+            policy=FAST,
+            clock=clock,
+            owner=owner,
+            **parts,
+        )
+    )
+    await gateway.start()
+    return gateway
+
+
+def pod(uid: str, *, policy: str = "Never", **container: Any) -> dict[str, Any]:
+    """A pod as interLink sends it, with the ``JobID`` annotation interLink keeps."""
+    return {
+        "metadata": {
+            "name": f"p-{uid[-4:]}",
+            "namespace": "default",
+            "uid": uid,
+            "annotations": {"JobID": job_id(uid)},
+        },
+        "spec": {
+            "restartPolicy": policy,
+            "containers": [{"name": "main", "image": "busybox", **container}],
+        },
+    }
+
+
+def uid(n: int) -> str:
+    return f"0000a11d-0000-4000-8000-{n:012d}"
+
+
+async def create(gateway: Gateway, spec: dict[str, Any]) -> None:
+    body = json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode()
+    await gateway.create(parse_create_body(body))
+
+
+async def poll(gateway: Gateway, *specs: dict[str, Any]) -> list[Any]:
+    """interLink's status poll naming these pods."""
+    return await gateway.status(read_status_body(json.dumps(list(specs)).encode()))
+
+
+async def until(done: Callable[[], bool], what: str) -> None:
+    """Wait (bounded) until ``done()``, as the pod actors get there."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not done():
+        if loop.time() > deadline:
+            raise AssertionError(f"never happened within {WAIT_S} s: {what}")
+        await asyncio.sleep(0.01)

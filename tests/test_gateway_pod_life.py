@@ -1,0 +1,394 @@
+"""A pod's life when the world around it fails: the DMS forgets its deployment, the GPU catalog
+is not known yet, the root supervisor gives up.
+
+Over the in-memory DMS of :mod:`tests.gateway_fakes` (an injected clock, bounded waits on the
+gateway's own state), and once over the embedded devnet, whose answers mirror the DMS's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientSession
+from aiohttp.test_utils import TestClient, TestServer
+
+from dmsgw.actors.gateway import Gateway, GatewayBackend, catalog_translation, start_backend
+from dmsgw.actors.node import DMSBehaviorError
+from dmsgw.actors.pod import DEPLOYMENT_LOST, Phase, deployment_unknown
+from dmsgw.actors.resources import GpuCatalog, ResourceActor
+from dmsgw.actors.supervision import Backoff, Intensity
+from dmsgw.behaviors.resources import GPU, Resources
+from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.config import load_config
+from dmsgw.devnet.devnet import Devnet
+from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
+from dmsgw.transport.interlink import PingResponse
+from dmsgw.transport.plugin_server import (
+    BackendGaveUpError,
+    ListenAddress,
+    Metrics,
+    PluginServer,
+    Serve,
+    ServeInfo,
+    ServerOptions,
+)
+from dmsgw.transport.rest import TransportError
+from tests.gateway_fakes import FAST, WAIT_S, FakeDMS, create, gateway_on, pod, poll, uid, until
+from tests.test_gateway_passes import _gateway_config
+
+OWNER = "did:key:the-gateway"
+P100 = GPU(vendor="NVIDIA", model="Tesla P100-PCIE-16GB", vram=16 << 30)
+GPU_LIMITS = {"resources": {"limits": {"nunet.gpu.nvidia.tesla.p100.16gb": "1"}}}
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(1_700_000_000 * NS_PER_SECOND)
+
+
+@pytest.fixture
+def dms(tmp_path: Path) -> FakeDMS:
+    return FakeDMS(tmp_path / "logs", free=Resources(gpus=(P100,)))
+
+
+@pytest.fixture
+async def backend(dms: FakeDMS, clock: FixedClock, tmp_path: Path) -> AsyncIterator[GatewayBackend]:
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
+    resources = ResourceActor.start(dms)
+    backend = GatewayBackend(gateway, resources, pods_capacity=10, closers=[])
+    yield backend
+    await backend.close()
+
+
+@pytest.fixture
+async def client(backend: GatewayBackend, tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
+    """interLink's view of the backend: the plugin API over HTTP."""
+    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")})
+    server = PluginServer(backend, config.server_options(), Metrics(process=False))
+    client = TestClient(TestServer(server.app(), host="127.0.0.1"))
+    await client.start_server()
+    yield client
+    await client.close()
+
+
+def _logs_body(spec: dict[str, Any]) -> str:
+    meta = spec["metadata"]
+    return json.dumps(
+        {
+            "Namespace": meta["namespace"],
+            "PodUID": meta["uid"],
+            "PodName": meta["name"],
+            "ContainerName": "main",
+            "Opts": {},
+        }
+    )
+
+
+# --- a deployment the DMS no longer knows --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        f"failed to get deployment: {NOT_FOUND}",  # status and manifest, newest DMS
+        f"failed to get orchestrator: {ORCHESTRATOR_NOT_FOUND}",  # status and logs, v0.5
+        ORCHESTRATOR_NOT_FOUND,  # shutdown
+    ],
+)
+def test_the_dms_saying_it_does_not_know_a_deployment_is_recognised(error: str) -> None:
+    assert deployment_unknown(DMSBehaviorError("/dms/node/deployment/status", error))
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        DMSBehaviorError("/dms/node/deployment/shutdown", NOT_RUNNING),
+        DMSBehaviorError("/dms/node/deployment/new", "node not found for allocation x"),
+        TransportError("/dms/node/deployment/status: 404 Not Found"),
+    ],
+)
+def test_other_failures_are_not_a_lost_deployment(exc: Exception) -> None:
+    assert not deployment_unknown(exc)
+
+
+async def test_a_pod_whose_deployment_the_dms_lost_fails_saying_so(
+    backend: GatewayBackend, dms: FakeDMS, client: TestClient[Any, Any]
+) -> None:
+    gateway = backend.gateway
+    spec = pod(uid(1))
+    await create(gateway, spec)
+    await until(lambda: len(dms.live(uid(1))) == 1, "deployed")
+    (lost,) = dms.live(uid(1))
+    await until(lambda: gateway.snapshots[uid(1)].containers[0].state.running, "running")
+    dms.forget(lost.id)
+    await until(lambda: gateway.snapshots[uid(1)].containers[0].state.terminated, "ended")
+    record = gateway._records[uid(1)]
+    assert (record.phase, record.reason) == (Phase.TERMINAL, DEPLOYMENT_LOST)
+    (status,) = await poll(gateway, spec)
+    main = status.containers[0]
+    assert main.state.terminated is not None and not main.ready
+    assert f"the DMS no longer knows deployment {lost.id}" in main.state.terminated.message
+    answer = await client.get("/getLogs", data=_logs_body(spec))
+    assert answer.status == 404
+    assert f"no longer knows deployment {lost.id}" in await answer.text()
+    assert dms.asked["deployment/new"] == 1  # restartPolicy Never: not deployed again
+
+
+@pytest.mark.parametrize("policy", ["Always", "OnFailure"])
+async def test_a_pod_whose_deployment_the_dms_lost_is_deployed_again_if_its_policy_says_so(
+    gateway_and_dms: tuple[Gateway, FakeDMS], policy: str
+) -> None:
+    gateway, dms = gateway_and_dms
+    await create(gateway, pod(uid(2), policy=policy))
+    await until(lambda: len(dms.live(uid(2))) == 1, "deployed")
+    (lost,) = dms.live(uid(2))
+    dms.forget(lost.id)
+    await until(
+        lambda: [d.id for d in dms.live(uid(2))] == [gateway._records[uid(2)].ensemble_id],
+        "deployed again",
+    )
+    record = gateway._records[uid(2)]
+    assert (record.phase, record.restarts, record.attempt) == (Phase.RUNNING, 1, 2)
+    assert record.previous_ensemble_id == lost.id
+
+
+@pytest.fixture
+async def gateway_and_dms(
+    dms: FakeDMS, clock: FixedClock, tmp_path: Path
+) -> AsyncIterator[tuple[Gateway, FakeDMS]]:
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
+    yield gateway, dms
+    await gateway.close()
+
+
+async def test_a_pod_whose_devnet_deployment_vanished_fails_and_its_logs_are_404(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same over the devnet: its answers for an unknown deployment are the DMS's."""
+    monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "1024")
+    devnet = Devnet(seed="lost-deployment")
+    await devnet.start()
+    config = _gateway_config(devnet, tmp_path / "gw", seed=140)
+    backend = await start_backend(config, metrics=Metrics(process=False))
+    backend.gateway.parts.policy = FAST
+    server = PluginServer(backend, config.server_options(), Metrics(process=False))
+    client = TestClient(TestServer(server.app(), host="127.0.0.1"))
+    await client.start_server()
+    try:
+        spec = pod(uid(3), command=["sh", "-c", "exec sleep 60"])
+        body = json.dumps({"pod": spec, "container": [{"name": "main"}]})
+        assert (await client.post("/create", data=body)).status == 200
+        gateway = backend.gateway
+        await until(lambda: gateway.snapshots[uid(3)].containers[0].state.running, "running")
+        deployments = devnet.nodes[0].deployments
+        assert deployments is not None
+        deployments.orchestrators.pop(gateway._records[uid(3)].ensemble_id).close()
+        await until(lambda: gateway.snapshots[uid(3)].containers[0].state.terminated, "ended")
+        (status,) = await (await client.get("/status", data=json.dumps([spec]))).json()
+        assert (
+            "no longer knows deployment"
+            in status["containers"][0]["state"]["terminated"]["message"]
+        )
+        answer = await client.get("/getLogs", data=_logs_body(spec))
+        assert (answer.status, "no longer knows" in await answer.text()) == (404, True)
+    finally:
+        await client.close()
+        await backend.close()
+        await devnet.stop()
+
+
+# --- the GPU catalog, before the first ping ------------------------------------------------
+
+
+async def test_a_gpu_pod_before_the_first_ping_waits_for_the_catalog(
+    dms: FakeDMS, clock: FixedClock, tmp_path: Path
+) -> None:
+    """A GPU pod deployed before interLink's first ping (as every pod resumed after a
+    restart is) waits for the peers' GPU catalog, through a DMS that does not answer yet,
+    and is deployed once the catalog is known."""
+    catalog = GpuCatalog()
+    resources = ResourceActor.start(dms, catalog=catalog)
+
+    async def load() -> None:
+        await resources.proxy().free_resources()
+
+    translate = catalog_translation(catalog, load)
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner=OWNER, clock=clock, translate=translate
+    )
+    try:
+        dms.reachable = False
+        await create(gateway, pod(uid(4), **GPU_LIMITS))
+        await until(lambda: dms.asked["peers/self"] >= 3, "the catalog asked for again")
+        record = gateway._records[uid(4)]
+        assert (record.phase, record.reason, dms.deployments) == (Phase.DEPLOYING, "", {})
+        dms.reachable = True
+        await until(lambda: len(dms.live(uid(4))) == 1, "deployed")
+        assert catalog.loaded and "nvidia.tesla.p100.16gb" in catalog.models
+    finally:
+        await gateway.close()
+        if resources.stop():
+            await resources.wait_stopped()
+
+
+async def test_a_pod_that_needs_a_gpu_no_peer_has_still_fails_once_the_catalog_is_known(
+    dms: FakeDMS, clock: FixedClock, tmp_path: Path
+) -> None:
+    catalog = GpuCatalog()
+    resources = ResourceActor.start(dms, catalog=catalog)
+
+    async def load() -> None:
+        await resources.proxy().free_resources()
+
+    translate = catalog_translation(catalog, load)
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner=OWNER, clock=clock, translate=translate
+    )
+    try:
+        rtx = {"resources": {"limits": {"nunet.gpu.nvidia.rtx.3090.24gb": "1"}}}
+        await create(gateway, pod(uid(5), **rtx))
+        await until(lambda: gateway._records[uid(5)].phase == Phase.TERMINAL, "failed")
+        assert "no reachable DMS peer reports a GPU" in gateway._records[uid(5)].message
+    finally:
+        await gateway.close()
+        if resources.stop():
+            await resources.wait_stopped()
+
+
+# --- the root supervisor gives up ------------------------------------------------------------
+
+
+def _buggy_translation(data: Any, generation: int) -> Any:
+    raise RuntimeError("a bug in the translation")
+
+
+async def test_the_gateway_says_when_its_root_supervisor_gives_up(
+    dms: FakeDMS, clock: FixedClock, tmp_path: Path
+) -> None:
+    gateway = await gateway_on(
+        dms,
+        tmp_path / "state",
+        owner=OWNER,
+        clock=clock,
+        translate=_buggy_translation,
+        intensity=Intensity(max_restarts=2, period_s=60.0),
+        backoff=Backoff(min_s=0.001, max_s=0.002),
+    )
+    try:
+        assert not gateway.gave_up.done()
+        await create(gateway, pod(uid(6)))
+        reason = await asyncio.wait_for(gateway.gave_up, WAIT_S)
+        assert "the pod supervisor gave up" in reason
+    finally:
+        await gateway.close()
+
+
+class _GivingUpBackend:
+    """A backend whose supervision gives up when told to; its close waits for the test."""
+
+    def __init__(self) -> None:
+        self.gave_up: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.may_close = asyncio.Event()
+        self.closed = False
+
+    async def create(self, pods: Any) -> Any:
+        return []
+
+    async def delete(self, pod: Any) -> None:
+        return None
+
+    async def status(self, pods: Any) -> Any:
+        return []
+
+    async def ping(self) -> PingResponse:
+        return PingResponse(status="ok")
+
+    def logs(self, request: Any) -> Any:
+        raise AssertionError("not asked")
+
+    async def close(self) -> None:
+        await self.may_close.wait()
+        self.closed = True
+
+
+async def test_serve_reports_not_ready_then_fails_when_the_backend_gives_up() -> None:
+    backend = _GivingUpBackend()
+    started: asyncio.Future[ServeInfo] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()  # never set by the gateway: only the test's own cleanup sets it
+
+    async def factory(_: Metrics) -> Any:
+        return backend
+
+    ports = {"listen": ListenAddress(port=0), "operator_listen": ListenAddress(port=0)}
+    serving = Serve(factory, ServerOptions(**ports)).run(started=started.set_result, stop=stop)
+    serve = asyncio.create_task(serving)
+    try:
+        info = await asyncio.wait_for(started, WAIT_S)
+        async with ClientSession() as session:
+            assert (await session.get(info.operator.endpoint("/readyz"))).status == 200
+            backend.gave_up.set_result("the pod supervisor gave up: too many restarts")
+            for _ in range(int(WAIT_S / 0.01)):
+                answer = await session.get(info.operator.endpoint("/readyz"))
+                if answer.status == 503:
+                    break
+                await asyncio.sleep(0.01)
+            assert answer.status == 503, "/readyz stayed ready after the backend gave up"
+        assert not serve.done()  # not ready first, then the shutdown
+        backend.may_close.set()
+        with pytest.raises(BackendGaveUpError, match="too many restarts"):
+            await asyncio.wait_for(serve, WAIT_S)
+        assert backend.closed
+    finally:
+        stop.set()
+        backend.may_close.set()
+        await asyncio.gather(serve, return_exceptions=True)
+
+
+GIVING_UP_GATEWAY = """
+import asyncio, sys, types
+from dmsgw import cli
+from dmsgw.transport.interlink import PingResponse
+
+class Backend:
+    def __init__(self):
+        loop = asyncio.get_running_loop()
+        self.gave_up = loop.create_future()
+        loop.call_soon(self.gave_up.set_result, "the pod supervisor gave up: test")
+    async def create(self, pods): return []
+    async def delete(self, pod): pass
+    async def status(self, pods): return []
+    async def ping(self): return PingResponse(status="ok")
+    def logs(self, request): raise AssertionError
+    async def close(self): print("closed", flush=True)
+
+async def start_backend(config, *, metrics):
+    return Backend()
+
+module = types.ModuleType("dmsgw.actors.gateway")
+module.start_backend = start_backend
+sys.modules["dmsgw.actors.gateway"] = module
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_dmsgw_serve_exits_non_zero_when_the_backend_gives_up(tmp_path: Path) -> None:
+    script = tmp_path / "gateway.py"
+    script.write_text(GIVING_UP_GATEWAY)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DMSGW_", "DMS_"))}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    argv = [sys.executable, str(script), "serve", "--listen", "127.0.0.1:0"]
+    argv += ["--operator-listen", "127.0.0.1:0", "--log-format", "text"]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False
+    )
+    assert done.returncode != 0
+    assert "closed" in done.stdout  # shut down in order, then failed
+    assert "dmsgw: error: the pod supervisor gave up: test" in done.stderr
