@@ -67,6 +67,7 @@ from dmsgw.transport.interlink import (
     PodRef,
     PodStatus,
     RetrievedPodData,
+    in_turns,
 )
 from dmsgw.transport.plugin_server import BackendUnavailable, Metrics, UnknownPodError
 from dmsgw.transport.rest import RestTransport
@@ -219,7 +220,7 @@ class Gateway:
         """Snapshots only: no DMS round trip. An unknown pod that carries our ``JobID`` is
         re-adopted if the DMS still runs its ensemble."""
         out = []
-        for ref in pods:
+        async for ref in in_turns(pods):  # thousands of unknown pods must not hold the loop
             self._asked.add(ref.uid)
             snapshot = self.snapshots.get(ref.uid)
             if snapshot is None:
