@@ -74,6 +74,7 @@ from dmsgw.transport.interlink import (
     RetrievedPodData,
     TooManyPodsError,
     encode_pod_statuses,
+    in_turns,
     parse_create_body,
     parse_delete_body,
     parse_logs_body,
@@ -755,6 +756,8 @@ class PluginServer:
         if not pods:
             return await self._ping()
         statuses = await self._backend.status(pods)
+        async for status in in_turns(statuses):
+            status.wire()  # written once and kept: the thousands a body may ask for, in turns
         return _json(encode_pod_statuses(statuses))
 
     async def _ping(self) -> web.Response:
