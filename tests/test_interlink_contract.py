@@ -992,4 +992,4 @@ async def test_reading_a_big_status_body_gives_the_event_loop_turns() -> None:
     refs = await read_status_body(_minimal_pods(2_000))
     counter.cancel()
     assert len(refs) == 2_000
-    assert turns >= 2_000 // 64 - 1
+    assert turns >= 2_000 // interlink._TURN - 1
