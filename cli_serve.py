@@ -104,7 +104,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "variable's name without DMSGW_, in lower case (pods_capacity = 500); flags win "
             "over the environment, which wins over the file. Secrets come only from the "
             "environment: $DMS_PASSPHRASE unlocks the key, $DMSGW_TOKEN (or --token-file) is "
-            "the bearer token the plugin API then requires; a non-loopback --listen needs one."
+            "the bearer token the plugin API then requires; a non-loopback --listen or "
+            "--operator-listen needs one. Requests from web pages (Origin), for another host "
+            "name (Host) or with a body that is not application/json are refused."
         ),
     )
     parser.add_argument(

@@ -118,7 +118,8 @@ SETTINGS: tuple[Setting, ...] = (
         "operator_listen",
         "--operator-listen",
         "ADDR",
-        f"/healthz and /metrics (default 127.0.0.1:{DEFAULT_OPERATOR_PORT})",
+        f"/healthz, /readyz and /metrics (default 127.0.0.1:{DEFAULT_OPERATOR_PORT}); "
+        "off loopback, /metrics requires the bearer token",
     ),
     Setting(
         "token_file", "--token-file", "FILE", f"file holding the bearer token (or ${TOKEN_ENV})"
@@ -273,13 +274,20 @@ class GatewayConfig(BaseModel):
 
     @model_validator(mode="after")
     def _token_off_loopback(self, info: ValidationInfo) -> GatewayConfig:
-        if self.token is None and not self.listen.is_loopback:
-            where = _source(info, "listen")
-            raise ValueError(
-                f"listen ({where}) = {self.listen} is not loopback, so the plugin API needs a "
-                f"bearer token: set ${TOKEN_ENV} or token_file, or listen on a unix socket "
-                "or 127.0.0.1"
-            )
+        """Off loopback, anyone on the network can connect: the plugin API (which runs
+        commands) and the operator port's ``/metrics`` then need the bearer token."""
+        if self.token is not None:
+            return self
+        for key, address, guarded in (
+            ("listen", self.listen, "the plugin API"),
+            ("operator_listen", self.operator_listen, "/metrics"),
+        ):
+            if not address.is_loopback:
+                raise ValueError(
+                    f"{key} ({_source(info, key)}) = {address} is not loopback, so {guarded} "
+                    f"needs a bearer token: set ${TOKEN_ENV} or token_file, or listen on a "
+                    "unix socket or 127.0.0.1"
+                )
         return self
 
     @property

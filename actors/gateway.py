@@ -74,6 +74,7 @@ from dmsgw.transport.interlink import (
     PodRef,
     PodStatus,
     RetrievedPodData,
+    in_turns,
 )
 from dmsgw.transport.plugin_server import BackendUnavailable, Metrics, UnknownPodError
 from dmsgw.transport.rest import RestTransport
@@ -271,7 +272,7 @@ class Gateway:
         re-adopted if the DMS still runs its ensemble."""
         self._heard_of(pods)
         out = []
-        for ref in pods:
+        async for ref in in_turns(pods):  # thousands of unknown pods must not hold the loop
             snapshot = self.snapshots.get(ref.uid)
             if snapshot is None:
                 snapshot = await self._readopt(ref.pod())

@@ -210,7 +210,8 @@ async def _poll_once(url: str, bodies: list[bytes]) -> None:
     """Every pod's body once, unmeasured: by the time anything is measured, interLink has
     polled every live pod before, as it has in a gateway that has been up for a while."""
     connector = aiohttp.TCPConnector(limit=CONNECTIONS)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    headers = {"Content-Type": "application/json"}  # what interLink sends
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
         pending = iter(bodies)
 
         async def worker() -> None:
@@ -376,7 +377,10 @@ async def _run(
     runner, project_url = await _serve(server.app())
     runners.append(runner)
     one = json.dumps([pod_of(0)]).encode()
-    async with aiohttp.ClientSession() as session, session.get(project_url, data=one) as resp:
+    async with (
+        aiohttp.ClientSession(headers={"Content-Type": "application/json"}) as session,
+        session.get(project_url, data=one) as resp,
+    ):
         fixed = await resp.read()  # the floor answers as large a body
         assert resp.status == 200, fixed
 

@@ -140,7 +140,12 @@ def test_serve_starts_answers_and_stops_cleanly(
     _, metrics = get(gateway.url("dmsgw serve: metrics "))
     assert b"\ndmsgw_fake_capacity 7.0\n" in metrics
 
-    ping = urllib.request.Request(f"http://127.0.0.1:{port}/status", data=b"[]", method="GET")
+    ping = urllib.request.Request(
+        f"http://127.0.0.1:{port}/status",
+        data=b"[]",
+        method="GET",
+        headers={"Content-Type": "application/json"},  # as interLink sends it
+    )
     with urllib.request.urlopen(ping, timeout=STARTUP_S) as response:
         assert json.loads(response.read()) == {"status": "ok"}
 

@@ -135,8 +135,24 @@ def test_a_listen_port_from_toml_may_be_a_number(tmp_path: Path) -> None:
 
 
 def test_operator_host_alone_gets_the_operator_port() -> None:
-    config = load_config(env={"DMSGW_OPERATOR_LISTEN": "0.0.0.0"})
-    assert str(config.operator_listen) == "0.0.0.0:4001"  # no token needed: read-only
+    config = load_config(env={"DMSGW_OPERATOR_LISTEN": "0.0.0.0", "DMSGW_TOKEN": TOKEN})
+    assert str(config.operator_listen) == "0.0.0.0:4001"
+
+
+def test_an_operator_port_off_loopback_needs_the_token_for_metrics() -> None:
+    """The operator port tells the gateway's state (pods, errors): off loopback, /metrics
+    is the token's; the probes stay open (issue 10, defect 1)."""
+    message = error_of(flags={"operator_listen": "0.0.0.0:4001"})
+    assert message == (
+        "operator_listen (flag --operator-listen) = 0.0.0.0:4001 is not loopback, so /metrics "
+        "needs a bearer token: set $DMSGW_TOKEN or token_file, or listen on a unix socket or "
+        "127.0.0.1"
+    )
+    options = load_config(
+        env={"DMSGW_OPERATOR_LISTEN": "0.0.0.0:4001", "DMSGW_TOKEN": TOKEN}
+    ).server_options()
+    assert options.metrics_token == TOKEN
+    assert load_config(env={"DMSGW_TOKEN": TOKEN}).server_options().metrics_token is None
 
 
 def test_non_loopback_without_a_token_is_refused() -> None:

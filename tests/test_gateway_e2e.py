@@ -45,7 +45,11 @@ async def plugin(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Ga
     backend = await start_backend(config, metrics=metrics)
     backend.gateway.parts.policy = FAST
     server = PluginServer(backend, config.server_options(), metrics)
-    client = TestClient(TestServer(server.app(), host="127.0.0.1"))
+    # with the Content-Type interLink sends on every plugin request
+    client = TestClient(
+        TestServer(server.app(), host="127.0.0.1"),
+        headers={"Content-Type": "application/json"},
+    )
     await client.start_server()
     try:
         yield client, backend

@@ -144,7 +144,7 @@ def test_sigkill_during_create_and_delete_loses_and_duplicates_nothing(
     pods = [_pod(int(kill_after_s * 10000) * 10 + i) for i in range(3)]
 
     async def scenario() -> None:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers={"Content-Type": "application/json"}) as session:
             gateway.start()
             created = []
             for spec in pods:

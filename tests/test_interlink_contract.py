@@ -8,6 +8,7 @@ declared below with their exact JSON tags, so a key or type mismatch fails as it
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import json
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from dmsgw.errors import DmsgwError
-from dmsgw.transport import k8s
+from dmsgw.transport import interlink, k8s
 from dmsgw.transport.gojson import (
     BOOL,
     INT64,
@@ -40,6 +41,7 @@ from dmsgw.transport.gojson import (
     unmarshal,
 )
 from dmsgw.transport.interlink import (
+    MAX_PODS_PER_REQUEST,
     AcceleratorResponse,
     CreateStruct,
     PingResponse,
@@ -47,6 +49,7 @@ from dmsgw.transport.interlink import (
     PodStatus,
     ResourcesResponse,
     TaintResponse,
+    TooManyPodsError,
     encode_pod_statuses,
     parse_create_body,
     parse_delete_body,
@@ -335,24 +338,29 @@ def test_status_body_is_a_list_of_pods() -> None:
 
 
 @pytest.mark.parametrize("ping", [b"[]", b" [ ]\n"])
-def test_the_ping_is_an_empty_status_list(ping: bytes) -> None:
+async def test_the_ping_is_an_empty_status_list(ping: bytes) -> None:
     assert parse_status_body(ping) == []
-    assert read_status_body(ping) == []
+    assert await read_status_body(ping) == []
 
 
-def test_status_refs_name_the_pods_and_read_them_whole_on_demand() -> None:
-    raw = body("status_request.json")
-    for _ in range(2):  # the second read comes from the remembered identities
-        [ref] = read_status_body(raw)
-        assert (ref.uid, ref.name) == (UID, parse_status_body(raw)[0].metadata.name)
-        assert ref.pod() == parse_status_body(raw)[0]
+async def test_status_refs_name_the_pods_and_read_them_whole_on_demand() -> None:
+    first, second = load("status_request.json")[0], load("status_request.json")[0]
+    second["metadata"] |= {"uid": "11111111-2222-4333-8444-555555555555", "name": "other"}
+    raw = f" [ {json.dumps(first)} ,\n{json.dumps(second)} ] ".encode()
+    expected = parse_status_body(raw)
+    for _ in range(2):  # the second read comes from the remembered identities and places
+        refs = await read_status_body(raw)
+        assert [(r.uid, r.name) for r in refs] == [
+            (p.metadata.uid, p.metadata.name) for p in expected
+        ]
+        assert [r.pod() for r in reversed(refs)] == expected[::-1]
 
 
-def test_a_bad_status_body_is_refused_every_time() -> None:
+async def test_a_bad_status_body_is_refused_every_time() -> None:
     raw = b'[{"metadata": {"name": "a", "uid": "u"}, "status": {"phase": "Done"}}]'
     for _ in range(2):
         with pytest.raises(PluginRequestError, match=r"\[0\]\.status\.phase"):
-            read_status_body(raw)
+            await read_status_body(raw)
 
 
 def test_a_status_is_written_once_and_a_copy_writes_its_own() -> None:
@@ -440,6 +448,13 @@ def _bad_quantity(data: dict[str, Any]) -> None:
     data["pod"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = "1 GB"
 
 
+def _no_containers(data: dict[str, Any]) -> None:
+    data["pod"]["spec"]["containers"] = []
+
+
+_LIST_WITH_AN_EMPTY_SECOND = dumps(
+    [load("create_v05_example.json"), json.loads(_create_with(_no_containers))]
+)
 _LIST_WITHOUT_SECOND_UID = dumps(
     [load("create_v05_example.json"), {"pod": {"metadata": {"name": "x"}}}]
 )
@@ -461,6 +476,19 @@ BAD_BODIES: list[tuple[Parse, bytes, str]] = [
     (parse_create_body, b"[]", "body: the list of pods to create is empty"),
     (parse_create_body, b'{"container": []}', "pod: field required"),
     (parse_create_body, b"[5]", "[0]: expected an object, got a number"),
+    (parse_create_body, b"[{}, ]", "body: not JSON: Expecting value at line 1 column 6"),
+    (parse_create_body, b"[{} {}]", "body: not JSON: Expecting ',' delimiter at line 1 column 5"),
+    (parse_create_body, b"[{}] {}", "body: not JSON: Extra data at line 1 column 6"),
+    (
+        parse_create_body,
+        _create_with(_no_containers),
+        "pod.spec.containers: a pod needs at least one container",
+    ),
+    (
+        parse_create_body,
+        _LIST_WITH_AN_EMPTY_SECOND,
+        "[1].pod.spec.containers: a pod needs at least one container",
+    ),
     (parse_create_body, _create_with(_drop_uid), "pod.metadata.uid: field required"),
     (parse_create_body, _LIST_WITHOUT_SECOND_UID, "[1].pod.metadata.uid: field required"),
     (parse_create_body, _create_with(_drop_image), "pod.spec.containers[0].image: field required"),
@@ -492,6 +520,12 @@ BAD_BODIES: list[tuple[Parse, bytes, str]] = [
     (parse_status_body, b"{}", "body: expected a JSON array of pods, got an object"),
     (parse_status_body, b"null", "body: expected a JSON array of pods, got null"),
     (parse_status_body, b"[1]", "[0]: expected an object, got a number"),
+    (
+        parse_status_body,
+        b'[{"metadata": {"name": "a", "uid": "u"}}',
+        "body: not JSON: Expecting ',' delimiter at line 1 column 41",
+    ),
+    (parse_status_body, b"{} []", "body: not JSON: Extra data at line 1 column 4"),
     (parse_status_body, b'[{"metadata": {"name": "a"}}]', "[0].metadata.uid: field required"),
     (
         parse_status_body,
@@ -846,6 +880,116 @@ def test_remembered_status_bodies_are_bounded_by_their_bytes() -> None:
 
     memo = _BodyMemo(max_entries=100, max_bytes=600)
     for i in range(12):
-        meta = {"name": f"p{i}", "namespace": "d", "uid": f"u{i}"}
-        assert memo.get(json.dumps([{"metadata": meta}]).encode()) == ((f"u{i}", "d", f"p{i}"),)
+        pods = ((f"u{i}", "d", f"p{i}", 1, 60),)
+        memo.put(bytes([i]), 60, pods)
+        assert memo.get(bytes([i])) == pods
     assert memo._bytes <= 600 and len(memo._known) < 12
+
+
+# --- what /create refuses, and how much one request may cost --------------------------------
+
+
+@pytest.mark.parametrize(
+    "uid",
+    ["../..", "x; id > /tmp/x", "$(id)", "not-a-uuid", "0b8c6f6e3d4a4f0e9c1e2f9a7d1b5e11",
+     "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11/..", " 0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"],
+)  # fmt: skip
+def test_a_uid_that_is_not_a_uuid_is_refused_at_create(uid: str) -> None:
+    def set_uid(data: dict[str, Any]) -> None:
+        data["pod"]["metadata"]["uid"] = uid
+
+    with pytest.raises(PluginRequestError) as info:
+        parse_create_body(_create_with(set_uid))
+    assert str(info.value) == (
+        f"pod.metadata.uid: {json.dumps(uid)} is not a UUID "
+        "(Kubernetes writes pod UIDs as 8-4-4-4-12 hexadecimal digits)"
+    )
+
+
+def test_uuids_in_either_case_are_taken_at_create() -> None:
+    def upper(data: dict[str, Any]) -> None:
+        data["pod"]["metadata"]["uid"] = UID.upper()
+
+    [data] = parse_create_body(_create_with(upper))
+    assert data.pod.metadata.uid == UID.upper()
+
+
+def _minimal_pods(count: int) -> bytes:
+    return dumps(
+        [
+            {"metadata": {"name": f"p{i}", "uid": f"00000000-0000-4000-8000-{i:012d}"}}
+            for i in range(count)
+        ]
+    )
+
+
+# a pod as /status names it, and a pod to create: items of either list
+_POD_OF_EITHER_BODY = b'{"metadata": {"name": "p", "uid": "u"}, "pod": {"metadata": {}}}'
+
+
+@pytest.mark.parametrize("parse", [parse_create_body, parse_status_body])
+def test_a_body_naming_too_many_pods_is_refused_before_reading_them_all(
+    parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(interlink, "MAX_PODS_PER_REQUEST", 50)
+    decoded = 0
+    decode = interlink._decode
+
+    def counting(text: str, at: int) -> tuple[Any, int]:
+        nonlocal decoded
+        decoded += 1
+        return decode(text, at)
+
+    monkeypatch.setattr(interlink, "_decode", counting)
+    with pytest.raises(TooManyPodsError) as info:
+        parse(b"[" + b",".join([_POD_OF_EITHER_BODY] * 100_000) + b"]")
+    assert str(info.value) == "body: names more than 50 pods; one request may name at most 50"
+    assert decoded == 50
+
+
+def test_the_default_limit_takes_a_whole_virtual_node() -> None:
+    """interLink's default virtual node holds 10,000 pods: asking about all at once fits."""
+    assert MAX_PODS_PER_REQUEST >= 10_000
+    assert len(parse_status_body(_minimal_pods(MAX_PODS_PER_REQUEST))) == MAX_PODS_PER_REQUEST
+
+
+async def test_every_pod_of_a_status_body_is_read_once_whatever_the_backend_asks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The work of a /status request grows with its pods, not with their square (issue 10:
+    each unknown pod re-read the whole body; 1,000 unknown pods took 21 s)."""
+    pods = 3_000
+    raw = _minimal_pods(pods)
+    validated = 0
+    validate = interlink._status_pod
+
+    def counting(item: Any, index: int) -> k8s.Pod:
+        nonlocal validated
+        validated += 1
+        return validate(item, index)
+
+    monkeypatch.setattr(interlink, "_status_pod", counting)
+    refs = await read_status_body(raw)  # first sight: every pod validated, and kept
+    assert [ref.pod().metadata.uid for ref in refs] == [ref.uid for ref in refs]
+    assert validated == pods
+    again = await read_status_body(raw)  # remembered: a pod is read only when asked for
+    assert validated == pods
+    assert again[1234].pod() == refs[1234].pod() and again[1234].pod() is again[1234].pod()
+    assert validated == pods + 1
+
+
+async def test_reading_a_big_status_body_gives_the_event_loop_turns() -> None:
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    counter = asyncio.create_task(count_turns())
+    await asyncio.sleep(0)
+    refs = await read_status_body(_minimal_pods(2_000))
+    counter.cancel()
+    assert len(refs) == 2_000
+    assert turns >= 2_000 // interlink._TURN - 1

@@ -51,6 +51,8 @@ UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
 QUICKSTART_UID = "1df0a37e-a29b-426b-9b14-43f95dfc5a2f"
 UNKNOWN_UID = "99999999-9999-4999-8999-999999999999"
 TEXT = "text/plain"
+# What interLink 0.6.2 sends with every plugin request (no Origin; Host is the address).
+INTERLINK = {"Content-Type": "application/json"}
 
 
 def body(name: str) -> bytes:
@@ -169,7 +171,7 @@ def make_client(
 ) -> MakeClient:
     async def make(metrics: Metrics | None = None, **options: Any) -> Client:
         server = PluginServer(backend, ServerOptions(**options), metrics or Metrics())
-        return await aiohttp_client(server.app())
+        return await aiohttp_client(server.app(), headers=INTERLINK)
 
     return make
 
@@ -635,7 +637,7 @@ async def start_serve(
 async def test_serve_drains_in_flight_requests_then_closes_the_backend() -> None:
     backend = FakeBackend()
     task, info, stop = await start_serve(backend, loopback_options())
-    async with ClientSession() as session:
+    async with ClientSession(headers=INTERLINK) as session:
         assert (await session.get(info.healthz)).status == 200
         create = asyncio.create_task(
             session.post(f"{info.plugin.url}/create", data=body("create_v05_example.json"))
@@ -657,7 +659,7 @@ async def test_serve_drains_in_flight_requests_then_closes_the_backend() -> None
 async def test_serve_ends_follow_streams_on_stop() -> None:
     backend = FakeBackend()
     task, info, stop = await start_serve(backend, loopback_options())
-    async with ClientSession() as session:
+    async with ClientSession(headers=INTERLINK) as session:
         response = await session.get(f"{info.plugin.url}/getLogs", data=logs_body(follow=True))
         assert await response.content.readexactly(7) == b"line 1\n"
         stop.set()
@@ -672,7 +674,7 @@ async def test_serve_on_a_unix_socket(tmp_path: Path, backend: FakeBackend) -> N
     task, info, stop = await start_serve(backend, options)
     assert info.plugin.path == socket_path
     connector = UnixConnector(path=str(socket_path))
-    async with ClientSession(connector=connector) as session:
+    async with ClientSession(connector=connector, headers=INTERLINK) as session:
         response = await session.get("http://unix/status", data=b"[]")
         assert response.status == 200
     with pytest.raises(ServeError, match="another process is listening on"):

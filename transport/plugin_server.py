@@ -18,7 +18,15 @@ The server listens on a unix socket or on loopback; a non-loopback address is re
 bearer token is configured, and then every plugin request must carry it. interLink 0.6.2 itself
 sends no ``Authorization`` to its plugin (interLink#336), so a token only makes sense behind a
 proxy that adds it. The operator app (``/healthz``, ``/readyz``, ``/metrics``) listens on its own
-address, without a token: it changes nothing and tells no secret.
+address; off loopback it too needs the token, which ``/metrics`` then requires (the probes
+never do: they change nothing and tell no secret).
+
+Before any route runs, every request passes the front door (:func:`admit`): a request from a
+web page (it carries ``Origin``) is refused 403, and one without a verified token must name in
+``Host`` the address it arrived at (421 otherwise), so that neither a cross-site POST nor a
+DNS-rebinding page can reach a loopback gateway that runs commands. Plugin bodies must be
+``application/json`` (415), as interLink sends them, and arrive within ``body_timeout_s``
+(408); a client that goes away mid-body is a 499 logged at INFO, not a server error.
 
 What the gateway actors implement is :class:`PluginBackend`; :class:`Serve` runs the two apps
 over one until SIGTERM/SIGINT and then shuts down in order (stop accepting, drain, close).
@@ -64,7 +72,9 @@ from dmsgw.transport.interlink import (
     PodRef,
     PodStatus,
     RetrievedPodData,
+    TooManyPodsError,
     encode_pod_statuses,
+    in_turns,
     parse_create_body,
     parse_delete_body,
     parse_logs_body,
@@ -73,6 +83,8 @@ from dmsgw.transport.interlink import (
 from dmsgw.transport.k8s import wire_json
 
 __all__ = [
+    "CLIENT_GONE",
+    "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_DEADLINE_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_OPERATOR_PORT",
@@ -85,6 +97,7 @@ __all__ = [
     "BackendUnavailable",
     "Health",
     "ListenAddress",
+    "LoopStalls",
     "Metrics",
     "MetricsError",
     "PluginBackend",
@@ -94,6 +107,8 @@ __all__ = [
     "ServeInfo",
     "ServerOptions",
     "UnknownPodError",
+    "admit",
+    "host_is_local",
     "operator_app",
     "require_token_for",
 ]
@@ -108,7 +123,11 @@ DEFAULT_DEADLINE_S = 30.0
 # interLink's ResponseHeaderTimeout is 120 s; leave room for the network and the API's own work.
 MAX_DEADLINE_S = 110.0
 DEFAULT_SHUTDOWN_GRACE_S = 20.0
+# interLink writes each body at once; a client that trickles one holds a connection open.
+DEFAULT_BODY_TIMEOUT_S = 10.0
 HEALTH_PING_TIMEOUT_S = 5.0
+STALL_PROBE_S = 0.1
+CLIENT_GONE = 499  # nginx's "client closed request": counted apart from the server's errors
 _TEXT = "text/plain; charset=utf-8"
 
 T = TypeVar("T")
@@ -147,11 +166,23 @@ class MetricsError(DmsgwError):
 class _StatusError(Exception):
     """An answer other than 200, decided before or instead of calling the backend."""
 
-    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        close: bool = False,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = dict(headers or {})
+        self.close = close  # the connection cannot be trusted for a next request
+
+
+class _ClientGone(Exception):  # noqa: N818 (an event, not an error of ours)
+    """The client closed the connection before its request was read."""
 
 
 # --- the backend ---------------------------------------------------------------------------
@@ -315,12 +346,118 @@ def _check_port(port_text: str, text: str) -> int:
 
 
 def require_token_for(listen: ListenAddress, token: str | None) -> None:
-    """The one rule for exposure: off loopback, the plugin API needs a bearer token."""
+    """The one rule for exposure: off loopback, a listener needs a bearer token."""
     if not listen.is_loopback and not token:
         raise ServeError(
             f"listening on {listen}, which is not loopback, needs a bearer token "
             "(set DMSGW_TOKEN or token_file), or listen on a unix socket or 127.0.0.1"
         )
+
+
+# --- the front door --------------------------------------------------------------------------
+
+_UNIX_HOSTS = frozenset({"unix", "localhost"})  # what interLink and curl --unix-socket send
+
+
+def admit(request: web.Request, token: str | None) -> None:
+    """Refuses, before any route runs, a request the gateway must not serve.
+
+    A browser adds ``Origin`` to every request a page makes that could change something
+    (cross-site or not; a top-level navigation GET has none); interLink, curl and probes
+    never send it, so its presence means a web page, refused 403. With ``token`` the request
+    must carry it (401); without, nothing vouches for the caller but where it connected, so
+    its ``Host`` must name that address (421): a DNS-rebinding page reaches a loopback port
+    under its own host name, which it cannot change.
+    """
+    if "Origin" in request.headers:
+        raise _StatusError(
+            403, "origin: requests from web pages (with an Origin header) are refused"
+        )
+    if token is not None:
+        _check_bearer(request, token)
+        return
+    host = request.headers.get("Host")
+    transport = request.transport
+    if transport is None:
+        raise _ClientGone
+    sockname = transport.get_extra_info("sockname")
+    if host is None or not host_is_local(host, sockname):
+        given = "no Host header" if host is None else f"Host {_shown(host)}"
+        raise _StatusError(
+            421, f"host: {given} does not name this gateway; use {_expected_hosts(sockname)}"
+        )
+
+
+def _check_bearer(request: web.Request, token: str) -> None:
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if scheme.lower() != "bearer" or not value.strip():
+        raise _StatusError(
+            401, "authorization: send the gateway's token as Authorization: Bearer", challenge
+        )
+    if not hmac.compare_digest(value.strip().encode(), token.encode()):
+        raise _StatusError(401, "authorization: wrong bearer token", challenge)
+
+
+def host_is_local(host: str, sockname: object) -> bool:
+    """Whether ``host`` (a ``Host`` header) names the local end of the connection,
+    ``sockname``: its IP address and port, ``localhost`` when that is loopback, and ``unix``
+    or ``localhost`` for a unix socket (whatever port)."""
+    names, port = _local_names(sockname)
+    name, given_port = _split_host(host)
+    if name is None or name not in names:
+        return False
+    return port is None or given_port == port
+
+
+def _local_names(sockname: object) -> tuple[frozenset[str], int | None]:
+    """The host names a request to ``sockname`` may give, and the port it must give."""
+    if isinstance(sockname, str | bytes):
+        return _UNIX_HOSTS, None
+    if not isinstance(sockname, tuple) or len(sockname) < 2:
+        return frozenset(), None
+    address = ipaddress.ip_address(str(sockname[0]).partition("%")[0])
+    names = {_host_name(address)}
+    mapped = getattr(address, "ipv4_mapped", None)  # a dual-stack socket's IPv4 peers
+    if mapped is not None:
+        names.add(_host_name(mapped))
+    if address.is_loopback or (mapped is not None and mapped.is_loopback):
+        names.add("localhost")
+    return frozenset(names), int(sockname[1])
+
+
+def _host_name(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
+def _split_host(host: str) -> tuple[str | None, int]:
+    """``name`` and port of a ``Host`` header (80 when it has none); IP literals are
+    normalised (``[0::1]`` is ``[::1]``), names lowered; ``None`` if it is malformed."""
+    if host.startswith("["):
+        literal, bracket, rest = host[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None, 0
+        name, port_text = f"[{literal}]", rest[1:] if rest else ""
+    else:
+        name, _, port_text = host.partition(":")
+    if port_text and not (port_text.isdigit() and len(port_text) <= 5):
+        return None, 0
+    try:
+        name = _host_name(ipaddress.ip_address(name.strip("[]")))
+    except ValueError:
+        name = name.lower()
+    return name, int(port_text) if port_text else 80
+
+
+def _expected_hosts(sockname: object) -> str:
+    names, port = _local_names(sockname)
+    shown = sorted(names) if port is None else sorted(f"{name}:{port}" for name in names)
+    return " or ".join(shown) or "the address the gateway listens on"
+
+
+def _shown(text: str) -> str:
+    """Text a client sent, quoted and cut short for an error line."""
+    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
 # --- options -------------------------------------------------------------------------------
@@ -336,9 +473,13 @@ class ServerOptions:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     deadline_s: float = DEFAULT_DEADLINE_S
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
 
     def __post_init__(self) -> None:
         require_token_for(self.listen, self.token)
+        require_token_for(self.operator_listen, self.token)
+        if self.body_timeout_s <= 0:
+            raise ServeError(f"body_timeout_s must be above 0, not {self.body_timeout_s:g}")
         if self.max_body_bytes < 1:
             raise ServeError(f"max_body_bytes must be positive, not {self.max_body_bytes}")
         if not 0 < self.deadline_s <= MAX_DEADLINE_S:
@@ -348,6 +489,12 @@ class ServerOptions:
             )
         if self.shutdown_grace_s < 0:
             raise ServeError(f"shutdown_grace_s cannot be negative ({self.shutdown_grace_s:g})")
+
+    @property
+    def metrics_token(self) -> str | None:
+        """What ``/metrics`` requires: the token when the operator port is off loopback,
+        where anyone on the network could otherwise read the gateway's state."""
+        return None if self.operator_listen.is_loopback else self.token
 
 
 # --- metrics -------------------------------------------------------------------------------
@@ -424,6 +571,13 @@ def _text(status: int, message: str, headers: Mapping[str, str] | None = None) -
     )
 
 
+def _refusal(problem: _StatusError) -> web.Response:
+    response = _text(problem.status, problem.message, problem.headers)
+    if problem.close:
+        response.force_close()
+    return response
+
+
 def _json(body: bytes) -> web.Response:
     return web.Response(body=body, content_type="application/json")
 
@@ -484,7 +638,7 @@ class PluginServer:
         started = time.perf_counter()
         in_flight, latency = self._series(route, request.method)
         in_flight.inc()
-        status, error = 499, "cancelled: the client went away"
+        status, error = CLIENT_GONE, "cancelled: the client went away"
         try:
             response = await self._answer(request, handler)
             status = response.status
@@ -521,10 +675,14 @@ class PluginServer:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         try:
-            self._authorize(request)
+            admit(request, self._options.token)
             return await handler(request)
         except _StatusError as problem:
-            return _text(problem.status, problem.message, problem.headers)
+            return _refusal(problem)
+        except _ClientGone:
+            return _text(CLIENT_GONE, "client closed the connection before its request was read")
+        except TooManyPodsError as exc:
+            return _text(413, str(exc))
         except PluginRequestError as exc:
             return _text(400, str(exc))
         except UnknownPodError as exc:
@@ -540,29 +698,26 @@ class PluginServer:
             log.exception("bug answering %s %s", request.method, request.path)
             return _text(500, f"internal error ({type(exc).__name__}); see the gateway's log")
 
-    def _authorize(self, request: web.Request) -> None:
-        token = self._options.token
-        if token is None:
-            return
-        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-        challenge = {"WWW-Authenticate": "Bearer"}
-        if scheme.lower() != "bearer" or not value.strip():
-            raise _StatusError(
-                401, "authorization: send the gateway's token as Authorization: Bearer", challenge
-            )
-        if not hmac.compare_digest(value.strip().encode(), token.encode()):
-            raise _StatusError(401, "authorization: wrong bearer token", challenge)
-
     async def _body(self, request: web.Request) -> bytes:
-        """The whole body, GET ones included: a keep-alive connection breaks if one is left."""
+        """The whole JSON body, GET ones included (a keep-alive connection breaks if one is
+        left), within ``body_timeout_s``: a client that trickles its body is cut off."""
+        _require_json(request)
         limit = self._options.max_body_bytes
         length = request.content_length
         if length is not None and length > limit:
             raise _StatusError(413, f"body: {length} bytes is over the {limit}-byte limit")
+        timeout_s = self._options.body_timeout_s
         try:
-            return await request.read()
+            async with asyncio.timeout(timeout_s):
+                return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise _StatusError(413, f"body: over the {limit}-byte limit") from None
+        except TimeoutError:
+            raise _StatusError(
+                408, f"body: not received within {timeout_s:g} s", close=True
+            ) from None
+        except ConnectionResetError:
+            raise _ClientGone from None
 
     async def _within_deadline(self, what: str, call: Awaitable[T]) -> T:
         """``call``, cancelled and answered 503 when it outlives the deadline, so that
@@ -600,16 +755,24 @@ class PluginServer:
         return _text(200, f"pod {meta.namespace}/{meta.name} ({meta.uid}) deleted")
 
     async def _status(self, request: web.Request) -> web.Response:
-        pods = read_status_body(await self._body(request))
+        raw = await self._body(request)
+        return await self._within_deadline("status", self._status_of(raw))
+
+    async def _status_of(self, raw: bytes) -> web.Response:
+        """The reply to a ``/status`` body, reading it included (a body of thousands of
+        pods is work too): the ping for ``[]``, else each pod's status."""
+        pods = await read_status_body(raw)
         if not pods:
             return await self._ping()
-        statuses = await self._within_deadline("status", self._backend.status(pods))
+        statuses = await self._backend.status(pods)
+        async for status in in_turns(statuses):
+            status.wire()  # written once and kept: the thousands a body may ask for, in turns
         return _json(encode_pod_statuses(statuses))
 
     async def _ping(self) -> web.Response:
         if self._stopping.is_set():
             raise _StatusError(503, "not ready: the gateway is shutting down")
-        answer = await self._within_deadline("ping", self._backend.ping())
+        answer = await self._backend.ping()
         return _json(wire_json(answer.to_wire()))
 
     async def _logs(self, request: web.Request) -> web.StreamResponse:
@@ -661,6 +824,18 @@ class PluginServer:
             stopping.cancel()
 
 
+def _require_json(request: web.Request) -> None:
+    """interLink sends every body as ``application/json``. A web page can send text/plain,
+    a form or multipart without asking first (a CORS "simple" request), never JSON."""
+    if "Content-Type" not in request.headers:
+        raise _StatusError(415, "content-type: send the body as Content-Type: application/json")
+    if request.content_type != "application/json":
+        raise _StatusError(
+            415,
+            f"content-type: send the body as application/json, not {_shown(request.content_type)}",
+        )
+
+
 def _chunk_or_note(following: asyncio.Future[bytes | None]) -> bytes | None:
     """The next chunk; a backend failure after the headers went out cannot change the status
     any more, so it ends the stream with a last line saying why."""
@@ -688,6 +863,8 @@ def _log_request(
     every 5 s) only at DEBUG, so that 10,000 pods do not flood the log."""
     if status >= 500:
         level = logging.ERROR
+    elif status == CLIENT_GONE:  # the client's choice, not a fault of either side
+        level = logging.INFO
     elif status >= 400:
         level = logging.WARNING
     elif route == "/status":
@@ -757,8 +934,23 @@ class Health:
         return None
 
 
-def operator_app(health: Health, metrics: Metrics) -> web.Application:
-    """``/healthz`` (always 200 while live), ``/readyz`` (200 or 503), ``/metrics``."""
+def operator_app(
+    health: Health, metrics: Metrics, *, metrics_token: str | None = None
+) -> web.Application:
+    """``/healthz`` (always 200 while live), ``/readyz`` (200 or 503), ``/metrics`` (which
+    requires ``metrics_token`` if given), behind the same front door as the plugin API."""
+
+    @web.middleware
+    async def front_door(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        try:
+            admit(request, metrics_token if request.path == "/metrics" else None)
+        except _StatusError as problem:
+            return _refusal(problem)
+        except _ClientGone:
+            return _text(CLIENT_GONE, "client closed the connection")
+        return await handler(request)
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response(await health.report())
@@ -770,11 +962,48 @@ def operator_app(health: Health, metrics: Metrics) -> web.Application:
     async def metrics_page(_: web.Request) -> web.Response:
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app = web.Application()
+    app = web.Application(middlewares=[front_door])
     app.router.add_route("GET", "/healthz", healthz)
     app.router.add_route("GET", "/readyz", readyz)
     app.router.add_route("GET", "/metrics", metrics_page)
     return app
+
+
+# --- the event loop's stalls ---------------------------------------------------------------
+
+
+class LoopStalls:
+    """How late the event loop wakes a timer, on ``/metrics``: the last probe's lateness and
+    the longest seen. A timer fires late when a callback held the loop (a body parsed in one
+    go, a garbage-collector pass, blocking I/O), and every request waited as long, probes
+    included, so this is where an operator sees the next freeze."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.last_s = 0.0
+        self.longest_s = 0.0
+        metrics.gauge(
+            "event_loop_stall_seconds", "How late the event loop ran the last probe timer."
+        ).set_function(lambda: self.last_s)
+        metrics.gauge(
+            "event_loop_stall_max_seconds",
+            "The longest the event loop ran a probe timer late since the gateway started.",
+        ).set_function(lambda: self.longest_s)
+
+    def observe(self, late_s: float) -> None:
+        """One probe's lateness (clock jitter can make it slightly negative: none)."""
+        self.last_s = max(late_s, 0.0)
+        self.longest_s = max(self.longest_s, self.last_s)
+
+    async def watch(
+        self, every_s: float = STALL_PROBE_S, *, clock: Callable[[], float] | None = None
+    ) -> None:
+        """Forever: sleep ``every_s`` and record how much later than due the loop woke us,
+        on ``clock`` (the loop's own by default)."""
+        now = clock if clock is not None else asyncio.get_running_loop().time
+        while True:
+            due = now() + every_s
+            await asyncio.sleep(every_s)
+            self.observe(now() - due)
 
 
 # --- running both --------------------------------------------------------------------------
@@ -906,9 +1135,12 @@ class Serve:
         health = Health()
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(_stop_on_signals(stop))
-            operator = await _Listener.start(
-                operator_app(health, self.metrics), options.operator_listen, grace_s=1.0
+            watch = asyncio.ensure_future(LoopStalls(self.metrics).watch())
+            stack.push_async_callback(_cancelled, watch)
+            operator_server = operator_app(
+                health, self.metrics, metrics_token=options.metrics_token
             )
+            operator = await _Listener.start(operator_server, options.operator_listen, grace_s=1.0)
             stack.push_async_callback(operator.stop)
             backend = await self._factory(self.metrics)
             stack.push_async_callback(_close_backend, backend)
@@ -944,6 +1176,11 @@ async def _serving(stop: asyncio.Event, backend: PluginBackend) -> str | None:
         return None
     log.critical("the backend gave up: %s; stopping with an error", gave_up.result())
     return gave_up.result()
+
+
+async def _cancelled(task: asyncio.Future[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _close_backend(backend: PluginBackend) -> None:
