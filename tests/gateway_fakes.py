@@ -224,7 +224,7 @@ async def create(gateway: Gateway, spec: dict[str, Any]) -> None:
 
 async def poll(gateway: Gateway, *specs: dict[str, Any]) -> list[Any]:
     """interLink's status poll naming these pods."""
-    return await gateway.status(read_status_body(json.dumps(list(specs)).encode()))
+    return await gateway.status(await read_status_body(json.dumps(list(specs)).encode()))
 
 
 async def until(done: Callable[[], bool], what: str) -> None:

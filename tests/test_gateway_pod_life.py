@@ -73,7 +73,9 @@ async def client(backend: GatewayBackend, tmp_path: Path) -> AsyncIterator[TestC
     """interLink's view of the backend: the plugin API over HTTP."""
     config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")})
     server = PluginServer(backend, config.server_options(), Metrics(process=False))
-    client = TestClient(TestServer(server.app(), host="127.0.0.1"))
+    client = TestClient(
+        TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
+    )
     await client.start_server()
     yield client
     await client.close()
@@ -180,7 +182,9 @@ async def test_a_pod_whose_devnet_deployment_vanished_fails_and_its_logs_are_404
     backend = await start_backend(config, metrics=Metrics(process=False))
     backend.gateway.parts.policy = FAST
     server = PluginServer(backend, config.server_options(), Metrics(process=False))
-    client = TestClient(TestServer(server.app(), host="127.0.0.1"))
+    client = TestClient(
+        TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
+    )
     await client.start_server()
     try:
         spec = pod(uid(3), command=["sh", "-c", "exec sleep 60"])

@@ -158,7 +158,7 @@ async def served(
     server = PluginServer(backend, config.server_options(), metrics)
     client = TestClient(
         TestServer(server.app(), host="127.0.0.1"),
-        headers={"Authorization": f"Bearer {TOKEN}"},
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
     )
     await client.start_server()
     try:
