@@ -1,12 +1,14 @@
 """The ``dmsgw`` command: one sub-command family per module (``cli_key``, ``cli_cap``, …).
 
 Every expected failure is a :class:`~dmsgw.errors.DmsgwError`; it is printed as one line
-``dmsgw: error: <reason>`` with exit code 2, never as a traceback.
+``dmsgw: error: <reason>`` with exit code 2, never as a traceback. Output into a pipe that
+closes early (``dmsgw … | head``) ends the command quietly, as a shell tool does.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -52,6 +54,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dmsgw: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _pipe_closed()
+
+
+def _pipe_closed() -> int:
+    """The reader of stdout went away: stop writing (also at exit, when Python flushes
+    stdout) and exit as a process killed by SIGPIPE would, without a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + 13
 
 
 if __name__ == "__main__":

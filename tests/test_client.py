@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import dmsgw
-from dmsgw.actors.node import DMSBehaviorError
+from dmsgw.actors.node import DMSBehaviorError, NotGrantedError
 from dmsgw.behaviors.catalog import UnknownBehaviorError
 from dmsgw.behaviors.client import ClientArgumentError, Pending
 from dmsgw.behaviors.peers import PeersListResponse
@@ -93,13 +93,24 @@ def test_an_unauthorised_call_is_explained_by_the_preflight(devnet: Devnet) -> N
     ):
         ungranted.peers.list()
     assert info.value.verdict is not None and not info.value.verdict.accepted
+
+
+def test_a_call_no_grant_covers_is_refused_before_it_is_sent(devnet: Devnet) -> None:
     narrower = Ed25519PrivKey(bytes(range(9, 41)))
-    grant = devnet.grant(DID.from_public_key(narrower.public_key()), ["/dms/node/resources"])
-    with (
-        _connect(devnet, grant, narrower) as narrow,
-        pytest.raises(DMSTimeoutError, match=r"\[/dms/node/resources\]\) — none covers"),
-    ):
-        narrow.peers.list()
+    did = DID.from_public_key(narrower.public_key()).uri
+    grant = devnet.grant(DID(did), ["/dms/node/resources"])
+    node = devnet.nodes[0].node
+    with _connect(devnet, grant, narrower) as narrow:
+        seen = (len(node.dropped), node.handled)
+        with pytest.raises(NotGrantedError) as info:
+            narrow.peers.list(timeout=3600)  # refused at once: nothing waits for the hour
+        assert (len(node.dropped), node.handled) == seen  # nothing reached the DMS
+    assert str(info.value) == (
+        "/dms/node/peers/list: not sent, the DMS would drop it: the capabilities delegated to "
+        f"{did} ([/dms/node/resources]) — none covers /dms/node/peers/list\n"
+        "  hint: the DMS operator grants it with `nunet cap grant --context dms "
+        f"--cap /dms/node/peers/list --duration 8760h {did}`"
+    )
 
 
 def test_bad_calls_fail_clearly_before_anything_is_sent(dms: dmsgw.Node) -> None:
