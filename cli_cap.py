@@ -26,7 +26,6 @@ import calendar
 import json
 import re
 import sys
-from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -308,20 +307,15 @@ def _token_args(values: Sequence[str] | None, flag: str) -> TokenList | None:
 
 
 def _print_tokens(tokens: TokenList) -> None:
-    """Exactly ``nunet``'s output: the Go JSON of the token list on one line; then one note
-    per kind of token issued (a delegation chained on several provide anchors issues one
-    token per anchor, alike but for the chain: one line says how many)."""
+    """Exactly ``nunet``'s output: the Go JSON of the token list on one line; then a note per
+    token, naming the grant it is chained on (a delegation chained on several provide anchors
+    issues one token per anchor, alike but for that)."""
     print(tokens.to_json().decode())
     now = clock()
-    issued = Counter(_issued(t, now) for t in tokens.present())
-    for line, count in issued.items():
-        _note(line if count == 1 else f"{line} ({count} tokens: one per provide anchor)")
-
-
-def _issued(t: Token, now: int) -> str:
-    chain = t.dms.chain if t.dms is not None else None
-    source = f", chained on a grant from {chain.issuer().uri}" if chain is not None else ""
-    return f"issued {t.describe()}{source}, expiring {_when(t.expire(), now)}"
+    for t in tokens.present():
+        chain = t.dms.chain if t.dms is not None else None
+        source = f", chained on a grant from {chain.issuer().uri}" if chain is not None else ""
+        _note(f"issued {t.describe()}{source}, expiring {_when(t.expire(), now)}")
 
 
 # --- contexts and keys ---------------------------------------------------------------------

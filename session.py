@@ -325,7 +325,10 @@ def connect(
     explain refusals. ``loop``: run on this event loop instead of a private one (then close
     it yourself: ``async with`` or ``await node.aclose()``).
     """
-    target_url, devnet = resolve_url(url)
+    if transport is None:
+        target_url, devnet = resolve_url(url)
+    else:  # the transport knows where it goes: the URL only names it
+        target_url, devnet = url or getattr(transport, "base_url", DEFAULT_URL), None
     kdir = Path(key_dir) if key_dir is not None else None
     cdir = Path(cap_dir) if cap_dir is not None else None
     name, private_key = load_key(key, kdir, passphrase)
