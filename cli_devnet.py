@@ -33,7 +33,7 @@ from dmsgw.devnet.state import GATEWAY_CAPABILITIES, GATEWAY_TOPICS, grant_comma
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS, DMS_TIMEOUTS
 from dmsgw.errors import DmsgwError
 from dmsgw.keys.did import DID, DIDError
-from dmsgw.keys.keystore import validate_key_name
+from dmsgw.keys.keystore import KeyStore, read_passphrase, validate_key_name
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import CapabilityContext, TokenList, load_context, save_context
 from dmsgw.keys.ucan.store import CAP_DIR_ENV, default_cap_dir
@@ -79,17 +79,12 @@ def _dir_option(cap_dir: Path) -> Path | None:
     return None if cap_dir == default_cap_dir() else cap_dir
 
 
-def _gateway_subject(context: str, cap_dir: Path) -> str:
-    """Nothing when the gateway's context file exists (``grant`` reads its DID), else a
-    placeholder for the DID that ``dmsgw whoami`` prints."""
-    if (cap_dir / f"{context}.cap").is_file():
-        return ""
-    return "<gateway DID>"
+def _gateway_exists(context: str, cap_dir: Path) -> bool:
+    """Whether ``grant --anchor context`` finds the gateway's DID (its context or key file)."""
+    return (cap_dir / f"{context}.cap").is_file() or KeyStore().exists(context)
 
 
 def _banner(devnet: Devnet, started_s: float, context: str, cap_dir: Path) -> str:
-    subject = _gateway_subject(context, cap_dir)
-    subject = f" {subject}" if subject else ""
     lines = [
         f"dmsgw devnet: {len(devnet.nodes)} DMS node(s), seed {devnet.seed!r}, "
         f"started in {started_s * 1000:.0f} ms (Ctrl-C stops it)",
@@ -104,12 +99,12 @@ def _banner(devnet: Devnet, started_s: float, context: str, cap_dir: Path) -> st
             f"  DID       {node.did.uri}",
             f"  peer ID   {node.peer_id}",
             f"  offers    {offer.describe() if offer else 'nothing (not onboarded)'}",
-            f"  grant     {_gateway_grant(devnet.seed, i, context, cap_dir)}{subject}",
+            f"  grant     {_gateway_grant(devnet.seed, i, context, cap_dir)}",
             "",
         ]
-    if subject:
+    if not _gateway_exists(context, cap_dir):
         lines.append(
-            "Replace <gateway DID> with the gateway key's DID (`dmsgw whoami` prints it); the "
+            f"The gateway key {context!r} does not exist yet: `dmsgw whoami` creates it. The "
             f"grant is written to {cap_dir / (context + '.cap')}."
         )
     invoke = ["dmsgw", "invoke"]
@@ -206,13 +201,22 @@ def _anchor(tokens: TokenList, subject: DID, context: str, cap_dir: Path) -> Pat
 
 
 def _subject(args: argparse.Namespace, cap_dir: Path) -> DID:
-    """The DID named on the command line, else that of the ``--anchor`` context file."""
+    """The DID named on the command line, else that of the ``--anchor`` context file, else
+    that of the key of the same name (the one ``dmsgw whoami`` creates)."""
     if args.subject:
         return _parse_subject(args.subject)
-    if args.anchor and (cap_dir / f"{args.anchor}.cap").is_file():
+    if not args.anchor:
+        raise DevnetCliError("no DID: give the gateway's DID (`dmsgw whoami` prints it)")
+    if (cap_dir / f"{args.anchor}.cap").is_file():
         return load_context(args.anchor, directory=cap_dir).did
-    where = f"no capability context {args.anchor!r} in {cap_dir}" if args.anchor else "no DID"
-    raise DevnetCliError(f"{where}: give the gateway's DID (`dmsgw whoami` prints it)")
+    keys = KeyStore()
+    if keys.exists(args.anchor):
+        secret = read_passphrase(args.anchor, confirm=False)
+        return DID.from_public_key(keys.priv_key(args.anchor, secret).public_key())
+    raise DevnetCliError(
+        f"no capability context {args.anchor!r} in {cap_dir} and no key {args.anchor!r} in "
+        f"{keys.keys_dir}: run `dmsgw whoami` first (it creates the key), or give the DID"
+    )
 
 
 def _granting_seed_and_node(args: argparse.Namespace) -> tuple[str, int]:
