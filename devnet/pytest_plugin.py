@@ -155,16 +155,19 @@ class DevnetHandle:
         return self.wait_for(check, what=f"{key} to be {'/'.join(statuses)}", timeout_s=timeout_s)
 
     def stranger(self, **options: Any) -> Node:
-        """A client under a fresh key that holds no capability at all."""
+        """A client under a fresh key that holds no capability at all. Its calls are sent, to
+        see the DMS drop them: given its own transport, the client does not look for a
+        running ``dmsgw devnet up``, on which it would refuse them before sending."""
         import dmsgw
         from dmsgw.keys.crypto import generate_key_pair
         from dmsgw.keys.trust import provider_from_private_key
         from dmsgw.keys.ucan import CapabilityContext
+        from dmsgw.transport.rest import RestTransport
 
         key = generate_key_pair()
-        return dmsgw.connect(
-            self.url, key=key, context=CapabilityContext(provider_from_private_key(key)), **options
-        )
+        context = CapabilityContext(provider_from_private_key(key))
+        transport = RestTransport(self.url)
+        return dmsgw.connect(self.url, key=key, context=context, transport=transport, **options)
 
     def close(self) -> None:
         self.dms.close()
