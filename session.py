@@ -328,7 +328,7 @@ def connect(
     if transport is None:
         target_url, devnet = resolve_url(url)
     else:  # the transport knows where it goes: the URL only names it
-        target_url, devnet = url or getattr(transport, "base_url", DEFAULT_URL), None
+        target_url, devnet = url or str(getattr(transport, "base_url", DEFAULT_URL)), None
     kdir = Path(key_dir) if key_dir is not None else None
     cdir = Path(cap_dir) if cap_dir is not None else None
     name, private_key = load_key(key, kdir, passphrase)
