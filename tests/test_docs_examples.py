@@ -100,7 +100,7 @@ def test_every_skipped_example_says_why() -> None:
         (doc, n)
         for doc in DOCUMENTS
         for n, line in enumerate(doc.read_text().splitlines(), 1)
-        if "not-run" in line
+        if NOT_RUN.fullmatch(line.strip())
     ]
     skipped = [b for b in ALL_BLOCKS if b.not_run is not None]
     assert len(skipped) == len(markers), "a not-run marker that is not right before a block"
