@@ -270,8 +270,13 @@ def allocation_key(
         raise ClientArgumentError(
             f"{ensemble_id}: {name!r} is on several nodes ({', '.join(matches)}): name one"
         )
-    there = ", ".join(keys) or "none yet"
-    raise ClientArgumentError(f"{ensemble_id} has no allocation {name!r} (it has: {there})")
+    if not keys:
+        raise ClientArgumentError(
+            f"{ensemble_id} has no allocations yet: they exist once it is placed (Committing)"
+        )
+    raise ClientArgumentError(
+        f"{ensemble_id} has no allocation {name!r} (it has: {', '.join(keys)})"
+    )
 
 
 def _read_logs(key: str, written_to: str) -> AllocationLogs:

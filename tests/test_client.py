@@ -279,16 +279,21 @@ async def test_logs_are_found_by_the_allocation_name_and_read_as_text(tmp_path: 
 
 
 @pytest.mark.parametrize(
-    ("name", "message"),
+    ("keys", "name", "message"),
     [
-        ("web", "ens-1: 'web' is on several nodes (n1.web, n2.web): name one"),
-        ("job", "ens-1 has no allocation 'job' (it has: n1.web, n2.web)"),
+        (
+            ("n1.web", "n2.web"),
+            "web",
+            "ens-1: 'web' is on several nodes (n1.web, n2.web): name one",
+        ),
+        (("n1.web", "n2.web"), "job", "ens-1 has no allocation 'job' (it has: n1.web, n2.web)"),
+        ((), "job", "ens-1 has no allocations yet: they exist once it is placed (Committing)"),
     ],
 )
 async def test_an_allocation_name_that_fits_no_single_one_is_refused(
-    tmp_path: Path, name: str, message: str
+    tmp_path: Path, keys: tuple[str, ...], name: str, message: str
 ) -> None:
-    invoker = _Deployed(("n1.web", "n2.web"), str(tmp_path))
+    invoker = _Deployed(keys, str(tmp_path))
     with pytest.raises(ClientArgumentError) as info:
         await build_namespaces(invoker)["deployment"].logs("ens-1", name)
     assert str(info.value) == message and invoker.asked == []
