@@ -335,7 +335,9 @@ def connect(
     capabilities = load_capabilities(context, name, private_key, cdir, clock)
     security = SecurityContext(private_key, capabilities, clock=clock)
     model = load_dms_model(dms_context, cdir, clock)
-    context_file = None if isinstance(context, CapabilityContext) else context or name
+    context_file = context if isinstance(context, str) else None
+    if context is None and not isinstance(key, PrivKey):
+        context_file = name  # the context named after the key, as for every key file
     hint = grant_hint(security.did.uri, context_file, cdir, target_url, devnet)
     wire = transport or RestTransport(target_url)
     loop_thread = None if loop is not None else _LoopThread()
