@@ -280,6 +280,7 @@ def allocation_key(
 
 
 def _read_logs(key: str, written_to: str) -> AllocationLogs:
+    """The files the DMS wrote; they are on the DMS's host, so this fails elsewhere, saying so."""
     directory = Path(written_to)
     try:
         stdout = (directory / "stdout.log").read_text(errors="replace")
