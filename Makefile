@@ -5,15 +5,23 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+SETUP_LOG := $(VENV)/setup.log
 
 .PHONY: run test lint typecheck pytest bench clean
 
+# $(call step,WHAT,COMMAND): one line saying WHAT; COMMAND's output goes to the set-up log,
+# which is printed in full, with the step that failed, only if it fails.
+step = @printf 'make: %s\n' '$(1)'; $(2) >>$(SETUP_LOG) 2>&1 || { cat $(SETUP_LOG); \
+	printf 'make: failed: %s (the output above is in %s)\n' '$(1)' '$(SETUP_LOG)'; exit 1; }
+
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dms-gateway needs Python >= 3.11, found " + sys.version.split()[0])'
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	@mkdir -p $(VENV) && : >$(SETUP_LOG)
+	$(call step,creating the virtual environment $(VENV)/,$(PYTHON) -m venv $(VENV))
+	$(call step,upgrading pip,$(BIN)/python -m pip install --upgrade pip)
+	$(call step,installing dms-gateway and its dependencies,$(BIN)/python -m pip install -e '.[test]')
+	@touch $(STAMP)
+	@printf 'make: ready (set-up log: %s)\n' '$(SETUP_LOG)'
 
 run: $(STAMP)
 	$(BIN)/dmsgw serve

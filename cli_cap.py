@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import calendar
 import json
-import os
 import re
 import sys
 from collections.abc import Callable, Collection, Sequence
@@ -56,6 +55,7 @@ from dmsgw.keys.ucan import (
     unmarshal_token_list,
 )
 from dmsgw.keys.ucan.cap import Capability, implies_any
+from dmsgw.keys.ucan.store import CAP_DIR_ENV
 from dmsgw.keys.ucan.token import format_ns
 from dmsgw.transport.envelope import Handle
 from dmsgw.transport.gojson import GoDecodeError
@@ -75,7 +75,7 @@ __all__ = [
 DEFAULT_CONTEXT = DEFAULT_GATEWAY_KEY
 """The gateway's context is named after its key, as every ``nunet`` context is."""
 DEFAULT_DMS_CONTEXT = "dms"
-DMSGW_CAP_DIR_ENV = "DMSGW_CAP_DIR"
+DMSGW_CAP_DIR_ENV = CAP_DIR_ENV
 EXIT_REFUSED = 1
 
 clock: Clock = system_clock
@@ -307,18 +307,22 @@ def _token_args(values: Sequence[str] | None, flag: str) -> TokenList | None:
 
 
 def _print_tokens(tokens: TokenList) -> None:
-    """Exactly ``nunet``'s output: the Go JSON of the token list on one line."""
+    """Exactly ``nunet``'s output: the Go JSON of the token list on one line; then a note per
+    token, naming the grant it is chained on (a delegation chained on several provide anchors
+    issues one token per anchor, alike but for that)."""
     print(tokens.to_json().decode())
+    now = clock()
     for t in tokens.present():
-        _note(f"issued {t.describe()}, expiring {_when(t.expire(), clock())}")
+        chain = t.dms.chain if t.dms is not None else None
+        source = f", chained on a grant from {chain.issuer().uri}" if chain is not None else ""
+        _note(f"issued {t.describe()}{source}, expiring {_when(t.expire(), now)}")
 
 
 # --- contexts and keys ---------------------------------------------------------------------
 
 
 def _cap_dir(args: argparse.Namespace) -> Path:
-    chosen = args.cap_dir or os.environ.get(DMSGW_CAP_DIR_ENV)
-    return Path(chosen).expanduser() if chosen else default_cap_dir()
+    return Path(args.cap_dir).expanduser() if args.cap_dir else default_cap_dir()
 
 
 def _context_file(directory: Path, name: str) -> Path:

@@ -1,7 +1,8 @@
 """``dmsgw repl``, ``dmsgw invoke`` and ``dmsgw deploy``: the client from a shell.
 
 All three connect like :func:`dmsgw.connect` (``--url``, ``--key``, ``--context``, key and
-capability directories; ``$DMSGW_DMS_URL``, ``$DMS_PASSPHRASE``). ``invoke`` prints the reply
+capability directories; ``$DMSGW_DMS_URL`` or a running ``dmsgw devnet up``,
+``$DMSGW_KEY_DIR``, ``$DMSGW_CAP_DIR``, ``$DMS_PASSPHRASE``). ``invoke`` prints the reply
 as JSON; ``deploy --wait`` follows the deployment until it runs, completes or fails. Every
 failure is one line on stderr and a non-zero exit code.
 """
@@ -32,12 +33,20 @@ TERMINAL = {DeploymentStatus.RUNNING, DeploymentStatus.COMPLETED, DeploymentStat
 def _add_connection_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection")
     group.add_argument(
-        "--url", help="DMS REST API (default $DMSGW_DMS_URL or http://127.0.0.1:9999)"
+        "--url",
+        help="DMS REST API (default $DMSGW_DMS_URL, else node0 of a running `dmsgw devnet up`, "
+        "else http://127.0.0.1:9999)",
     )
     group.add_argument("--key", help="the gateway's key name (default dmsgw)")
     group.add_argument("--context", help="capability context name (default: the key's name)")
-    group.add_argument("--key-dir", type=Path, help="key directory (default ~/.nunet/key)")
-    group.add_argument("--cap-dir", type=Path, help="capability directory (default ~/.nunet/cap)")
+    group.add_argument(
+        "--key-dir", type=Path, help="key directory (default $DMSGW_KEY_DIR, else ~/.nunet/key)"
+    )
+    group.add_argument(
+        "--cap-dir",
+        type=Path,
+        help="capability directory (default $DMSGW_CAP_DIR, else ~/.nunet/cap)",
+    )
 
 
 def _connect(args: argparse.Namespace) -> Node:
@@ -74,7 +83,7 @@ def _invoke(args: argparse.Namespace) -> int:
         options: dict[str, Any] = {}
         if args.to:
             options["to"] = args.to
-        if args.timeout:
+        if args.timeout is not None:
             options["timeout"] = args.timeout
         reply = dms.invoke(args.behavior, _payload(args.data), **options)
     print(reply_json(reply))

@@ -1,21 +1,23 @@
 """``dmsgw devnet up`` and ``dmsgw devnet grant``: the embedded DMS devnet from a shell.
 
 ``up`` runs N simulated DMS nodes in the foreground and prints, for each, its REST URL, DID,
-peer ID and machine, and the command that grants a gateway key a capability on it; Ctrl-C or
+peer ID and machine, and the command that grants a gateway key what it uses on it; Ctrl-C or
 SIGTERM stops it cleanly (every allocation process ends, the working directory is removed).
+While it runs, it is recorded in the user's state directory (:mod:`dmsgw.devnet.state`), so
+that the client commands reach it without ``--url``.
 
 ``grant`` is ``nunet cap grant --context dms`` for a devnet node: the node's key follows from
-the devnet's seed, so it needs neither the running devnet nor a passphrase. It prints the token
-list JSON; with ``--anchor CONTEXT`` it also adds it to the gateway's capability context file as
-a provide anchor (creating the file for the subject DID if needed), which is all ``dmsgw
-invoke``/``dmsgw.connect`` need to be obeyed by the devnet.
+the devnet's seed, so it needs neither the running devnet nor a passphrase (it takes the
+running devnet's seed, and checks ``--node`` against it, when there is one). With ``--anchor
+CONTEXT`` it first adds the grant to the gateway's capability context file as a provide anchor
+(creating the file for the subject DID if needed), which is all ``dmsgw invoke`` and
+``dmsgw.connect`` need to be obeyed by the devnet; then it prints the token list JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shlex
 import signal
 import sys
@@ -24,19 +26,20 @@ from pathlib import Path
 
 from dmsgw.behaviors.units import UnitError, parse_go_duration
 from dmsgw.clock import system_clock
+from dmsgw.devnet import state
 from dmsgw.devnet.devnet import DEFAULT_SEED, Devnet, grant_token, node_key
 from dmsgw.devnet.sandbox import Isolation
+from dmsgw.devnet.state import GATEWAY_CAPABILITIES, GATEWAY_TOPICS, grant_command
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS, DMS_TIMEOUTS
 from dmsgw.errors import DmsgwError
 from dmsgw.keys.did import DID, DIDError
-from dmsgw.keys.keystore import validate_key_name
+from dmsgw.keys.keystore import KeyStore, read_passphrase, validate_key_name
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import CapabilityContext, TokenList, load_context, save_context
-from dmsgw.keys.ucan.store import default_cap_dir
+from dmsgw.keys.ucan.store import CAP_DIR_ENV, default_cap_dir
 
 MAX_NODES = 64
 DEFAULT_GATEWAY_CONTEXT = "dmsgw"
-CAP_DIR_ENV = "DMSGW_CAP_DIR"
 TIMINGS = {"devnet": DEVNET_TIMEOUTS, "dms": DMS_TIMEOUTS}
 
 
@@ -65,34 +68,23 @@ def _port(text: str) -> int:
 
 
 def _cap_dir(value: str | None) -> Path:
-    chosen = value or os.environ.get(CAP_DIR_ENV)
-    return Path(chosen).expanduser() if chosen else default_cap_dir()
+    return Path(value).expanduser() if value else default_cap_dir()
 
 
 # --- up ------------------------------------------------------------------------------------
 
 
-def _dir_option(cap_dir: Path) -> list[str]:
-    return [] if cap_dir == default_cap_dir() else ["--cap-dir", str(cap_dir)]
+def _dir_option(cap_dir: Path) -> Path | None:
+    """``cap_dir`` when a printed command must name it (it is not the default)."""
+    return None if cap_dir == default_cap_dir() else cap_dir
 
 
-def grant_command(seed: str, node: int, context: str, cap_dir: Path, subject: str) -> str:
-    """The shell command that grants ``/dms/node`` on ``node`` and anchors it for ``context``."""
-    argv = ["dmsgw", "devnet", "grant", "--seed", seed, "--node", str(node)]
-    argv += ["--cap", "/dms/node", "--anchor", context, *_dir_option(cap_dir)]
-    return shlex.join(argv) + (f" {subject}" if subject else "")
-
-
-def _gateway_subject(context: str, cap_dir: Path) -> str:
-    """Nothing when the gateway's context file exists (``grant`` reads its DID), else a
-    placeholder for the DID that ``dmsgw whoami`` prints."""
-    if (cap_dir / f"{context}.cap").is_file():
-        return ""
-    return "<gateway DID>"
+def _gateway_exists(context: str, cap_dir: Path) -> bool:
+    """Whether ``grant --anchor context`` finds the gateway's DID (its context or key file)."""
+    return (cap_dir / f"{context}.cap").is_file() or KeyStore().exists(context)
 
 
 def _banner(devnet: Devnet, started_s: float, context: str, cap_dir: Path) -> str:
-    subject = _gateway_subject(context, cap_dir)
     lines = [
         f"dmsgw devnet: {len(devnet.nodes)} DMS node(s), seed {devnet.seed!r}, "
         f"started in {started_s * 1000:.0f} ms (Ctrl-C stops it)",
@@ -107,18 +99,37 @@ def _banner(devnet: Devnet, started_s: float, context: str, cap_dir: Path) -> st
             f"  DID       {node.did.uri}",
             f"  peer ID   {node.peer_id}",
             f"  offers    {offer.describe() if offer else 'nothing (not onboarded)'}",
-            f"  grant     {grant_command(devnet.seed, i, context, cap_dir, subject)}",
+            f"  grant     {_gateway_grant(devnet.seed, i, context, cap_dir)}",
             "",
         ]
-    if subject:
+    if not _gateway_exists(context, cap_dir):
         lines.append(
-            "Replace <gateway DID> with the gateway key's DID (`dmsgw whoami` prints it); the "
+            f"The gateway key {context!r} does not exist yet: `dmsgw whoami` creates it. The "
             f"grant is written to {cap_dir / (context + '.cap')}."
         )
-    invoke = ["dmsgw", "invoke", "--url", devnet.urls[0], "--key", context]
-    invoke += [*_dir_option(cap_dir), "/dms/node/peers/list"]
-    lines.append(f"A grant from any node is obeyed by every node. Then: {shlex.join(invoke)}")
+    invoke = ["dmsgw", "invoke"]
+    if context != DEFAULT_GATEWAY_CONTEXT:
+        invoke += ["--key", context]
+    if _dir_option(cap_dir) is not None:
+        invoke += ["--cap-dir", str(cap_dir)]
+    lines.append(
+        "A grant from any node is obeyed by every node. While this runs, `dmsgw invoke`, "
+        "`deploy`, `repl` and dmsgw.connect() use node0 when no DMS URL is set. "
+        f"Then: {shlex.join([*invoke, '/dms/node/peers/list'])}"
+    )
     return "\n".join(lines)
+
+
+def _gateway_grant(seed: str, node: int, context: str, cap_dir: Path) -> str:
+    """The grant of everything a gateway uses (``GATEWAY_CAPABILITIES``) on ``node``."""
+    return grant_command(
+        seed,
+        node,
+        GATEWAY_CAPABILITIES,
+        GATEWAY_TOPICS,
+        anchor=context,
+        cap_dir=_dir_option(cap_dir),
+    )
 
 
 async def _run_up(args: argparse.Namespace) -> int:
@@ -148,10 +159,12 @@ async def _run_up(args: argparse.Namespace) -> int:
             f"cannot listen on {args.host} from port {args.base_port}: {exc.strerror or exc}"
         ) from None
     try:
+        state.record(devnet.seed, devnet.urls)
         print(_banner(devnet, time.perf_counter() - began, args.context, _cap_dir(args.cap_dir)))
         sys.stdout.flush()
         await stop.wait()
     finally:
+        state.forget()
         await devnet.stop()
     print("dmsgw devnet: stopped", file=sys.stderr)
     return 0
@@ -188,40 +201,68 @@ def _anchor(tokens: TokenList, subject: DID, context: str, cap_dir: Path) -> Pat
 
 
 def _subject(args: argparse.Namespace, cap_dir: Path) -> DID:
-    """The DID named on the command line, else that of the ``--anchor`` context file."""
+    """The DID named on the command line, else that of the ``--anchor`` context file, else
+    that of the key of the same name (the one ``dmsgw whoami`` creates)."""
     if args.subject:
         return _parse_subject(args.subject)
-    if args.anchor and (cap_dir / f"{args.anchor}.cap").is_file():
+    if not args.anchor:
+        raise DevnetCliError("no DID: give the gateway's DID (`dmsgw whoami` prints it)")
+    if (cap_dir / f"{args.anchor}.cap").is_file():
         return load_context(args.anchor, directory=cap_dir).did
-    where = f"no capability context {args.anchor!r} in {cap_dir}" if args.anchor else "no DID"
-    raise DevnetCliError(f"{where}: give the gateway's DID (`dmsgw whoami` prints it)")
+    keys = KeyStore()
+    if keys.exists(args.anchor):
+        secret = read_passphrase(args.anchor, confirm=False)
+        return DID.from_public_key(keys.priv_key(args.anchor, secret).public_key())
+    raise DevnetCliError(
+        f"no capability context {args.anchor!r} in {cap_dir} and no key {args.anchor!r} in "
+        f"{keys.keys_dir}: run `dmsgw whoami` first (it creates the key), or give the DID"
+    )
+
+
+def _granting_seed_and_node(args: argparse.Namespace) -> tuple[str, int]:
+    """The seed (default: the running devnet's) and a node that exists in it."""
+    running = state.running()
+    seed = args.seed or (running.seed if running is not None else DEFAULT_SEED)
+    if not 0 <= args.node < MAX_NODES:
+        raise DevnetCliError(f"--node {args.node}: nodes are numbered from 0 to {MAX_NODES - 1}")
+    if running is not None and running.seed == seed and args.node >= len(running.urls):
+        raise DevnetCliError(
+            f"--node {args.node}: the running devnet (seed {seed!r}) has {len(running.urls)} "
+            f"node(s), numbered 0 to {len(running.urls) - 1}"
+        )
+    return seed, args.node
+
+
+def _grant_scope(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The capabilities and topics asked for; by default what a gateway uses."""
+    if not args.cap:
+        return list(GATEWAY_CAPABILITIES), args.topic or list(GATEWAY_TOPICS)
+    caps = [c for value in args.cap for c in value.split(",") if c]
+    bad = [c for c in caps if not c.startswith("/")]
+    if bad:
+        raise DevnetCliError(f"a capability is a path such as /dms/node, not {bad[0]!r}")
+    return caps, args.topic or []
 
 
 def cmd_grant(args: argparse.Namespace) -> int:
     cap_dir = _cap_dir(args.cap_dir)
     if args.anchor:
         validate_key_name(args.anchor)
-    if args.node < 0:
-        raise DevnetCliError(f"--node {args.node}: nodes are numbered from 0")
+    seed, node = _granting_seed_and_node(args)
     subject = _subject(args, cap_dir)
-    caps = [c for value in args.cap or ["/dms/node"] for c in value.split(",") if c]
-    bad = [c for c in caps if not c.startswith("/")]
-    if bad:
-        raise DevnetCliError(f"a capability is a path such as /dms/node, not {bad[0]!r}")
+    caps, topics = _grant_scope(args)
     try:
         lifetime = parse_go_duration(args.duration)
     except UnitError as exc:
         raise DevnetCliError(f"--duration {args.duration!r}: {exc}") from None
     if lifetime <= 0:
         raise DevnetCliError(f"--duration {args.duration!r}: must be positive, e.g. 8760h")
-    issuer = CapabilityContext(provider_from_private_key(node_key(args.seed, args.node)))
-    tokens = grant_token(
-        issuer, subject, caps, topics=args.topic or (), expire=system_clock() + lifetime
-    )
-    print(tokens.to_json().decode())
-    if args.anchor:
+    issuer = CapabilityContext(provider_from_private_key(node_key(seed, node)))
+    tokens = grant_token(issuer, subject, caps, topics=topics, expire=system_clock() + lifetime)
+    if args.anchor:  # saved before anything is printed: a closed pipe cannot lose it
         path = _anchor(tokens, subject, args.anchor, cap_dir)
-        print(f"dmsgw: added to {path} as a provide anchor", file=sys.stderr)
+        print(f"dmsgw: added to {path} as a provide anchor", file=sys.stderr, flush=True)
+    print(tokens.to_json().decode())
     return 0
 
 
@@ -272,7 +313,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the gateway key and context the printed commands use (default dmsgw)",
     )
     up.add_argument(
-        "--cap-dir", help=f"capability directory (default ${CAP_DIR_ENV}, ~/.nunet/cap)"
+        "--cap-dir", help=f"capability directory (default ${CAP_DIR_ENV}, else ~/.nunet/cap)"
     )
     up.set_defaults(handler=cmd_up)
 
@@ -284,15 +325,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "context as a provide anchor.",
     )
     grant.add_argument("subject", nargs="?", metavar="SUBJECT_DID", help="the gateway's DID")
-    grant.add_argument("--seed", default=DEFAULT_SEED, help="the devnet's seed (default 'default')")
+    grant.add_argument(
+        "--seed", help="the devnet's seed (default: the running devnet's, else 'default')"
+    )
     grant.add_argument("--node", type=int, default=0, help="the granting node (default 0)")
     grant.add_argument(
-        "--cap", action="append", help="capability, e.g. /dms/node (repeatable; default /dms/node)"
+        "--cap",
+        action="append",
+        help="capability, e.g. /dms/node (repeatable; default "
+        f"{' '.join(GATEWAY_CAPABILITIES)}, all a gateway uses)",
     )
-    grant.add_argument("--topic", action="append", help="broadcast topic, e.g. /nunet")
+    grant.add_argument(
+        "--topic",
+        action="append",
+        help=f"broadcast topic (repeatable; default {' '.join(GATEWAY_TOPICS)} without --cap)",
+    )
     grant.add_argument("--duration", default="8760h", help="lifetime (Go duration; default 8760h)")
     grant.add_argument("--anchor", metavar="CONTEXT", help="add it to this capability context")
     grant.add_argument(
-        "--cap-dir", help=f"capability directory (default ${CAP_DIR_ENV}, ~/.nunet/cap)"
+        "--cap-dir", help=f"capability directory (default ${CAP_DIR_ENV}, else ~/.nunet/cap)"
     )
     grant.set_defaults(handler=cmd_grant)

@@ -45,6 +45,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from dmsgw.devnet.state import state_dir
 from dmsgw.errors import DmsgwError
 from dmsgw.transport.plugin_server import (
     DEFAULT_DEADLINE_S,
@@ -76,6 +77,7 @@ TOKEN_ENV = "DMSGW_TOKEN"
 PASSPHRASE_ENV = "DMS_PASSPHRASE"
 DEFAULT_NAME = "dmsgw"  # the key and the capability context `dmsgw whoami` creates
 DEFAULT_PODS_CAPACITY = 1000
+PRIVILEGED_PORTS = 1024
 REDACTED = "[REDACTED]"
 
 
@@ -174,10 +176,7 @@ _SECRETS_IN_FILE = {
 
 def default_state_path(env: Mapping[str, str] | None = None) -> Path:
     """``$XDG_STATE_HOME/dmsgw/gateway.sqlite3``, else ``~/.local/state/dmsgw/…``."""
-    env = os.environ if env is None else env
-    base = env.get("XDG_STATE_HOME", "")
-    root = Path(base) if os.path.isabs(base) else Path("~/.local/state").expanduser()
-    return root / "dmsgw" / "gateway.sqlite3"
+    return state_dir(env) / "gateway.sqlite3"
 
 
 def _listen_validator(default_port: int) -> PlainValidator:
@@ -188,6 +187,12 @@ def _listen_validator(default_port: int) -> PlainValidator:
             value = str(value)
         if not isinstance(value, str):
             raise ValueError("expected a unix socket path or host:port")
+        if value.strip().isdigit() and 0 < int(value) < PRIVILEGED_PORTS:
+            raise ValueError(
+                f"{value.strip()}: a bare number is a port on loopback, and this one is "
+                f"privileged (below {PRIVILEGED_PORTS}), likely a typo; write the port, e.g. "
+                f"{default_port}, or 127.0.0.1:{value.strip()} if you mean it"
+            )
         return ListenAddress.parse(value, default_port=default_port)
 
     return PlainValidator(parse)

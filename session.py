@@ -5,6 +5,11 @@ file), starts a :class:`~dmsgw.actors.node.NodeActor` on an event loop — a pri
 background thread, unless the caller hands in its own — and returns a :class:`Node` whose
 namespaces mirror the behavior paths. Calls return results in plain code and awaitables where
 an event loop runs in the calling thread.
+
+With no URL given or in ``$DMSGW_DMS_URL`` it talks to node 0 of a running ``dmsgw devnet up``
+(:mod:`dmsgw.devnet.state`), else to ``http://127.0.0.1:9999``. A node on its private loop is
+closed by ``with``/``async with``, :meth:`Node.close`, or at the latest when it is garbage
+collected or the interpreter exits, so a script that forgets to close leaves no warnings.
 """
 
 from __future__ import annotations
@@ -12,14 +17,18 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
-from dmsgw.actors.node import NodeActor, NodeClient
+from dmsgw.actors.node import GrantHint, NodeActor, NodeClient, dms_grant_hint
 from dmsgw.behaviors.catalog import Behavior, WireModel
 from dmsgw.behaviors.client import build_namespaces, invoke_by_name, run
 from dmsgw.clock import Clock, system_clock
+from dmsgw.devnet import state
+from dmsgw.devnet.state import RunningDevnet, grant_command
 from dmsgw.errors import DmsgwError
 from dmsgw.keys.crypto import PrivKey
 from dmsgw.keys.keystore import KeyStore, read_passphrase
@@ -32,6 +41,10 @@ from dmsgw.transport.security import SecurityContext
 
 DEFAULT_KEY_NAME = "dmsgw"
 URL_ENV = "DMSGW_DMS_URL"
+
+
+class ConnectSettingError(DmsgwError):
+    """A connection setting that cannot work (the message names it and where it came from)."""
 
 
 class _LoopThread:
@@ -82,6 +95,24 @@ class _Runtime:
         return await self.client.broadcast(behavior, payload, timeout_s=timeout_s)
 
 
+async def _stop(runtime: _Runtime, transport: Transport) -> None:
+    """Stop the node actor and close connections, on the node's loop."""
+    if runtime.actor.stop():
+        await runtime.actor.wait_stopped()
+    await transport.close()
+
+
+def _shut_down(runtime: _Runtime, transport: Transport, loop_thread: _LoopThread) -> None:
+    """Close a node on its private loop, then end the loop's thread."""
+    if threading.current_thread() is loop_thread.thread:  # collected on its own loop
+        task = loop_thread.loop.create_task(_stop(runtime, transport))
+        task.add_done_callback(lambda _: loop_thread.loop.stop())
+        return
+    if loop_thread.thread.is_alive():
+        asyncio.run_coroutine_threadsafe(_stop(runtime, transport), loop_thread.loop).result()
+        loop_thread.stop()
+
+
 class Node:
     """A connected DMS. Behaviors are methods on namespaces (``dms.peers.list()``); any
     behavior by name with :meth:`invoke`. Close it (or use ``with``) when done."""
@@ -97,7 +128,13 @@ class Node:
         self._runtime = runtime
         self._security = security
         self._transport = transport
-        self._loop_thread = loop_thread
+        # On a private loop, closing runs once: when asked, or when the node is collected or
+        # the interpreter exits (before daemon threads stop), whichever comes first.
+        self._closer = (
+            weakref.finalize(self, _shut_down, runtime, transport, loop_thread)
+            if loop_thread is not None
+            else None
+        )
         self.url = url
         self.__dict__.update(build_namespaces(runtime))
 
@@ -117,18 +154,16 @@ class Node:
 
     def close(self) -> None:
         """Stop the node actor and close connections (idempotent)."""
-        if self._loop_thread is None:
+        if self._closer is None:
             raise DmsgwError("this Node runs on your event loop: use `await node.aclose()`")
-        if not self._loop_thread.thread.is_alive():
-            return
-        asyncio.run_coroutine_threadsafe(self.aclose(), self._loop_thread.loop).result()
-        self._loop_thread.stop()
+        self._closer()
 
     async def aclose(self) -> None:
-        """Stop the node actor and close connections, on the node's own loop."""
-        if self._runtime.actor.stop():
-            await self._runtime.actor.wait_stopped()
-        await self._transport.close()
+        """Stop the node actor and close connections, from any event loop."""
+        if self._closer is None:
+            await _stop(self._runtime, self._transport)
+        else:
+            await asyncio.to_thread(self._closer)
 
     def __enter__(self) -> Node:
         return self
@@ -140,6 +175,17 @@ class Node:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    async def __aenter__(self) -> Node:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"<dmsgw.Node {self.did} -> {self.url}>"
@@ -200,6 +246,62 @@ def load_dms_model(
     return load_context(name, None, directory=cap_dir, clock=clock)
 
 
+def resolve_url(url: str | None) -> tuple[str, RunningDevnet | None]:
+    """The DMS to talk to — ``url``, else ``$DMSGW_DMS_URL``, else node 0 of a running
+    ``dmsgw devnet up``, else :data:`DEFAULT_URL` — and the running devnet it belongs to."""
+    devnet = state.running()
+    if url:
+        chosen, source = url, "the DMS URL"
+    elif os.environ.get(URL_ENV):
+        chosen, source = os.environ[URL_ENV], f"${URL_ENV}"
+    elif devnet is not None:
+        chosen, source = devnet.urls[0], "the running devnet's URL"
+    else:
+        chosen, source = DEFAULT_URL, "the default DMS URL"
+    parts = urlsplit(chosen)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConnectSettingError(
+            f"{source} {chosen!r} is not a URL: expected http://host:port, e.g. {DEFAULT_URL}"
+        )
+    in_devnet = devnet is not None and devnet.node_index(chosen) is not None
+    return chosen, devnet if in_devnet else None
+
+
+def grant_hint(
+    did: str, context: str | None, cap_dir: Path | None, url: str, devnet: RunningDevnet | None
+) -> GrantHint:
+    """The command that grants a missing capability where the gateway is: ``dmsgw devnet
+    grant`` on a running devnet, ``nunet cap grant`` (then ``dmsgw cap anchor``) on a DMS.
+    ``context`` is the gateway's context file (``None``: a context object in memory)."""
+    node = devnet.node_index(url) if devnet is not None else None
+    if devnet is not None and node is not None:
+        seed = devnet.seed
+        keep = "" if context else " and add the token list it prints to your context"
+
+        def on_devnet(b: Behavior) -> str:
+            topics = (b.topic,) if b.broadcast else ()
+            command = grant_command(
+                seed,
+                node,
+                (b.capability,),
+                topics,
+                anchor=context,
+                cap_dir=cap_dir,
+                subject="" if context else did,
+            )
+            return f"grant it on the devnet with `{command}`{keep}"
+
+        return on_devnet
+    on_dms = dms_grant_hint(did)
+    if context is None:
+        return on_dms
+    where = f" --cap-dir {cap_dir}" if cap_dir is not None else ""
+    return lambda b: (
+        f"{on_dms(b)}; then add the token list it prints here with "
+        f"`dmsgw cap anchor --context {context}{where} --provide '<token list JSON>'`"
+    )
+
+
 def connect(
     url: str | None = None,
     *,
@@ -213,24 +315,41 @@ def connect(
     loop: asyncio.AbstractEventLoop | None = None,
     clock: Clock = system_clock,
 ) -> Node:
-    """Connect to the DMS at ``url`` (default ``$DMSGW_DMS_URL`` or http://127.0.0.1:9999).
+    """Connect to the DMS at ``url`` (default ``$DMSGW_DMS_URL``, else a running ``dmsgw
+    devnet up``'s node 0, else http://127.0.0.1:9999).
 
     ``key``: a key name in ``key_dir`` (default ``dmsgw``; passphrase from ``passphrase``,
     ``$DMS_PASSPHRASE`` or a prompt) or a private key. ``context``: the capability context's
     name in ``cap_dir`` (default: the key's name; an empty one if there is no such file) or a
     context. ``dms_context``: the DMS's own context (default ``dms.cap`` if present), used to
-    explain refusals. ``loop``: run on this event loop instead of a private one.
+    explain refusals. ``loop``: run on this event loop instead of a private one (then close
+    it yourself: ``async with`` or ``await node.aclose()``).
     """
+    if transport is None:
+        target_url, devnet = resolve_url(url)
+    else:  # the transport knows where it goes: the URL only names it
+        target_url, devnet = url or str(getattr(transport, "base_url", DEFAULT_URL)), None
     kdir = Path(key_dir) if key_dir is not None else None
     cdir = Path(cap_dir) if cap_dir is not None else None
     name, private_key = load_key(key, kdir, passphrase)
     capabilities = load_capabilities(context, name, private_key, cdir, clock)
     security = SecurityContext(private_key, capabilities, clock=clock)
     model = load_dms_model(dms_context, cdir, clock)
-    target_url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    context_file = context if isinstance(context, str) else None
+    if context is None and not isinstance(key, PrivKey):
+        context_file = name  # the context named after the key, as for every key file
+    hint = grant_hint(security.did.uri, context_file, cdir, target_url, devnet)
     wire = transport or RestTransport(target_url)
     loop_thread = None if loop is not None else _LoopThread()
     actor_loop = loop if loop is not None else loop_thread.loop  # type: ignore[union-attr]
     actor = NodeActor.start(security, wire, clock=clock, loop=actor_loop)
-    client = NodeClient(actor, wire, security, dms_model=model, clock=clock)
+    client = NodeClient(
+        actor,
+        wire,
+        security,
+        dms_model=model,
+        clock=clock,
+        grant_hint=hint,
+        delegation_only=devnet is not None,
+    )
     return Node(_Runtime(actor_loop, client), security, wire, target_url, loop_thread)

@@ -10,9 +10,13 @@ Invoke tokens are cached per capability and audience and renewed before they run
 request costs one signature (the envelope's) instead of three. No token outlives the grant it
 is chained on (the DMS would drop it without a word, as it drops one chained on a grant that
 has run out): a request whose grant has run out is refused before it is sent, naming the grant
-and the command that renews it, and the log warns a week, a day and an hour ahead. When the DMS
-answers 408 — its way of refusing silently — the actor runs the preflight against its model of
-the DMS and puts the reason in the error.
+and the command that renews it, and the log warns a week, a day and an hour ahead. A request
+that no delegated capability covers is refused before it is sent too (the DMS would drop it and
+the caller would wait for its expiry) when the gateway works by delegation: it holds grants, or
+``delegation_only`` says the DMS trusts it no other way (a devnet). When the DMS answers 408 —
+its way of refusing silently — the client runs the preflight against its model of the DMS and
+puts the reason in the error. Both name the command that grants what is missing
+(``grant_hint``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import dataclasses
 import logging
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dmsgw.actors.aio import AsyncActor, AsyncActorRef
@@ -30,7 +34,7 @@ from dmsgw.behaviors.catalog import Behavior, WireModel, get_behavior
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
 from dmsgw.errors import DmsgwError
 from dmsgw.keys.did import DID
-from dmsgw.keys.ucan.cap import Capability, implies
+from dmsgw.keys.ucan.cap import Capability, implies_any
 from dmsgw.keys.ucan.context import CapabilityContext
 from dmsgw.keys.ucan.token import Action, Token, format_ns
 from dmsgw.transport import envelope as env
@@ -65,6 +69,34 @@ class ReplyError(TransportError):
 
 class CapabilityExpiredError(DmsgwError):
     """The grant the gateway's tokens would be chained on has run out: nothing was sent."""
+
+
+class NotGrantedError(DmsgwError):
+    """No capability delegated to the gateway covers the behavior: refused before sending."""
+
+
+GrantHint = Callable[[Behavior], str]
+"""Where the capability for a behavior comes from, as a sentence naming the command."""
+
+
+def dms_grant_hint(did: str) -> GrantHint:
+    """The hint for a real DMS: its operator runs ``nunet cap grant`` on the DMS host."""
+
+    def hint(b: Behavior) -> str:
+        topic = f" --topic {b.topic}" if b.broadcast else ""
+        return (
+            "the DMS operator grants it with "
+            f"`nunet cap grant --context dms --cap {b.capability}{topic} --duration 8760h {did}`"
+        )
+
+    return hint
+
+
+def covers(token: Token, b: Behavior) -> bool:
+    """Whether a delegated capability (a provide anchor) lets the gateway call ``b``."""
+    if not implies_any(token.capability(), b.capability):
+        return False
+    return not b.broadcast or implies_any(token.topic(), b.topic)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,12 +307,16 @@ class NodeClient:
         *,
         dms_model: CapabilityContext | None = None,
         clock: Clock = system_clock,
+        grant_hint: GrantHint | None = None,
+        delegation_only: bool = False,
     ) -> None:
         self.actor = actor
         self.transport = transport
         self.security = security
         self.dms_model = dms_model
         self.clock = clock
+        self.grant_hint = grant_hint or dms_grant_hint(security.did.uri)
+        self.delegation_only = delegation_only
         # Callers beyond the actor's mailbox wait for room instead of being refused.
         self._room = asyncio.Semaphore(actor.actor_class.mailbox_size)
 
@@ -295,6 +331,7 @@ class NodeClient:
         """Invoke ``behavior`` and return the decoded reply; a reply carrying an error
         raises :class:`DMSBehaviorError`, a refusal the explained :class:`DMSTimeoutError`."""
         b = behavior if isinstance(behavior, Behavior) else get_behavior(behavior)
+        self._refuse_ungranted(b)
         async with self._room:
             request = await self.actor.proxy().prepare_invoke(
                 b, payload, to=to, timeout_s=timeout_s
@@ -302,7 +339,7 @@ class NodeClient:
         try:
             reply = await self.transport.invoke(request)
         except DMSTimeoutError as exc:
-            raise self._explain_timeout(exc, request) from None
+            raise self._explain_timeout(exc, b, request) from None
         return self._accept_reply(b, request, reply)
 
     async def broadcast(
@@ -314,26 +351,62 @@ class NodeClient:
     ) -> list[Any]:
         """Every reply to a broadcast that arrived before it expired."""
         b = behavior if isinstance(behavior, Behavior) else get_behavior(behavior)
+        self._refuse_ungranted(b)
         async with self._room:
             request = await self.actor.proxy().prepare_broadcast(b, payload, timeout_s=timeout_s)
         replies = await self.transport.broadcast(request)
-        return [self._accept_reply(b, request, r, any_sender=True) for r in replies]
+        # The DMS collects replies until the request expires and answers then: each arrived
+        # in time, and shares the request's expiry, so it is checked as of that moment.
+        arrived_by = min(self.clock(), request.opt.exp)
+        return [self._accept_reply(b, request, r, now_ns=arrived_by) for r in replies]
+
+    def _refuse_ungranted(self, b: Behavior) -> None:
+        """Refuse at once what the DMS would drop silently after the caller waited for the
+        message's expiry: a gateway working by delegation holding nothing that covers ``b``.
+        A gateway with no grant at all may be a root of the DMS, so it is let through unless
+        ``delegation_only``."""
+        _, _, provide, _ = self.security.capabilities.list_roots()
+        grants = provide.present()
+        if any(covers(t, b) for t in grants):
+            return
+        if not grants and (
+            not self.delegation_only or self.security.capabilities.lapsed_anchors().present()
+        ):
+            return  # a root, perhaps; or a grant that ran out, which the actor names
+        raise NotGrantedError(
+            f"{b.name}: not sent, the DMS would drop it: {self._holdings(grants, b)}"
+            f"\n  hint: {self.grant_hint(b)}"
+        )
+
+    def _holdings(self, grants: tuple[Token, ...], b: Behavior) -> str:
+        """What the gateway holds, said against what ``b`` needs."""
+        did = self.security.did.uri
+        if not grants:
+            lapsed = self.security.capabilities.lapsed_anchors().present()
+            ended = "; ".join(f"{t.describe()} at {format_ns(t.chain_expiry())}" for t in lapsed)
+            held = f"only grants that ran out ({ended})" if lapsed else "no delegated capability"
+            return f"{did} holds {held}"
+        held = ", ".join(c for t in grants for c in t.capability() or ())
+        needed = f"{b.capability} on topic {b.topic}" if b.broadcast else b.capability
+        return f"the capabilities delegated to {did} ([{held}]) — none covers {needed}"
 
     # --- replies ------------------------------------------------------------------------
 
     def _accept_reply(
-        self, b: Behavior, request: Envelope, reply: Envelope, *, any_sender: bool = False
+        self, b: Behavior, request: Envelope, reply: Envelope, *, now_ns: int | None = None
     ) -> Any:
+        """Check and decode a reply; ``now_ns`` (a broadcast's: any sender) is when it is
+        checked for expiry, default now."""
         if reply.to.id != self.security.id:
             raise ReplyError(f"{b.name}: the reply is addressed to {reply.to.id}, not to us")
-        if not any_sender and reply.from_.id != request.to.id:
+        if not b.broadcast and reply.from_.id != request.to.id:
             raise ReplyError(
                 f"{b.name}: the reply comes from {reply.from_.id}, not {request.to.id}"
             )
         if reply.be != request.opt.cont:
             raise ReplyError(f"{b.name}: the reply is for {reply.be!r}, not {request.opt.cont!r}")
         try:
-            env.verify(reply, self.clock())
+            env.verify(reply, self.clock() if now_ns is None else now_ns)
         except env.EnvelopeError as exc:
             raise ReplyError(f"{b.name}: the reply does not verify: {exc}") from None
         try:
@@ -347,10 +420,19 @@ class NodeClient:
             raise DMSBehaviorError(b.name, error, decoded)
         return decoded
 
-    def _explain_timeout(self, exc: DMSTimeoutError, request: Envelope) -> DmsgwError:
-        model = self.dms_model or CapabilityContext(request.to.did, clock=self.clock)
+    def _explain_timeout(self, exc: DMSTimeoutError, b: Behavior, request: Envelope) -> DmsgwError:
+        receiver = request.to
+        model = self.dms_model
+        if receiver.addr.host != request.from_.addr.host:
+            # Sent to another DMS through ours: our DMS's REST API checked the reply address
+            # (ours, by construction); the receiver is another DMS, which our model is not.
+            receiver = dataclasses.replace(
+                receiver, addr=dataclasses.replace(receiver.addr, host=request.from_.addr.host)
+            )
+        if model is None or model.did != receiver.did:
+            model = CapabilityContext(receiver.did, clock=self.clock)
         verdict = preflight(
-            request, model, now_ns=min(self.clock(), request.opt.exp), receiver_handle=request.to
+            request, model, now_ns=min(self.clock(), request.opt.exp), receiver_handle=receiver
         )
         if verdict.accepted:
             return DMSTimeoutError(
@@ -358,28 +440,17 @@ class NodeClient:
                 detail="the preflight accepts the message, so the DMS (or the peer behind it) "
                 "did not answer in time",
             )
-        detail = f"the preflight says why: {verdict}{self._delegation_hint(request.be)}"
+        detail = f"the preflight says why: {verdict}{self._delegation_hint(b)}"
         return DMSTimeoutError(exc.behavior, detail=detail, verdict=verdict)
 
-    def _delegation_hint(self, behavior: str) -> str:
-        """What the gateway was delegated, when none of it covers ``behavior``."""
+    def _delegation_hint(self, b: Behavior) -> str:
+        """What the gateway was delegated and how to get what it lacks, when none of its
+        grants covers ``b``."""
         _, _, provide, _ = self.security.capabilities.list_roots()
         grants = provide.present()
-        if not grants:
-            lapsed = self.security.capabilities.lapsed_anchors().present()
-            ended = "; ".join(f"{t.describe()} at {format_ns(t.chain_expiry())}" for t in lapsed)
-            held = f"only grants that ran out ({ended})" if lapsed else "no delegated capability"
-            return (
-                f"\n  hint: {self.security.did.uri} holds {held}; the DMS operator grants "
-                "one with `nunet cap grant --context dms --cap /dms/node …`"
-            )
-        covered = [c for t in grants for c in t.capability() or ()]
-        if any(implies(c, behavior) for c in covered):
+        if any(covers(t, b) for t in grants):
             return ""
-        return (
-            f"\n  hint: the capabilities delegated to {self.security.did.uri} "
-            f"([{', '.join(covered)}]) — none covers {behavior}"
-        )
+        return f"\n  hint: {self._holdings(grants, b)}; {self.grant_hint(b)}"
 
 
 def _within(expire: int, grant_end: int | None) -> int:

@@ -8,6 +8,12 @@ One call works both ways: from plain code (a classic ``python`` REPL, a script) 
 result; where an event loop is running in the calling thread (``python -m asyncio``, Jupyter,
 async code) it returns an awaitable. How a call is carried out is the :class:`Invoker`'s
 business (the gateway's ``NodeActor``); this module only knows models.
+
+One method does more than its behavior, because the behavior's reply is not what its caller
+wants: ``dms.deployment.logs(id, "alloc1")`` takes an allocation's name as the ensemble names it
+(``node1.alloc1`` also works), and returns the text the DMS wrote (:class:`AllocationLogs`), not
+the directory on the DMS host that ``/dms/node/deployment/logs`` replies with.
+``dms.invoke("/dms/node/deployment/logs", …)`` is the behavior as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 from dmsgw.behaviors.catalog import BY_NAMESPACE, Behavior, WireModel, get_behavior
 from dmsgw.behaviors.ensemble import EnsembleConfig, EnsembleConfigV1
+from dmsgw.behaviors.status import AllocationManifest
 from dmsgw.errors import DmsgwError
 from dmsgw.transport.gojson import GoDecodeError, encode_any
 
@@ -30,6 +37,10 @@ M = TypeVar("M", bound=WireModel)
 
 class ClientArgumentError(DmsgwError):
     """Arguments that do not fit the behavior's request."""
+
+
+class LogsUnreadableError(DmsgwError):
+    """The DMS wrote an allocation's logs where this machine cannot read them."""
 
 
 class Invoker(Protocol):
@@ -163,6 +174,19 @@ def _is_single_field_value(model: type[Any], value: Mapping[str, Any]) -> bool:
     return len(fields) == 1 and _field_type(model, fields[0].name) in _COERCE
 
 
+def _timeout(b: Behavior, value: Any) -> float | None:
+    """``timeout=``: seconds the message lives, a positive number (or None: the default)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ClientArgumentError(f"{b.name}: timeout is a number of seconds, not {value!r}")
+    if not value > 0:  # also refuses NaN
+        raise ClientArgumentError(
+            f"{b.name}: timeout must be a positive number of seconds, got {value:g}"
+        )
+    return float(value)
+
+
 # --- the facade ---------------------------------------------------------------------------
 
 
@@ -188,23 +212,120 @@ def _signature(b: Behavior) -> inspect.Signature:
 def _method(invoker: Invoker, b: Behavior) -> Callable[..., Any]:
     def call(*args: Any, to: str | None = None, timeout: float | None = None, **kwargs: Any) -> Any:
         payload = build_request(b, args, kwargs)
+        seconds = _timeout(b, timeout)
         if b.broadcast:
             if to is not None:
                 raise ClientArgumentError(f"{b.name} is a broadcast: it has no single target")
-            return run(invoker, lambda: invoker.broadcast(b, payload, timeout_s=timeout), b.name)
-        return run(invoker, lambda: invoker.invoke(b, payload, to=to, timeout_s=timeout), b.name)
+            return run(invoker, lambda: invoker.broadcast(b, payload, timeout_s=seconds), b.name)
+        return run(invoker, lambda: invoker.invoke(b, payload, to=to, timeout_s=seconds), b.name)
 
+    _describe(call, b, b.reply.__name__)
+    return call
+
+
+def _describe(call: Callable[..., Any], b: Behavior, returns: str, doc: str = "") -> None:
+    """Name, signature and ``help()`` text of the facade method for ``b``."""
     call.__name__ = b.namespace[-1]
     call.__qualname__ = ".".join(b.namespace)
     call.__signature__ = _signature(b)  # type: ignore[attr-defined]
-    reply = b.reply.__name__
-    extra = f" Broadcast on {b.topic}; returns a list of {reply}." if b.broadcast else ""
+    extra = f" Broadcast on {b.topic}; returns a list of {returns}." if b.broadcast else ""
     call.__doc__ = (
-        f"{b.doc}\n\nBehavior {b.name} (capability {b.capability}); returns {reply}.{extra}\n"
+        f"{doc or b.doc}\n\nBehavior {b.name} (capability {b.capability}); returns "
+        f"{returns}.{extra}\n"
         "`to=` a peer ID, DID or handle JSON invokes another DMS through this one; "
         "`timeout=` seconds the message lives."
     )
+
+
+# --- deployment.logs: the text, by the allocation's name ------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class AllocationLogs:
+    """What an allocation wrote to stdout and stderr; ``str()`` is both, in that order."""
+
+    allocation: str
+    """Its full name in the deployment, ``<node>.<allocation>``."""
+    stdout: str
+    stderr: str
+    written_to: str
+    """The directory on the DMS host where the DMS wrote them."""
+
+    def __str__(self) -> str:
+        return self.stdout + self.stderr
+
+
+def allocation_key(
+    ensemble_id: str, name: str, allocations: Mapping[str, AllocationManifest] | None
+) -> str:
+    """``name`` as the deployment knows it: a full ``node.allocation`` key, or the one key
+    whose allocation part is ``name``."""
+    keys = sorted(allocations or {})
+    if name in keys:
+        return name
+    matches = [k for k in keys if k.partition(".")[2] == name]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ClientArgumentError(
+            f"{ensemble_id}: {name!r} is on several nodes ({', '.join(matches)}): name one"
+        )
+    if not keys:
+        raise ClientArgumentError(
+            f"{ensemble_id} has no allocations yet: they exist once it is placed (Committing)"
+        )
+    raise ClientArgumentError(
+        f"{ensemble_id} has no allocation {name!r} (it has: {', '.join(keys)})"
+    )
+
+
+def _read_logs(key: str, written_to: str) -> AllocationLogs:
+    """The files the DMS wrote; they are on the DMS's host, so this fails elsewhere, saying so."""
+    directory = Path(written_to)
+    try:
+        stdout = (directory / "stdout.log").read_text(errors="replace")
+        stderr = (directory / "stderr.log").read_text(errors="replace")
+    except OSError as exc:
+        raise LogsUnreadableError(
+            f"the DMS wrote the logs of {key} to {written_to} on its host, which cannot be read "
+            f"here ({exc.strerror or exc}): read them on the DMS host"
+        ) from None
+    return AllocationLogs(key, stdout, stderr, written_to)
+
+
+def _deployment_logs(invoker: Invoker, b: Behavior) -> Callable[..., Any]:
+    manifest = get_behavior("/dms/node/deployment/manifest")
+
+    async def fetch(ensemble_id: str, name: str, to: str | None, seconds: float | None) -> Any:
+        where = build_request(manifest, (ensemble_id,), {})
+        deployed = await invoker.invoke(manifest, where, to=to, timeout_s=seconds)
+        key = allocation_key(ensemble_id, name, deployed.manifest.allocations)
+        request = build_request(b, (ensemble_id, key), {})
+        reply = await invoker.invoke(b, request, to=to, timeout_s=seconds)
+        return await asyncio.to_thread(_read_logs, key, reply.logs_written_to)
+
+    def call(*args: Any, to: str | None = None, timeout: float | None = None, **kwargs: Any) -> Any:
+        request = build_request(b, args, kwargs)
+        seconds = _timeout(b, timeout)
+        ensemble_id, name = request.ensemble_id, request.allocation_name  # type: ignore[union-attr]
+        return run(invoker, lambda: fetch(ensemble_id, name, to, seconds), b.name)
+
+    _describe(
+        call,
+        b,
+        AllocationLogs.__name__,
+        "An allocation's stdout and stderr text. `allocation_name` is its name in the ensemble "
+        "(`alloc1`) or its full name (`node1.alloc1`). The DMS writes the logs on its own host: "
+        "this reads them there, so it works where the DMS runs on this machine (a devnet, a "
+        "local DMS). dms.invoke('/dms/node/deployment/logs', …) returns the DMS's reply as is.",
+    )
     return call
+
+
+_FRIENDLY: dict[str, Callable[[Invoker, Behavior], Callable[..., Any]]] = {
+    "/dms/node/deployment/logs": _deployment_logs,
+}
+"""Facade methods that do more than their behavior (see the module's doc)."""
 
 
 class Namespace:
@@ -226,7 +347,7 @@ def build_namespaces(invoker: Invoker) -> dict[str, Any]:
         node = tree
         for part in path[:-1]:
             node = node.setdefault(part, {})
-        node[path[-1]] = _method(invoker, b)
+        node[path[-1]] = _FRIENDLY.get(b.name, _method)(invoker, b)
 
     def build(path: tuple[str, ...], members: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -243,13 +364,13 @@ def invoke_by_name(invoker: Invoker, behavior: str, payload: Any = None, **optio
     """``dms.invoke("/dms/node/…", payload, to=…)``: any behavior by name; ``payload`` may be a
     model, a dict in the wire's shape, JSON text, or None."""
     b = get_behavior(behavior)
-    if isinstance(payload, (str, bytes)) and b.request is not None:
+    if isinstance(payload, (str, bytes)):
         try:
             payload = json.loads(payload)
         except ValueError as exc:
             raise ClientArgumentError(f"{b.name}: the payload is not JSON: {exc}") from None
     model = build_request(b, (payload,) if payload is not None else (), {})
-    to, timeout = options.pop("to", None), options.pop("timeout", None)
+    to, timeout = options.pop("to", None), _timeout(b, options.pop("timeout", None))
     if options:
         raise ClientArgumentError(f"unknown options: {', '.join(options)}")
     if b.broadcast:

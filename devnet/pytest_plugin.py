@@ -8,7 +8,10 @@ Fixtures:
     real DMS it connects there instead, with the key ``DMSGW_DEVNET_KEY`` (default ``dmsgw``)
     and the capability context ``DMSGW_DEVNET_CONTEXT`` (default: the key's name) from
     ``DMSGW_KEY_DIR`` / ``DMSGW_CAP_DIR`` (default ``~/.nunet``), unlocked with
-    ``DMS_PASSPHRASE``. Tests written against it run unchanged on both.
+    ``DMS_PASSPHRASE``. That context must hold a grant of what the embedded devnet's gateway
+    gets (``GATEWAY_CAPABILITIES``: ``/dms/node``, ``/public`` and ``/broadcast`` on topic
+    ``/nunet``; ``dmsgw devnet grant --anchor dmsgw`` grants exactly that on a ``dmsgw devnet
+    up``). Tests written against it run unchanged on both.
 
 ``embedded_devnet`` (function scope)
     An :class:`EmbeddedDevnet`: the same, on a fresh embedded devnet, plus ``faults``
@@ -17,7 +20,8 @@ Fixtures:
     set; tests using it carry the ``devnet_embedded`` marker, so
     ``-m "not devnet_embedded"`` deselects them.
 
-Only the standard library and pytest are imported until a fixture is used.
+Only the standard library, pytest and :mod:`dmsgw.devnet.state` (standard library only) are
+imported until a fixture is used.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
+
+from dmsgw.devnet.state import GATEWAY_CAPABILITIES, GATEWAY_TOPICS
 
 if TYPE_CHECKING:
     from dmsgw.behaviors.status import AllocationManifest
@@ -50,7 +55,6 @@ REAL_SETTLE_S = 180.0
 """How long a real DMS may take to settle a deployment (Running, or Failed at its deadline:
 the default 120 s request expiry minus 15 s, plus bids and margin)."""
 EMBEDDED_SETTLE_S = 10.0
-GATEWAY_CAPABILITIES = ("/dms/node", "/public", "/broadcast")
 SMALL_RESOURCES = {
     "cpu": {"cores": 0.5},
     "ram": {"size": 256 * 1024**2},
@@ -151,25 +155,28 @@ class DevnetHandle:
         return self.wait_for(check, what=f"{key} to be {'/'.join(statuses)}", timeout_s=timeout_s)
 
     def stranger(self, **options: Any) -> Node:
-        """A client under a fresh key that holds no capability at all."""
+        """A client under a fresh key that holds no capability at all. Its calls are sent, to
+        see the DMS drop them: given its own transport, the client does not look for a
+        running ``dmsgw devnet up``, on which it would refuse them before sending."""
         import dmsgw
         from dmsgw.keys.crypto import generate_key_pair
         from dmsgw.keys.trust import provider_from_private_key
         from dmsgw.keys.ucan import CapabilityContext
+        from dmsgw.transport.rest import RestTransport
 
         key = generate_key_pair()
-        return dmsgw.connect(
-            self.url, key=key, context=CapabilityContext(provider_from_private_key(key)), **options
-        )
+        context = CapabilityContext(provider_from_private_key(key))
+        transport = RestTransport(self.url)
+        return dmsgw.connect(self.url, key=key, context=context, transport=transport, **options)
 
     def close(self) -> None:
         self.dms.close()
 
     def stdout(self, ensemble_id: str, allocation: str) -> str:
-        """What an allocation wrote to stdout, from the directory ``deployment/logs`` names
-        (on the DMS's host: this one, for the embedded devnet or a local DMS)."""
-        written = self.dms.deployment.logs(ensemble_id, allocation).logs_written_to
-        return (Path(written) / "stdout.log").read_text()
+        """What an allocation wrote to stdout (read on the DMS's host: this one, for the
+        embedded devnet or a local DMS)."""
+        stdout: str = self.dms.deployment.logs(ensemble_id, allocation).stdout
+        return stdout
 
 
 class EmbeddedDevnet(DevnetHandle):
@@ -231,7 +238,8 @@ def _granted_client(
     from dmsgw.keys.ucan import CapabilityContext
 
     key = key or generate_key_pair()
-    grant = devnet.grant(DID.from_public_key(key.public_key()), caps, topics=["/nunet"], node=node)
+    subject = DID.from_public_key(key.public_key())
+    grant = devnet.grant(subject, caps, topics=GATEWAY_TOPICS, node=node)
     context = CapabilityContext(provider_from_private_key(key), provide=grant)
     return dmsgw.connect(devnet.urls[node], key=key, context=context, **options)
 
@@ -275,7 +283,7 @@ def connect_real(url: str) -> DevnetHandle:
 
     key = os.environ.get(KEY_ENV) or None
     context = os.environ.get(CONTEXT_ENV) or None
-    dms = dmsgw.connect(url, key=key, context=context, cap_dir=os.environ.get("DMSGW_CAP_DIR"))
+    dms = dmsgw.connect(url, key=key, context=context)
     return DevnetHandle(dms, url, float(os.environ.get(SETTLE_ENV) or REAL_SETTLE_S))
 
 

@@ -532,6 +532,22 @@ def test_delegate_chains_on_the_provide_anchor(run: Run, anchored: tuple[str, st
     assert d.chain.issuer() == DID(dms)
 
 
+def test_delegate_tells_apart_the_tokens_chained_on_each_anchor(
+    run: Run, anchored: tuple[str, str]
+) -> None:
+    dms, gw = anchored
+    other_dms = run.ok("new", "dms2").strip()  # a second DMS grants /dms/node too
+    grant = ["grant", "-c", "dms2", "--cap", "/dms/node", "--duration", "8760h", gw]
+    run.ok("anchor", "--context", "dmsgw", "--provide", run.ok(*grant).strip())
+    code, out, err = run("delegate", "--cap", "/dms/node/peers", "--duration", "1h", OTHER_DID)
+    assert code == 0 and len(unmarshal_token_list(out.encode()).present()) == 2
+    line = f"dmsgw: issued delegate token from {gw} to {OTHER_DID} for [/dms/node/peers], chained "
+    assert sorted(err.splitlines()) == sorted(
+        f"{line}on a grant from {issuer}, expiring 2026-01-01T01:00:00Z (in 1h)"
+        for issuer in (dms, other_dms)
+    )
+
+
 @pytest.mark.parametrize(("mode", "chained"), [("also", [True, False]), ("only", [False])])
 def test_delegate_self_signed(
     run: Run, anchored: tuple[str, str], mode: str, chained: list[bool]

@@ -10,6 +10,7 @@ import pytest
 
 from dmsgw.cli import main
 from dmsgw.cli_client import Console, reply_json
+from dmsgw.devnet import state
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
@@ -64,6 +65,9 @@ def test_invoke_prints_the_reply_as_json(
         (["invoke", "/dms/node/peers/ping", "--data", "@/nonexistent"], "cannot read the payload"),
         (["invoke", "/dms/cap/list"], "none covers /dms/cap/list"),
         (["invoke", "/public/hello", "--to", "did:key:zBAD"], "no actor handle for DID"),
+        (["invoke", "/dms/node/peers/list", "--data", "{bad"], "the payload is not JSON"),
+        (["invoke", "/dms/node/peers/list", "--timeout", "-5"], "seconds, got -5\n"),
+        (["invoke", "/dms/node/peers/list", "--timeout", "0"], "seconds, got 0\n"),
     ],
 )
 def test_invoke_failures_are_one_line(
@@ -72,6 +76,39 @@ def test_invoke_failures_are_one_line(
     assert main([*argv, *setup]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dmsgw: error: ") and fragment in err and "Traceback" not in err
+
+
+def test_a_url_that_is_not_one_is_named(
+    setup: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["invoke", "/dms/node/peers/list", *setup, "--url", "notaurl"]) == 2
+    assert capsys.readouterr().err == (
+        "dmsgw: error: the DMS URL 'notaurl' is not a URL: expected http://host:port, e.g. "
+        "http://127.0.0.1:9999\n"
+    )
+
+
+def test_the_client_commands_find_what_the_environment_names(
+    devnet: Devnet,
+    setup: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No --url, --key-dir or --cap-dir: a running `dmsgw devnet up`, $DMSGW_KEY_DIR and
+    $DMSGW_CAP_DIR."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("DMSGW_DMS_URL", raising=False)
+    monkeypatch.setenv("DMSGW_KEY_DIR", setup[setup.index("--key-dir") + 1])
+    monkeypatch.setenv("DMSGW_CAP_DIR", setup[setup.index("--cap-dir") + 1])
+    state.record(devnet.seed, devnet.urls)
+    assert main(["invoke", "/dms/node/peers/self", "--key", "gw"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == devnet.nodes[0].node.peer_id
+    assert main(["invoke", "/dms/cap/list", "--key", "gw"]) == 2  # not granted: said at once
+    assert capsys.readouterr().err.endswith(
+        "hint: grant it on the devnet with `dmsgw devnet grant --seed cli-client-tests --node 0 "
+        "--cap /dms/cap/list --anchor gw`\n"
+    )
 
 
 def test_wrong_passphrase_is_one_line(

@@ -134,6 +134,18 @@ def test_a_listen_port_from_toml_may_be_a_number(tmp_path: Path) -> None:
     assert str(config.operator_listen) == "127.0.0.1:9100"
 
 
+def test_a_bare_privileged_port_is_named_as_a_likely_typo(tmp_path: Path) -> None:
+    path = write(tmp_path, "listen = 5\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(config_file=path, env={})
+    assert str(caught.value) == (
+        f"listen (file {path}): 5: a bare number is a port on loopback, and this one is "
+        "privileged (below 1024), likely a typo; write the port, e.g. 4000, or 127.0.0.1:5 if "
+        "you mean it"
+    )
+    assert str(load_config(env={"DMSGW_LISTEN": "127.0.0.1:5"}).listen) == "127.0.0.1:5"
+
+
 def test_operator_host_alone_gets_the_operator_port() -> None:
     config = load_config(env={"DMSGW_OPERATOR_LISTEN": "0.0.0.0", "DMSGW_TOKEN": TOKEN})
     assert str(config.operator_listen) == "0.0.0.0:4001"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dmsgw.actors.node import DMSBehaviorError
+from dmsgw.behaviors.client import ClientArgumentError
 from dmsgw.behaviors.resources import Resources
 from dmsgw.devnet.pytest_plugin import (
     SMALL_RESOURCES,
@@ -56,10 +57,15 @@ def test_a_task_and_a_service_run_complete_log_and_shut_down(dms_devnet: DevnetH
     held = dms.resources.allocated(to=peer).resources
     assert _held(held) == (0.5, GIB // 4, GIB // 4)  # the finished task gave its share back
 
-    logs = dms.deployment.logs(eid, "n1.job")
-    written = Path(logs.logs_written_to)
-    assert (written / "stdout.log").read_text() == f"out-{marker}\n"
-    assert (written / "stderr.log").read_text() == f"err-{marker}\n"
+    logs = dms.deployment.logs(eid, "job")  # the name in the ensemble: one node runs it
+    assert (logs.allocation, logs.stdout, logs.stderr) == (
+        "n1.job",
+        f"out-{marker}\n",
+        f"err-{marker}\n",
+    )
+    assert str(logs) == f"out-{marker}\nerr-{marker}\n"
+    raw = dms.invoke("/dms/node/deployment/logs", {"EnsembleID": eid, "AllocationName": "n1.job"})
+    assert (Path(raw.logs_written_to) / "stdout.log").read_text() == f"out-{marker}\n"
 
     free_before = dms.resources.free(to=peer).resources
     assert dms.deployment.shutdown(eid).ok
@@ -87,7 +93,9 @@ def test_shutdown_and_logs_need_a_known_running_deployment(dms_devnet: DevnetHan
     with pytest.raises(DMSBehaviorError, match="deployment not found"):
         dms.deployment.status("no-such-deployment")
     with pytest.raises(DMSBehaviorError, match=r"node not found for allocation n1\.nope"):
-        dms.deployment.logs(eid, "n1.nope")
+        dms.invoke("/dms/node/deployment/logs", {"EnsembleID": eid, "AllocationName": "n1.nope"})
+    with pytest.raises(ClientArgumentError, match=r"has no allocation 'nope' \(it has: n1\.once\)"):
+        dms.deployment.logs(eid, "nope")
 
 
 def test_a_pinned_peer_is_honoured(dms_devnet: DevnetHandle) -> None:

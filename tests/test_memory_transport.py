@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 import dmsgw
+from dmsgw.actors.node import NotGrantedError
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.rest import DmsApi
 from dmsgw.keys.crypto import Ed25519PrivKey
@@ -19,6 +20,7 @@ from dmsgw.transport.rest import DMSRequestError, DMSTimeoutError
 from dmsgw.transport.security import SecurityContext
 
 KEY = Ed25519PrivKey(bytes(range(60, 92)))
+OTHER_KEY = Ed25519PrivKey(bytes(range(61, 93)))
 
 
 async def test_the_client_works_over_memory_like_over_http() -> None:
@@ -34,8 +36,17 @@ async def test_the_client_works_over_memory_like_over_http() -> None:
         assert (await dms.public.hello(to=devnet.nodes[1].node.peer_id)).did == devnet.nodes[
             1
         ].node.did
-        with pytest.raises(DMSTimeoutError, match="none covers /dms/cap/list"):
-            await dms.invoke("/dms/cap/list")
+        with pytest.raises(NotGrantedError, match="none covers /dms/cap/list"):
+            await dms.invoke("/dms/cap/list")  # refused before it is sent
+        stranger = dmsgw.connect(
+            key=OTHER_KEY,
+            context=CapabilityContext(provider_from_private_key(OTHER_KEY)),
+            transport=MemoryTransport(api),
+            loop=asyncio.get_running_loop(),
+        )
+        async with stranger:  # no grant at all: sent, dropped, 408, explained
+            with pytest.raises(DMSTimeoutError, match="untrusted_issuer"):
+                await stranger.invoke("/dms/cap/list")
         transport = MemoryTransport(api)
         with pytest.raises(DMSRequestError, match="HTTP 400"):
             await transport.broadcast(env.Envelope(be="/broadcast/hello"))

@@ -69,7 +69,7 @@ def _package_dirs() -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
     workdir = tmp_path_factory.mktemp("wheel")
     source = workdir / "src"
     shutil.copytree(REPO, source, ignore=_COPY_IGNORE, symlinks=True)
@@ -95,8 +95,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    (built,) = out.glob(f"{DIST}-{VERSION}-*.whl")
-    with zipfile.ZipFile(built) as archive:
+    return result
+
+
+@pytest.fixture(scope="module")
+def wheel(built: subprocess.CompletedProcess[str]) -> Iterator[zipfile.ZipFile]:
+    out = Path(built.args[built.args.index("-w") + 1])
+    (path,) = out.glob(f"{DIST}-{VERSION}-*.whl")
+    with zipfile.ZipFile(path) as archive:
         yield archive
 
 
@@ -150,6 +156,16 @@ def test_wheel_declares_the_dmsgw_console_script(wheel: zipfile.ZipFile) -> None
     entry_points.read_string(wheel.read(f"{DIST_INFO}/entry_points.txt").decode())
     assert entry_points["console_scripts"]["dmsgw"] == "dmsgw.cli:main"
     assert PYPROJECT["project"]["scripts"] == {"dmsgw": "dmsgw.cli:main"}
+
+
+def test_the_build_has_nothing_to_warn_about(built: subprocess.CompletedProcess[str]) -> None:
+    # e.g. setuptools' "`project.license` as a TOML table is deprecated", twice per build
+    assert "Warning" not in built.stdout + built.stderr, built.stdout + built.stderr
+
+
+def test_wheel_declares_its_license_as_an_spdx_expression(wheel: zipfile.ZipFile) -> None:
+    metadata = wheel.read(f"{DIST_INFO}/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
 
 
 def test_wheel_metadata_names_the_distribution_and_top_level_package(

@@ -24,12 +24,16 @@ from dmsgw.keys.ucan.token import TokenList, UcanError
 from dmsgw.transport.gojson import GoDecodeError, GoStruct, SliceOf, StructOf, go_field
 
 __all__ = [
+    "CAP_DIR_ENV",
     "CapabilityContextView",
     "StoreError",
     "default_cap_dir",
     "load_context",
     "save_context",
 ]
+
+
+CAP_DIR_ENV = "DMSGW_CAP_DIR"
 
 
 class StoreError(UcanError):
@@ -49,8 +53,11 @@ class CapabilityContextView(GoStruct):
 
 
 def default_cap_dir() -> Path:
-    """``~/.nunet/cap``, where ``nunet cap`` and the DMS keep their contexts."""
-    return Path.home() / ".nunet" / "cap"
+    """``$DMSGW_CAP_DIR``, else ``~/.nunet/cap`` (where ``nunet cap`` and the DMS keep their
+    contexts): one rule for every command and ``dmsgw.connect()``, as ``$DMSGW_KEY_DIR`` is
+    for keys."""
+    chosen = os.environ.get(CAP_DIR_ENV)
+    return Path(chosen).expanduser() if chosen else Path.home() / ".nunet" / "cap"
 
 
 def _path(name: str, directory: Path | None) -> Path:

@@ -1,0 +1,137 @@
+"""How a running ``dmsgw devnet up`` is found by the other commands, without flags.
+
+``devnet up`` records its process ID, seed and nodes' REST URLs in ``devnet.json`` in the
+user's dmsgw state directory (``$XDG_STATE_HOME/dmsgw``, else ``~/.local/state/dmsgw``, where
+the gateway keeps its database) once it serves, and removes the file when it stops. When no DMS
+URL is configured (no ``--url``, no ``$DMSGW_DMS_URL``), :func:`dmsgw.connect` and the commands
+built on it use node 0 of the devnet recorded there, if its process is still alive; ``devnet
+grant`` takes its seed and checks ``--node`` against it. A record whose process has gone (a
+devnet killed with SIGKILL) is ignored.
+
+This module is imported by every client, so it imports nothing of the devnet itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shlex
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+STATE_FILE = "devnet.json"
+GATEWAY_CAPABILITIES = ("/dms/node", "/public", "/broadcast")
+"""What a gateway key is granted on a devnet for every client feature to work: the node's
+behaviors, ``/public/hello`` and friends, and broadcasts (on :data:`GATEWAY_TOPICS`)."""
+GATEWAY_TOPICS = ("/nunet",)
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/dmsgw``, else ``~/.local/state/dmsgw`` (a relative
+    ``$XDG_STATE_HOME`` is ignored, as the XDG rules say)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_STATE_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path("~/.local/state").expanduser()
+    return root / "dmsgw"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningDevnet:
+    """What a running ``dmsgw devnet up`` recorded about itself."""
+
+    pid: int
+    seed: str
+    urls: tuple[str, ...]
+
+    def node_index(self, url: str) -> int | None:
+        """Which node serves ``url`` (``None``: not this devnet)."""
+        wanted = url.rstrip("/")
+        for i, mine in enumerate(self.urls):
+            if mine.rstrip("/") == wanted:
+                return i
+        return None
+
+
+def record(seed: str, urls: Sequence[str], *, path: Path | None = None) -> Path:
+    """Write the record for this process (atomically: a reader never sees half a file)."""
+    target = path or state_dir() / STATE_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"pid": os.getpid(), "seed": seed, "urls": list(urls)})
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".devnet-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text + "\n")
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def forget(*, path: Path | None = None) -> None:
+    """Remove the record if this process wrote it (a newer devnet's record stays)."""
+    target = path or state_dir() / STATE_FILE
+    found = _read(target)
+    if found is not None and found.pid == os.getpid():
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
+
+
+def running(*, path: Path | None = None) -> RunningDevnet | None:
+    """The devnet recorded in the state directory, if its process is alive."""
+    found = _read(path or state_dir() / STATE_FILE)
+    return found if found is not None and _alive(found.pid) else None
+
+
+def _read(path: Path) -> RunningDevnet | None:
+    """The record, or ``None`` when there is none or it is not one (garbled, foreign)."""
+    try:
+        data = json.loads(path.read_text())
+        pid, seed, urls = data["pid"], data["seed"], data["urls"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    valid = isinstance(pid, int) and isinstance(seed, str) and isinstance(urls, list)
+    if not valid or not all(isinstance(u, str) for u in urls):
+        return None
+    return RunningDevnet(pid, seed, tuple(urls))
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:  # kill(0 or -N) would signal a whole process group
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def grant_command(
+    seed: str,
+    node: int,
+    caps: Sequence[str],
+    topics: Sequence[str],
+    *,
+    anchor: str | None,
+    cap_dir: Path | None = None,
+    subject: str = "",
+) -> str:
+    """The ``dmsgw devnet grant`` command that grants ``caps`` (on ``topics``) and anchors
+    them in the gateway's context ``anchor``; ``cap_dir`` only when it is not the default,
+    ``subject`` (the gateway's DID) when no context file names it."""
+    argv = ["dmsgw", "devnet", "grant", "--seed", seed, "--node", str(node)]
+    for cap in caps:
+        argv += ["--cap", cap]
+    for topic in topics:
+        argv += ["--topic", topic]
+    if anchor is not None:
+        argv += ["--anchor", anchor]
+    if cap_dir is not None:
+        argv += ["--cap-dir", str(cap_dir)]
+    return shlex.join(argv) + (f" {subject}" if subject else "")
