@@ -12,7 +12,12 @@ virtual kubelet needs to turn them into the right pod phase (``interlink-plugin.
 * a failed init container that will not be retried (``restartPolicy: Never``, a deployment
   that ended, or the caller's ``final``) ends the pod: the containers after it are reported
   ``terminated`` too, or the virtual kubelet would keep the pod Pending forever;
-* a deployment that failed or completed leaves no container running or waiting;
+* a deployment that failed or completed leaves no container running or waiting, unless the
+  caller is ``backing_off`` to deploy the pod again (its ``restartPolicy``): then each main
+  container that ended, and each init container that failed, is ``waiting``
+  (``CrashLoopBackOff``) with the run that ended as its ``lastState``, as the kubelet reports
+  a container between two runs. Reported ``terminated``, every container would make the
+  virtual kubelet end the pod (``Succeeded`` or ``Failed``) and never ask about it again;
 * ``ready`` and ``started`` come from the DMS health check of the allocation (which the pod
   translation built from the container's probes): a container with a readiness (startup)
   probe is ready (started) while its check is healthy, one without such a probe as soon as
@@ -241,26 +246,30 @@ def container_statuses(
     observations: Mapping[str, ContainerObservation] | None = None,
     error: str = "",
     final: bool = False,
+    backing_off: bool = False,
 ) -> PodContainerStatuses:
     """The init and main container statuses of ``pod`` deployed as an ensemble in ``status``.
 
     ``observations`` are keyed by container name; ``error`` is the DMS's reason for a failed
     deployment; ``final`` says the caller will not restart anything any more (its restart
-    budget is spent), so that a failed init container ends the pod under any restart policy.
-    ``now`` stands in for times the caller did not observe.
+    budget is spent), so that a failed init container ends the pod under any restart policy;
+    ``backing_off`` says that the caller will deploy the pod again once its restart delay is
+    over. ``now`` stands in for times the caller did not observe.
     """
     if not pod.spec.containers:
         raise DmsgwError(f"pod {pod.metadata.name!r} has no containers to report")
     parsed = status if isinstance(status, DeploymentStatus) else DeploymentStatus.parse(status)
     deployment = _Deployment(parsed, manifest, allocation_info or {}, error)
     seen = observations or {}
-    ends_pod = final or pod.spec.restart_policy == "Never" or parsed in _ENDED
+    ends_pod = not backing_off and (final or pod.spec.restart_policy == "Never" or parsed in _ENDED)
     blocked = ""  # the init container that has not completed yet
     failed = ""  # the init container whose failure ended the pod
     init: list[k8s.ContainerStatus] = []
     for container in pod.spec.init_containers:
         own = seen.get(container.name, ContainerObservation())
         state = deployment.state(container.name, own, now)
+        if backing_off and state.failed:
+            state, own = _backing_off(state, own)
         if failed:
             state = _not_run(failed, own, now)
         elif blocked and state.state.terminated is None:
@@ -274,12 +283,24 @@ def container_statuses(
     for container in pod.spec.containers:
         own = seen.get(container.name, ContainerObservation())
         state = deployment.state(container.name, own, now)
+        if backing_off and state.state.terminated is not None:
+            state, own = _backing_off(state, own)
         if failed and state.state.terminated is None:
             state = _not_run(failed, own, now)
         elif blocked and not failed:
             state = _State(_waiting("PodInitializing"), allocation_id=state.allocation_id)
         main.append(_status(container, state, own))
     return PodContainerStatuses(init, main)
+
+
+def _backing_off(ended: _State, seen: ContainerObservation) -> tuple[_State, ContainerObservation]:
+    """A container that ended and will run again once the restart delay is over: waiting,
+    with the run that ended as its last state."""
+    waiting = _waiting("CrashLoopBackOff", "back-off: the pod is deployed again after a delay")
+    return (
+        _State(waiting, allocation_id=ended.allocation_id),
+        dataclasses.replace(seen, last_state=ended.state),
+    )
 
 
 def _not_run(failed: str, seen: ContainerObservation, now: datetime) -> _State:

@@ -285,6 +285,21 @@ def test_a_killed_allocation_is_handled_by_its_failure_recovery(
     assert h.dms.deployment.status(eid).status == "Running"
 
 
+def test_a_failing_task_under_one_for_one_runs_until_its_restarts_are_spent(
+    embedded_devnet: EmbeddedDevnet,
+) -> None:
+    """A failed task being restarted has not ended: the ensemble completes only once every
+    restart has failed too (it used to complete at the first failure, under the restart)."""
+    h = embedded_devnet
+    job = shell_allocation("task", "echo run; exit 1", failure_recovery="one_for_one")
+    eid = h.dms.deployment.new(one_node_ensemble({"job": job})).ensemble_id
+    assert h.wait_status(eid, "Completed", "Failed") == "Completed"
+    runs = 1 + h.devnet.timeouts.max_restarts
+    assert h.stdout(eid, "n1.job") == "run\n" * runs
+    placed = h.orchestrator(eid).placed["n1.job"]
+    assert (placed.status.value, placed.exit_code, placed.restarts) == ("failed", 1, runs - 1)
+
+
 def test_a_stopped_node_comes_back_with_its_identity(embedded_devnet: EmbeddedDevnet) -> None:
     h = embedded_devnet
     entry = h.devnet.nodes[1]

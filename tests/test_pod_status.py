@@ -274,6 +274,55 @@ def test_a_failed_init_container_that_will_be_retried_keeps_the_pod_initialising
     assert states(final.containers) == [("app", "terminated", NOT_RUN_EXIT_CODE)]
 
 
+# --- backing off before the pod is deployed again ------------------------------------------
+
+
+@pytest.mark.parametrize(("policy", "status"), [("OnFailure", "Completed"), ("Always", "Running")])
+def test_containers_that_ended_wait_in_crash_loop_back_off_between_deployments(
+    policy: str, status: str
+) -> None:
+    """Every container reported terminated would end the pod in the virtual kubelet (Failed,
+    or Succeeded when all exited 0): between two deployments they wait, with the run that
+    ended as their last state, whatever its exit code."""
+    pod = make_pod(c("bad"), c("good"), policy=policy)
+    ended = manifest(bad="failed", good="completed")
+    seen = {"bad": ContainerObservation(exit_code=3, restart_count=1)}
+    result = container_statuses(pod, status, ended, now=NOW, observations=seen, backing_off=True)
+    assert states(result.containers) == [
+        ("bad", "waiting", "CrashLoopBackOff"),
+        ("good", "waiting", "CrashLoopBackOff"),
+    ]
+    last = [s.last_state.terminated for s in result.containers]
+    assert [(t.exit_code, t.reason) for t in last if t] == [(3, "Error"), (0, "Completed")]
+    assert result.containers[0].restart_count == 1
+
+
+def test_a_running_container_keeps_running_while_the_pod_backs_off() -> None:
+    pod = make_pod(c("done"), c("serving"))
+    running = manifest(done="completed", serving="running")
+    result = container_statuses(pod, "Running", running, now=NOW, backing_off=True)
+    assert states(result.containers) == [
+        ("done", "waiting", "CrashLoopBackOff"),
+        ("serving", "running", ""),
+    ]
+
+
+def test_a_failed_init_container_backs_off_and_keeps_the_pod_initialising() -> None:
+    pod = make_pod(c("app"), init=[c("ok"), c("setup")], policy="OnFailure")
+    ended = manifest(ok="completed", setup="failed", app="pending")
+    seen = {"setup": ContainerObservation(exit_code=2)}
+    result = container_statuses(
+        pod, "Completed", ended, now=NOW, observations=seen, backing_off=True
+    )
+    assert states(result.init_containers) == [
+        ("ok", "terminated", 0),
+        ("setup", "waiting", "CrashLoopBackOff"),
+    ]
+    assert states(result.containers) == [("app", "waiting", "PodInitializing")]
+    terminated = result.init_containers[1].last_state.terminated
+    assert terminated is not None and terminated.exit_code == 2
+
+
 def test_every_container_is_always_reported() -> None:
     pod = make_pod(c("a"), c("b"), c("c"), init=[c("i1"), c("i2")])
     for status in DeploymentStatus:
