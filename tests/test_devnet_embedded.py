@@ -184,10 +184,9 @@ ISOLATIONS = sorted({Isolation.REWRITE, asyncio.run(probe_isolation())})
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_volumes_keys_scripts_environment_and_workdir(isolation: Isolation, tmp_path: Path) -> None:
+def test_volumes_keys_scripts_environment_and_workdir(isolation: Isolation, host_dir: Path) -> None:
     tag = secrets.token_hex(4)
-    volume = tmp_path / "volume"
-    volume.mkdir()
+    volume = host_dir
     (volume / "input.txt").write_text("payload\n")
     data = f"/srv/dmsgw-test-{tag}/data"
     key_path = f"/etc/dmsgw-test-{tag}/authorized_keys"
