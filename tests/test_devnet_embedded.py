@@ -299,6 +299,31 @@ def test_a_failing_task_under_one_for_one_runs_until_its_restarts_are_spent(
     assert (placed.status.value, placed.exit_code, placed.restarts) == ("failed", 1, runs - 1)
 
 
+def test_a_task_that_failed_before_the_deployment_ran_gets_its_failure_recovery(
+    embedded_devnet: EmbeddedDevnet, host_dir: Path
+) -> None:
+    """Failure recovery used to apply only to failures reported once the deployment was
+    Running: a task that failed while a later one was still being set up stayed down."""
+    h = embedded_devnet
+    go = host_dir / "go"
+    job = shell_allocation("task", "echo run; exit 1", failure_recovery="one_for_one")
+    later = shell_allocation("task", "true", depends_on=["job"], provision=["wait"])
+    ensemble = one_node_ensemble({"job": job, "later": later})
+    wait = f"until [ -e {go} ]; do sleep 0.05; done\n"
+    ensemble["v1"]["scripts"] = {"wait": base64.b64encode(wait.encode()).decode()}
+    eid = h.dms.deployment.new(ensemble).ensemble_id
+
+    def job_failed() -> bool:
+        placed = h.orchestrator(eid).placed.get("n1.job")
+        return placed is not None and placed.status.value == "failed"
+
+    h.wait_for(job_failed, what="the task to fail while the other is set up")
+    assert h.dms.deployment.status(eid).status == "Provisioning"
+    go.touch()
+    assert h.wait_status(eid, "Completed", "Failed") == "Completed"
+    assert h.stdout(eid, "n1.job") == "run\n" * (1 + h.devnet.timeouts.max_restarts)
+
+
 def test_a_stopped_node_comes_back_with_its_identity(embedded_devnet: EmbeddedDevnet) -> None:
     h = embedded_devnet
     entry = h.devnet.nodes[1]
