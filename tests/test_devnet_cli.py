@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from dmsgw.cli import main
+from dmsgw.devnet.confinement import unprivileged
 
 STARTUP_S = 20.0
 
@@ -90,6 +91,8 @@ def test_up_prints_nodes_and_commands_that_work(
     assert len(re.findall(r"peer ID +12D3KooW\w+", text)) == 3
     workdir = Path(re.search(r"^work dir (\S+)", text, re.M).group(1))  # type: ignore[union-attr]
     assert workdir.is_dir()
+    who = unprivileged().describe() if os.geteuid() == 0 else "this process's user"
+    assert re.search(rf"^allocations run as {re.escape(who)}", text, re.M), text
 
     assert main(["key", "new", "dmsgw"]) == 0
     gateway_did = capsys.readouterr().out.strip()
@@ -120,6 +123,11 @@ def test_bad_flags_are_refused_clearly(capsys: pytest.CaptureFixture[str]) -> No
     assert "70000 is not a port number" in capsys.readouterr().err
     assert main(["devnet", "up", "--base-port", "65535"]) == 2
     assert "base port 65535 leaves no room for 3 nodes" in capsys.readouterr().err
+    assert main(["devnet", "up", "--base-port", "0", "--run-as", "no-such-user"]) == 2
+    assert "run as 'no-such-user': no user 'no-such-user' on this host" in capsys.readouterr().err
+    assert main(["devnet", "up", "--base-port", "0", "--run-as", "root"]) == 2
+    wanted = "allocations never run as root" if os.geteuid() == 0 else "needs root"
+    assert wanted in capsys.readouterr().err
 
 
 def test_a_port_in_use_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
