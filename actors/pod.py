@@ -42,6 +42,7 @@ from dmsgw.behaviors.pod_ensemble import (
     is_wrapped,
 )
 from dmsgw.behaviors.pod_status import (
+    CRASH_LOOP,
     allocation_of,
     container_statuses,
     pod_status,
@@ -50,6 +51,7 @@ from dmsgw.behaviors.run_markers import markers
 from dmsgw.behaviors.status import AllocationStatus, DeploymentStatus, EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
 from dmsgw.errors import DmsgwError
+from dmsgw.transport import k8s
 from dmsgw.transport.interlink import PodStatus, RetrievedPodData, parse_create_body
 from dmsgw.transport.rest import TransportError
 
@@ -355,19 +357,13 @@ class PodActor(AsyncActor):
             return False
         if status == DeploymentStatus.FAILED:
             return True
-        ended = self._snapshot(self.record).containers
-        return any(
-            c.state.terminated is not None and c.state.terminated.exit_code != 0 for c in ended
-        )
+        return any(run.exit_code != 0 for run in _latest_runs(self._snapshot(self.record)))
 
     def _service_completed(self) -> bool:
         """Under ``Always``: a main container (a DMS service) ended with exit code 0."""
         if request_data(self.record).pod.spec.restart_policy != "Always":
             return False
-        return any(
-            c.state.terminated is not None and c.state.terminated.exit_code == 0
-            for c in self._snapshot(self.record).containers
-        )
+        return any(run.exit_code == 0 for run in _latest_runs(self._snapshot(self.record)))
 
     def _count_restart(self) -> float:
         """Count a restart and return its delay, as the kubelet's back-off: ``restart_min_s``
@@ -605,6 +601,19 @@ class PodActor(AsyncActor):
             await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
 
 
+def _latest_runs(status: PodStatus) -> list[k8s.ContainerStateTerminated]:
+    """How each main container's latest run ended, for those whose run has ended: reported
+    ``terminated``, or waiting to run again with that run as its last state."""
+    runs = []
+    for c in status.containers:
+        waiting = c.state.waiting
+        if c.state.terminated is not None:
+            runs.append(c.state.terminated)
+        elif waiting is not None and waiting.reason == CRASH_LOOP and c.last_state.terminated:
+            runs.append(c.last_state.terminated)
+    return runs
+
+
 def _wrapped_containers(record: PodRecord) -> dict[str, bool]:
     """Each container of the pod, init containers first, and whether it runs wrapped: what a
     follower needs of the pod, without keeping the parsed pod alive as long as it follows."""
@@ -679,6 +688,5 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
         observations=seen,
         error=record.message or observed.error,
         final=record.phase == Phase.TERMINAL,
-        backing_off=record.phase == Phase.BACKOFF,
     )
     return pod_status(pod, record.jid, statuses)
