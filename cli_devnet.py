@@ -27,6 +27,7 @@ from pathlib import Path
 from dmsgw.behaviors.units import UnitError, parse_go_duration
 from dmsgw.clock import system_clock
 from dmsgw.devnet import state
+from dmsgw.devnet.confinement import choose_run_as, describe_run_as, parse_run_as
 from dmsgw.devnet.devnet import DEFAULT_SEED, Devnet, grant_token, node_key
 from dmsgw.devnet.sandbox import Isolation
 from dmsgw.devnet.state import GATEWAY_CAPABILITIES, GATEWAY_TOPICS, grant_command
@@ -89,6 +90,7 @@ def _banner(devnet: Devnet, started_s: float, context: str, cap_dir: Path) -> st
         f"dmsgw devnet: {len(devnet.nodes)} DMS node(s), seed {devnet.seed!r}, "
         f"started in {started_s * 1000:.0f} ms (Ctrl-C stops it)",
         f"work dir {devnet.root} (allocation sandboxes and logs; removed on stop)",
+        describe_run_as(choose_run_as(devnet.run_as)),
         "",
     ]
     for i, entry in enumerate(devnet.nodes):
@@ -143,6 +145,7 @@ async def _run_up(args: argparse.Namespace) -> int:
             host=args.host,
             timeouts=TIMINGS[args.timings],
             isolation=isolation,
+            run_as=parse_run_as(args.run_as) if args.run_as else None,
         )
     except ValueError as exc:
         raise DevnetCliError(str(exc)) from None
@@ -306,6 +309,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=("auto", *(i.value for i in Isolation)),
         default="auto",
         help="how volumes reach their paths: namespace (root + unshare), rewrite, or auto",
+    )
+    up.add_argument(
+        "--run-as",
+        metavar="USER[:GROUP]",
+        help="as root, the unprivileged user allocations run as (default nobody:nogroup)",
     )
     up.add_argument(
         "--context",

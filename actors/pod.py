@@ -44,6 +44,7 @@ from dmsgw.behaviors.pod_ensemble import (
     is_wrapped,
 )
 from dmsgw.behaviors.pod_status import (
+    CRASH_LOOP,
     allocation_of,
     container_statuses,
     pod_status,
@@ -52,6 +53,7 @@ from dmsgw.behaviors.run_markers import markers
 from dmsgw.behaviors.status import AllocationStatus, DeploymentStatus, EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
 from dmsgw.errors import DmsgwError
+from dmsgw.transport import k8s
 from dmsgw.transport.interlink import PodStatus, RetrievedPodData, parse_create_body
 from dmsgw.transport.rest import TransportError
 
@@ -140,6 +142,8 @@ class PodRecord:
     created_ns: int = 0
     started_ns: int = 0
     finished_ns: int = 0
+    running_ns: int = 0  # when the current ensemble was first seen Running (0: not yet)
+    backoff: int = 0  # restarts in a row, none after a run of restart_reset_s: the back-off
     observed: dict[str, Any] = dataclasses.field(default_factory=dict)
     runs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Container name -> its runs, restarts and last run's end (:meth:`Runs.to_map`)."""
@@ -166,6 +170,8 @@ class PodPolicy:
     retry_max_s: float = 60.0
     restart_min_s: float = 10.0
     restart_max_s: float = 300.0
+    restart_reset_s: float = 600.0
+    """A deployment that ran this long resets the restart back-off (as the kubelet's does)."""
     deploy_timeout_s: float = 120.0
 
 
@@ -356,22 +362,24 @@ class PodActor(AsyncActor):
         record.runs = {name: runs.to_map() for name, runs in message.runs.items()}
         if message.status == DeploymentStatus.RUNNING and not record.started_ns:
             record.started_ns = self._clock()
+        if message.status == DeploymentStatus.RUNNING and not record.running_ns:
+            record.running_ns = self._clock()
         if message.status == DeploymentStatus.RUNNING and self._service_completed():
             # The DMS restarts a failed service (one_for_one) but leaves one that exited 0,
             # while the ensemble stays Running: restartPolicy Always redeploys the pod.
             await self._cancel()  # the follower of the old ensemble
             record.phase = Phase.BACKOFF
-            record.restarts += 1
+            delay = self._count_restart()
             await self._save()
-            self._run(self._restart(record.ensemble_id, delay_s=self._restart_delay()))
+            self._run(self._restart(record.ensemble_id, delay_s=delay))
             return
         if message.status in TERMINAL_DMS:
             record.finished_ns = self._clock()
             if self._restarts(message.status):
                 record.phase = Phase.BACKOFF
-                record.restarts += 1
+                delay = self._count_restart()
                 await self._save()
-                self._run(self._deploy(None, delay_s=self._restart_delay()))
+                self._run(self._deploy(None, delay_s=delay))
                 return
             record.phase = Phase.TERMINAL
         await self._save()
@@ -415,23 +423,24 @@ class PodActor(AsyncActor):
             return False
         if status == DeploymentStatus.FAILED:
             return True
-        ended = self._snapshot(self.record).containers
-        return any(
-            c.state.terminated is not None and c.state.terminated.exit_code != 0 for c in ended
-        )
+        return any(run.exit_code != 0 for run in _latest_runs(self._snapshot(self.record)))
 
     def _service_completed(self) -> bool:
         """Under ``Always``: a main container (a DMS service) ended with exit code 0."""
         if request_data(self.record).pod.spec.restart_policy != "Always":
             return False
-        return any(
-            c.state.terminated is not None and c.state.terminated.exit_code == 0
-            for c in self._snapshot(self.record).containers
-        )
+        return any(run.exit_code == 0 for run in _latest_runs(self._snapshot(self.record)))
 
-    def _restart_delay(self) -> float:
-        p = self._policy
-        return min(p.restart_max_s, p.restart_min_s * 2.0 ** max(self.record.restarts - 1, 0))
+    def _count_restart(self) -> float:
+        """Count a restart and return its delay, as the kubelet's back-off: ``restart_min_s``
+        doubled for each restart in a row, at most ``restart_max_s``; a deployment that ran
+        ``restart_reset_s`` starts the count again."""
+        p, record = self._policy, self.record
+        ran_ns = self._clock() - record.running_ns if record.running_ns else 0
+        record.backoff = 1 if ran_ns >= p.restart_reset_s * NS_PER_SECOND else record.backoff + 1
+        record.restarts += 1
+        record.running_ns = 0
+        return min(p.restart_max_s, p.restart_min_s * 2.0 ** (record.backoff - 1))
 
     # --- the follower task: DMS I/O only, results reported back as messages --------------
 
@@ -449,6 +458,8 @@ class PodActor(AsyncActor):
                 name: Runs.from_map(runs).next_ensemble().to_map()
                 for name, runs in self.record.runs.items()
             }
+            # What the DMS said of the ended ensemble is not the next one's state.
+            self.record.dms_status, self.record.observed = "", {}
             await self._save()
         attempt = self.record.attempt
         try:
@@ -672,6 +683,19 @@ class PodActor(AsyncActor):
                 log.info("pod %s: shutdown of %s: %s", self.record.uid, ensemble_id, exc)
             tries += 1
             await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
+
+
+def _latest_runs(status: PodStatus) -> list[k8s.ContainerStateTerminated]:
+    """How each main container's latest run ended, for those whose run has ended: reported
+    ``terminated``, or waiting to run again with that run as its last state."""
+    runs = []
+    for c in status.containers:
+        waiting = c.state.waiting
+        if c.state.terminated is not None:
+            runs.append(c.state.terminated)
+        elif waiting is not None and waiting.reason == CRASH_LOOP and c.last_state.terminated:
+            runs.append(c.last_state.terminated)
+    return runs
 
 
 def _wrapped_containers(record: PodRecord) -> dict[str, bool]:

@@ -9,10 +9,17 @@ virtual kubelet needs to turn them into the right pod phase (``interlink-plugin.
 * every container of the pod is reported, init containers included; never an empty list;
 * init containers complete in order: after one that has not completed, the rest and every
   main container are ``waiting`` (``PodInitializing``);
-* a failed init container that will not be retried (``restartPolicy: Never``, a deployment
-  that ended, or the caller's ``final``) ends the pod: the containers after it are reported
-  ``terminated`` too, or the virtual kubelet would keep the pod Pending forever;
-* a deployment that failed or completed leaves no container running or waiting;
+* a failed init container that will not be retried (``restartPolicy: Never``, or the
+  caller's ``final``) ends the pod: the containers after it are reported ``terminated`` too,
+  or the virtual kubelet would keep the pod Pending forever;
+* a container that ended and that the pod's ``restartPolicy`` runs again — under ``Always``
+  any main container, under ``OnFailure`` one that failed, and a failed init container under
+  either — is ``waiting`` (``CrashLoopBackOff``) with the run that ended as its
+  ``lastState``, as the kubelet reports a container between two runs, until the caller says
+  it is ``final``. The virtual kubelet ignores ``restartPolicy``: a pod whose containers are
+  all reported ``terminated`` it ends (``Succeeded`` or ``Failed``) and never asks about again,
+  so the restart would never be seen;
+* a deployment that failed or completed leaves no container running;
 * ``ready`` and ``started`` come from the DMS health check of the allocation (which the pod
   translation built from the container's probes): a container with a readiness (startup)
   probe is ready (started) while its check is healthy, one without such a probe as soon as
@@ -41,6 +48,7 @@ from dmsgw.errors import DmsgwError
 from dmsgw.transport import interlink, k8s
 
 __all__ = [
+    "CRASH_LOOP",
     "FAILED_EXIT_CODE",
     "NOT_RUN_EXIT_CODE",
     "ContainerObservation",
@@ -55,6 +63,8 @@ NOT_RUN_EXIT_CODE = 1
 """Exit code reported for a container that never ran because the pod failed before it."""
 FAILED_EXIT_CODE = 1
 """Exit code of a failed allocation whose real code is unknown (the DMS does not report it)."""
+CRASH_LOOP = "CrashLoopBackOff"
+"""The waiting reason of a container that ended and runs again (its last state says how)."""
 _STOPPED_EXIT_CODE = 143
 """Exit code of an allocation the DMS stopped, when its real code is unknown (SIGTERM)."""
 
@@ -208,7 +218,7 @@ class _Deployment:
                 _terminated(code, seen, now, "the DMS deployment ended"), allocation_id=ident
             )
         if status in _WAITING and seen.restart_count:
-            return _State(_waiting("CrashLoopBackOff", "restarting"), allocation_id=ident)
+            return _State(_waiting(CRASH_LOOP, "restarting"), allocation_id=ident)
         return _State(_waiting("ContainerCreating"), allocation_id=ident)
 
 
@@ -245,22 +255,26 @@ def container_statuses(
     """The init and main container statuses of ``pod`` deployed as an ensemble in ``status``.
 
     ``observations`` are keyed by container name; ``error`` is the DMS's reason for a failed
-    deployment; ``final`` says the caller will not restart anything any more (its restart
-    budget is spent), so that a failed init container ends the pod under any restart policy.
-    ``now`` stands in for times the caller did not observe.
+    deployment; ``final`` says the caller will not restart anything any more (the pod has
+    ended for good), so that every container that ended is reported ``terminated`` and a
+    failed init container ends the pod under any restart policy. ``now`` stands in for times
+    the caller did not observe.
     """
     if not pod.spec.containers:
         raise DmsgwError(f"pod {pod.metadata.name!r} has no containers to report")
     parsed = status if isinstance(status, DeploymentStatus) else DeploymentStatus.parse(status)
     deployment = _Deployment(parsed, manifest, allocation_info or {}, error)
     seen = observations or {}
-    ends_pod = final or pod.spec.restart_policy == "Never" or parsed in _ENDED
+    policy = pod.spec.restart_policy
+    ends_pod = final or policy == "Never"
     blocked = ""  # the init container that has not completed yet
     failed = ""  # the init container whose failure ended the pod
     init: list[k8s.ContainerStatus] = []
     for container in pod.spec.init_containers:
         own = seen.get(container.name, ContainerObservation())
         state = deployment.state(container.name, own, now)
+        if not ends_pod and state.failed:
+            state, own = _restarting(state, own)
         if failed:
             state = _not_run(failed, own, now)
         elif blocked and state.state.terminated is None:
@@ -274,12 +288,24 @@ def container_statuses(
     for container in pod.spec.containers:
         own = seen.get(container.name, ContainerObservation())
         state = deployment.state(container.name, own, now)
+        if not ends_pod and (state.failed or (policy == "Always" and state.succeeded)):
+            state, own = _restarting(state, own)
         if failed and state.state.terminated is None:
             state = _not_run(failed, own, now)
         elif blocked and not failed:
             state = _State(_waiting("PodInitializing"), allocation_id=state.allocation_id)
         main.append(_status(container, state, own))
     return PodContainerStatuses(init, main)
+
+
+def _restarting(ended: _State, seen: ContainerObservation) -> tuple[_State, ContainerObservation]:
+    """A container that ended and that its pod's restart policy runs again: waiting, with the
+    run that ended as its last state."""
+    waiting = _waiting(CRASH_LOOP, "back-off: it runs again after a delay")
+    return (
+        _State(waiting, allocation_id=ended.allocation_id),
+        dataclasses.replace(seen, last_state=ended.state),
+    )
 
 
 def _not_run(failed: str, seen: ContainerObservation, now: datetime) -> _State:

@@ -13,7 +13,10 @@ exactly as with ``nunet cap grant``.
 
 :class:`Devnet` runs on the caller's event loop; :class:`BackgroundDevnet` runs one on its own
 thread for synchronous callers (a REPL, ``dmsgw devnet up``, pytest). Processes and files of
-the devnet live under one temporary directory, removed when it stops.
+the devnet live under one temporary directory, removed when it stops. Allocations run as an
+unprivileged user when the devnet is root, and die with it however it ends; a working
+directory that a dead devnet left behind is removed by the next one to start
+(:mod:`.confinement`).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import logging
+import os
 import random
-import tempfile
 import threading
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
@@ -32,6 +36,15 @@ from aiohttp import web
 
 from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
 from dmsgw.devnet.changes import ChangeFeed
+from dmsgw.devnet.confinement import (
+    RunAs,
+    Watchdog,
+    check_reachable,
+    choose_run_as,
+    describe_run_as,
+    make_work_dir,
+    stale_work_dirs,
+)
 from dmsgw.devnet.executor import ProcessExecutor, probe_isolation, remove_tree
 from dmsgw.devnet.handlers import install_basic_behaviors
 from dmsgw.devnet.handlers_deployment import Deployments
@@ -51,6 +64,8 @@ from dmsgw.keys.ucan.context import CapabilityContext
 from dmsgw.keys.ucan.token import Action, TokenList
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 DEFAULT_NODES = 3
 DEFAULT_HOST = "127.0.0.1"
@@ -87,7 +102,9 @@ class DevnetNode:
 
 class Devnet:
     """``nodes`` simulated DMS nodes (``profiles`` describe their machines; default: the
-    heterogeneous trio); ``base_port`` 0 picks free ports."""
+    heterogeneous trio); ``base_port`` 0 picks free ports; ``run_as``: the unprivileged
+    user allocations run as when the devnet is root (default ``nobody``); ``work_parent``:
+    where the working directory is made (default: the temporary directory)."""
 
     def __init__(
         self,
@@ -101,6 +118,8 @@ class Devnet:
         isolation: Isolation | None = None,
         clock: Clock = system_clock,
         early_timeout: bool = False,
+        run_as: RunAs | None = None,
+        work_parent: Path | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a devnet needs at least one node")
@@ -118,7 +137,10 @@ class Devnet:
         self.timeouts = timeouts
         self.isolation = isolation
         self.early_timeout = early_timeout
+        self.run_as = run_as
+        self.work_parent = work_parent
         self.root: Path | None = None
+        self.watchdog: Watchdog | None = None
         keys = [node_key(seed, i) for i in range(nodes)]
         contexts = [
             CapabilityContext(provider_from_private_key(k), name="dms", clock=clock) for k in keys
@@ -141,15 +163,45 @@ class Devnet:
         """Make the working directory, serve every node's REST API."""
         if self.root is None:
             isolation = await probe_isolation(self.isolation)
-            self.root = Path(tempfile.mkdtemp(prefix="dmsgw-devnet-"))
+            run_as = choose_run_as(self.run_as)
+            self.root = await self._make_work_dir(run_as)
+            log.info(
+                "devnet: work dir %s, %s isolation; %s",
+                self.root,
+                isolation.value,
+                describe_run_as(run_as),
+            )
             for entry in self.nodes:
-                self._services(entry, self.root / entry.node.name, isolation)
+                self._services(entry, self.root / entry.node.name, isolation, run_as)
         for i, entry in enumerate(self.nodes):
             await self._serve(entry, self.base_port + i if self.base_port else 0)
 
-    def _services(self, entry: DevnetNode, workdir: Path, isolation: Isolation) -> None:
+    async def _make_work_dir(self, run_as: RunAs | None) -> Path:
+        """A new working directory that ``run_as`` can reach, and its watchdog; first those
+        that devnets which no longer run left behind are removed."""
+        if run_as is not None:
+            check_reachable(self.work_parent, run_as)
+        for stale in stale_work_dirs(self.work_parent):
+            log.info("devnet: removing %s, left by a devnet that no longer runs", stale)
+            await asyncio.to_thread(remove_tree, stale)
+        root = make_work_dir(self.work_parent)
+        if run_as is not None:
+            os.chmod(root, 0o711)  # the allocations' user may pass through, not look around
+        self.watchdog = Watchdog(root)
+        self.watchdog.start()
+        return root
+
+    def _services(
+        self, entry: DevnetNode, workdir: Path, isolation: Isolation, run_as: RunAs | None
+    ) -> None:
         node = entry.node
-        entry.executor = ProcessExecutor(workdir / "allocations", isolation, workdir / "volumes")
+        entry.executor = ProcessExecutor(
+            workdir / "allocations",
+            isolation,
+            workdir / "volumes",
+            run_as=run_as,
+            watchdog=self.watchdog,
+        )
         entry.provider = Provider(
             node, entry.profile, entry.ledger, entry.executor, self.timeouts, self.changes.notify
         )
@@ -213,6 +265,9 @@ class Devnet:
         if self.root is not None:
             await asyncio.to_thread(remove_tree, self.root)
             self.root = None
+        if self.watchdog is not None:
+            await self.watchdog.close()
+            self.watchdog = None
 
     def grant(
         self,

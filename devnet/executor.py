@@ -3,7 +3,8 @@
 It stands in for the DMS's docker executor (``executor/docker``): no image is pulled, the
 command runs directly on the host, in the allocation's sandbox (:mod:`.sandbox`), as an asyncio
 subprocess in its own process group, with stdout and stderr appended to the sandbox's log
-files. What it keeps of Docker's behaviour:
+files — as an unprivileged user when the devnet is root, and never outliving the devnet
+(:mod:`.confinement`). What it keeps of Docker's behaviour:
 
 * **Exit codes** as Docker reports them: the process's own, or 128 + N for a process killed by
   signal N (137 for SIGKILL, 143 for SIGTERM).
@@ -23,7 +24,8 @@ files. What it keeps of Docker's behaviour:
 * **Named volumes**: a ``local`` volume whose ``src`` is a name lives in the node's volume
   directory (:class:`NamedVolumes`).
 
-Namespace isolation (root with a working ``unshare --mount``) is probed once, asynchronously.
+Namespace isolation (root with a working ``unshare --mount``, ``nsenter`` and ``setpriv``) is
+probed once, asynchronously.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ import signal
 import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from dmsgw.behaviors.ensemble import HealthCheckManifest
+from dmsgw.devnet.confinement import RunAs, Watchdog, child_setup
 from dmsgw.devnet.protocol import AllocationDeploymentConfig
 from dmsgw.devnet.sandbox import (
     Isolation,
@@ -65,7 +69,8 @@ async def probe_isolation(preferred: Isolation | None = None) -> Isolation:
     ``rewrite``; ``preferred`` forces one (``namespace`` fails clearly if impossible)."""
     if preferred is Isolation.REWRITE:
         return preferred
-    possible = os.geteuid() == 0 and all(shutil.which(t) for t in ("unshare", "mount", "nsenter"))
+    tools = ("unshare", "mount", "nsenter", "setpriv")
+    possible = os.geteuid() == 0 and all(shutil.which(t) for t in tools)
     if possible:
         proc = await asyncio.create_subprocess_exec(
             "unshare",
@@ -79,7 +84,7 @@ async def probe_isolation(preferred: Isolation | None = None) -> Isolation:
         possible = await proc.wait() == 0
     if preferred is Isolation.NAMESPACE and not possible:
         raise SandboxError(
-            "namespace isolation needs root and a working `unshare --mount` (and nsenter)"
+            "namespace isolation needs root and a working `unshare --mount` (and nsenter, setpriv)"
         )
     return Isolation.NAMESPACE if possible else Isolation.REWRITE
 
@@ -90,12 +95,18 @@ def exit_status(returncode: int) -> int:
 
 
 def remove_tree(path: Path) -> None:
-    """``rmtree`` that first gives directories their owner's write permission back, since a
-    read-only volume locked by permissions could not be emptied otherwise (blocking)."""
+    """``rmtree``; what is left (a read-only volume locked by permissions, which binds a
+    devnet that is not root) is removed once its directories have their owner's write
+    permission back (blocking). As root nothing is left, so nothing is ever changed through
+    a link an allocation may have put in its sandbox."""
+    shutil.rmtree(path, ignore_errors=True)
+    if not path.exists():
+        return
     for directory, _, _ in os.walk(path):
         with contextlib.suppress(OSError):
-            mode = os.stat(directory).st_mode
-            os.chmod(directory, stat.S_IMODE(mode) | stat.S_IRWXU)
+            mode = os.stat(directory, follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):
+                os.chmod(directory, stat.S_IMODE(mode) | stat.S_IRWXU)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -214,7 +225,12 @@ class Execution:
     """One run of an allocation's process: its set-up, then its command."""
 
     def __init__(
-        self, proc: asyncio.subprocess.Process, plan: SandboxPlan, status_fd: int, stderr_at: int
+        self,
+        proc: asyncio.subprocess.Process,
+        plan: SandboxPlan,
+        status_fd: int,
+        stderr_at: int,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self.proc = proc
         self.plan = plan
@@ -222,6 +238,9 @@ class Execution:
         self.oom_killed = False
         self._status_fd = status_fd
         self._stderr_at = stderr_at
+        self._watchdog = watchdog
+        if watchdog is not None:
+            watchdog.watch(self.pid)
 
     @property
     def returncode(self) -> int | None:
@@ -237,7 +256,10 @@ class Execution:
             os.killpg(self.pid, sig)
 
     def kill(self) -> None:
+        """SIGKILL the process group; the watchdog need not watch it any more."""
         self.signal(signal.SIGKILL)
+        if self._watchdog is not None:
+            self._watchdog.forget(self.pid)
 
     async def stop(self, grace_s: float) -> int:
         """``docker stop``: SIGTERM to the main process only (it forwards the signal or not,
@@ -259,6 +281,7 @@ class Execution:
         if verdict.startswith("failed "):
             _, index, code = verdict.split()
             await self.proc.wait()
+            self.kill()  # whatever the script left running
             name = self.plan.script_names[int(index)]
             raise SandboxError(
                 f"provision script {name!r} exited with {code}: {await self._stderr()}"
@@ -267,6 +290,7 @@ class Execution:
             self.kill()
             await self.proc.wait()
             raise SandboxError(f"the provision scripts did not finish within {timeout_s:g} s")
+        self.kill()  # the set-up ended: whatever it left running
         if self.oom_killed:
             raise SandboxError(f"{OOM_ERROR} while it was being set up (ram.size)")
         raise SandboxError(
@@ -324,12 +348,23 @@ class Execution:
 
 
 class ProcessExecutor:
-    """Runs allocations as processes in sandboxes under ``root``; named volumes live under
-    ``volumes``."""
+    """Runs allocations as processes in sandboxes under ``root``, as ``run_as`` (``None``: as
+    this process's user); named volumes live under ``volumes``; ``watchdog`` ends them if
+    the devnet dies."""
 
-    def __init__(self, root: Path, isolation: Isolation, volumes: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        isolation: Isolation,
+        volumes: Path,
+        *,
+        run_as: RunAs | None = None,
+        watchdog: Watchdog | None = None,
+    ) -> None:
         self.root = root
         self.isolation = isolation
+        self.run_as = run_as
+        self.watchdog = watchdog
         self.mount_points = MountPoints()
         self.volumes = NamedVolumes(volumes)
 
@@ -348,6 +383,7 @@ class ProcessExecutor:
             self.isolation,
             volumes=self.volumes.root,
             shared=self.volumes.shared(allocation_id),
+            run_as=self.run_as,
         )
         async with self.volumes.lock:  # not while a volume it names is being removed
             await asyncio.to_thread(materialise, plan)
@@ -362,6 +398,8 @@ class ProcessExecutor:
             with contextlib.suppress(FileNotFoundError):
                 plan.status_fifo.unlink()
             os.mkfifo(plan.status_fifo, 0o600)
+            if plan.run_as is not None:  # in ``rewrite`` mode that user's set-up reports
+                plan.run_as.give(plan.status_fifo)
             # Read-write, so that the FIFO has a reader before the set-up writes and no
             # end-of-file before it does.
             fd = os.open(plan.status_fifo, os.O_RDWR | os.O_NONBLOCK)
@@ -378,11 +416,21 @@ class ProcessExecutor:
                     env=dict(plan.environment),
                     cwd=plan.root,
                     start_new_session=True,
+                    **self._child_options(plan.isolation),
                 )
         except BaseException:
             os.close(status_fd)
             raise
-        return Execution(proc, plan, status_fd, stderr_at)
+        return Execution(proc, plan, status_fd, stderr_at, self.watchdog)
+
+    def _child_options(self, isolation: Isolation) -> dict[str, Any]:
+        """How a process of an allocation is started: it dies with the devnet, and runs as
+        the allocation's user — at once, or (``namespace``) after the set-up mounted as root,
+        through ``setpriv``."""
+        options: dict[str, Any] = {"preexec_fn": child_setup(os.getpid())}
+        if self.run_as is not None and isolation is Isolation.REWRITE:
+            options.update(self.run_as.popen_options())
+        return options
 
     async def release(self, allocation_id: str, plan: SandboxPlan | None) -> None:
         """Give back the host mount points made for ``plan`` (once its process is gone) and
@@ -415,7 +463,8 @@ class ProcessExecutor:
         if not argv:
             return "the health check has no command"
         if execution.plan.isolation is Isolation.NAMESPACE:
-            argv = ["nsenter", "--target", str(execution.pid), "--mount", "--", *argv]
+            drop = self.run_as.setpriv() if self.run_as is not None else []
+            argv = ["nsenter", "--target", str(execution.pid), "--mount", "--", *drop, *argv]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -424,6 +473,7 @@ class ProcessExecutor:
                 stderr=asyncio.subprocess.STDOUT,
                 env=dict(execution.plan.environment),
                 cwd=execution.plan.root,
+                **self._child_options(execution.plan.isolation),
             )
         except OSError as exc:
             return f"health check command failed to start: {exc}"

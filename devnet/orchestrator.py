@@ -240,6 +240,9 @@ class Orchestrator:
                 continue
             self._set_status(DeploymentStatus.RUNNING)
             self.supervisor.start(self._allocations)
+            for a in list(self._allocations.values()):
+                if a.status == AllocationStatus.FAILED:  # it failed while others started
+                    self.supervisor.recover(a, self._allocations)
             self._check_tasks_done()
             return
         raise DeploymentError(FAILED_TO_DEPLOY)

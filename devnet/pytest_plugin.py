@@ -20,6 +20,11 @@ Fixtures:
     set; tests using it carry the ``devnet_embedded`` marker, so
     ``-m "not devnet_embedded"`` deselects them.
 
+``host_dir`` (function scope)
+    A fresh host directory that the embedded devnet's allocations may read and write (a devnet
+    started as root runs them as an unprivileged user, who cannot reach a test's ``tmp_path``);
+    removed afterwards.
+
 Only the standard library, pytest and :mod:`dmsgw.devnet.state` (standard library only) are
 imported until a fixture is used.
 """
@@ -27,6 +32,8 @@ imported until a fixture is used.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -326,3 +333,17 @@ def embedded_devnet() -> Iterator[EmbeddedDevnet]:
         yield handle
     finally:
         handle.close()
+
+
+@pytest.fixture
+def host_dir() -> Iterator[Path]:
+    """A host directory shared with the embedded devnet's allocations (see the module)."""
+    from dmsgw.devnet.confinement import unprivileged
+
+    path = Path(tempfile.mkdtemp(prefix="dmsgw-host-"))
+    if os.geteuid() == 0:  # the devnet's allocations run as this user
+        unprivileged().give(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

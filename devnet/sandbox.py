@@ -16,6 +16,12 @@ The process is a shell that sets the allocation up and then execs the command:
 3. ``read_only`` volumes made read-only;
 4. a ``started`` line on the sandbox's status FIFO, then ``exec`` of the command.
 
+When the devnet is root, the allocation's user (:class:`~dmsgw.devnet.confinement.RunAs`) is
+unprivileged: in ``rewrite`` mode the whole shell runs as that user; in ``namespace`` mode the
+shell mounts as root and runs the provision scripts and the command through ``setpriv`` as
+that user. What the allocation writes (``work``, ``rootfs``, its volumes, scripts and keys)
+is that user's; the sandbox directory itself, its logs and ``stage/`` stay the devnet's.
+
 Two ways to put volumes and keys at their declared paths:
 
 * ``namespace`` (root with ``unshare``): the process gets a private mount namespace and each
@@ -42,6 +48,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from dmsgw.devnet.confinement import RunAs
 from dmsgw.devnet.protocol import AllocationDeploymentConfig
 from dmsgw.errors import DmsgwError
 
@@ -102,6 +109,8 @@ class SandboxPlan:
     """Declared path -> sandbox path, applied to commands and scripts in ``rewrite`` mode."""
     memory_limit: int
     """``resources.ram.size`` in bytes (0: none)."""
+    run_as: RunAs | None = None
+    """The unprivileged user the allocation runs as (``None``: the devnet's own)."""
 
     @property
     def stdout(self) -> Path:
@@ -147,7 +156,8 @@ class SandboxPlan:
                 if m.read_only
             ]
             steps += [f"echo started > {here}/{STATUS_FIFO}", f"exec {SANDBOX_FD}<&-"]
-            shell = ["/bin/sh", "-c", "\n".join([*steps, 'exec "$@"']), WRAPPER_NAME]
+            run = f'exec {self._drop()}"$@"'
+            shell = ["/bin/sh", "-c", "\n".join([*steps, run]), WRAPPER_NAME]
             return ["unshare", "--mount", "--propagation", "private", "--", *shell, *self.command]
         locked = [shlex.quote(str(m.source)) for m in self.locked()]
         steps = ["set -e", f"cd {shlex.quote(self.workdir)}"]
@@ -191,9 +201,18 @@ class SandboxPlan:
             else shlex.quote(str(self.status_fifo))
         )
         return [
-            f'sh {path_of(script)} || {{ s=$?; echo "failed {i} $s" > {fifo}; exit "$s"; }}'
+            f"{self._drop()}sh {path_of(script)} || "
+            f'{{ s=$?; echo "failed {i} $s" > {fifo}; exit "$s"; }}'
             for i, script in enumerate(self.scripts)
         ]
+
+    def _drop(self) -> str:
+        """What runs a command of the set-up as the allocation's user: ``setpriv`` when the
+        set-up runs as root to mount (``namespace``), else nothing (the shell is that user
+        already, or the devnet's own)."""
+        if self.run_as is None or self.isolation is not Isolation.NAMESPACE:
+            return ""
+        return shlex.join(self.run_as.setpriv()) + " "
 
     def host_command(self, argv: Sequence[str]) -> list[str]:
         """``argv`` (e.g. a health check) as it must be written to run beside the process."""
@@ -273,9 +292,11 @@ def plan_sandbox(
     *,
     volumes: Path,
     shared: Collection[str] = (),
+    run_as: RunAs | None = None,
 ) -> SandboxPlan:
     """Lay out the sandbox for ``config`` under ``root`` (nothing is written yet); named
-    volumes live under ``volumes``, and those in ``shared`` are used by other allocations."""
+    volumes live under ``volumes``, and those in ``shared`` are used by other allocations;
+    ``run_as``: the allocation's user, when not the devnet's own."""
     params: Mapping[str, Any] = config.execution.params or {}
     image = params.get("image", "")
     command = _strings(params.get("entrypoint"), "execution.entrypoint") + _strings(
@@ -361,6 +382,7 @@ def plan_sandbox(
         isolation=isolation,
         paths=table,
         memory_limit=config.resources.ram.size,
+        run_as=run_as,
     )
 
 
@@ -378,7 +400,8 @@ def _check_shell_safe(paths: Iterable[str]) -> None:
 
 
 def materialise(plan: SandboxPlan) -> None:
-    """Create the sandbox's directories and files (blocking: run it in a thread)."""
+    """Create the sandbox's directories and files, those the allocation writes given to its
+    user (blocking: run it in a thread)."""
     for sub in ("work", "rootfs"):
         (plan.root / sub).mkdir(parents=True, exist_ok=True)
     for path, data in plan.files.items():
@@ -399,3 +422,17 @@ def materialise(plan: SandboxPlan) -> None:
                 stage.mkdir(exist_ok=True)
     if Path(plan.workdir).is_relative_to(plan.root):
         Path(plan.workdir).mkdir(parents=True, exist_ok=True)
+    if plan.run_as is not None:
+        _give(plan, plan.run_as)
+
+
+def _give(plan: SandboxPlan, run_as: RunAs) -> None:
+    """Give the allocation's user what it writes: ``work``, ``rootfs`` (down to the working
+    directory), its files, and the volumes the devnet made. The sandbox directory, the logs
+    and ``stage/`` stay the devnet's, so that the allocation cannot swap them for links."""
+    rootfs = plan.root / "rootfs"
+    for path in (plan.root / "work", rootfs, *rootfs.rglob("*"), *plan.files):
+        run_as.give(path)
+    for m in plan.mounts:
+        if m.owned and m.source.exists():
+            run_as.give(m.source)

@@ -102,23 +102,32 @@ class Supervisor:
         return []
 
     def recover(self, failed: Placed, placed: Mapping[str, Placed]) -> None:
-        """Apply ``failed``'s ``failure_recovery`` (in the background)."""
-        chosen = self.restart_set(failed, placed)
+        """Apply ``failed``'s ``failure_recovery`` (in the background). Those to restart are
+        ``restarting`` from now on, before the restart is sent: an ensemble of tasks whose
+        failed task is about to run again has not ended."""
+        chosen = []
+        for a in self.restart_set(failed, placed):
+            if a.restarts >= self.timeouts.max_restarts:
+                log.info("%s stays down after %d restarts", a.id, a.restarts)
+            else:
+                self._mark_restarting(a)
+                chosen.append(a)
         if chosen:
             self.node.spawn(self._restart_all(chosen), f"recovery of {failed.id}")
 
     async def _restart_all(self, chosen: list[Placed]) -> None:
         for a in chosen:
-            if a.restarts >= self.timeouts.max_restarts:
-                log.info("%s stays down after %d restarts", a.id, a.restarts)
-                continue
             await self.restart(a)
+
+    def _mark_restarting(self, a: Placed) -> None:
+        if a.status != AllocationStatus.RESTARTING:
+            a.restarts += 1
+            a.status = AllocationStatus.RESTARTING
+            self._on_change()
 
     async def restart(self, a: Placed) -> None:
         """``/dms/allocation/restart``: the allocation reports ``running`` once it runs again."""
-        a.restarts += 1
-        a.status = AllocationStatus.RESTARTING
-        self._on_change()
+        self._mark_restarting(a)
         try:
             timeout = self.timeouts.start_timeout_s(bool(a.config.provision))
             reply = await self.actor.invoke(

@@ -25,6 +25,7 @@ from dmsgw.devnet import state
 from dmsgw.devnet.devnet import node_key
 from dmsgw.keys.did import DID
 from dmsgw.keys.ucan import load_context
+from dmsgw.devnet.confinement import unprivileged
 
 STARTUP_S = 20.0
 
@@ -100,6 +101,8 @@ def test_up_prints_nodes_and_commands_that_work(
     workdir = Path(re.search(r"^work dir (\S+)", text, re.M).group(1))  # type: ignore[union-attr]
     assert workdir.is_dir()
     assert state.running() == state.RunningDevnet(proc.pid, "cli-test", tuple(urls))
+    who = unprivileged().describe() if os.geteuid() == 0 else "this process's user"
+    assert re.search(rf"^allocations run as {re.escape(who)}", text, re.M), text
 
     assert "The gateway key 'dmsgw' does not exist yet: `dmsgw whoami` creates it." in text
     assert main(["key", "new", "dmsgw"]) == 0
@@ -137,6 +140,11 @@ def test_bad_flags_are_refused_clearly(capsys: pytest.CaptureFixture[str]) -> No
     assert "70000 is not a port number" in capsys.readouterr().err
     assert main(["devnet", "up", "--base-port", "65535"]) == 2
     assert "base port 65535 leaves no room for 3 nodes" in capsys.readouterr().err
+    assert main(["devnet", "up", "--base-port", "0", "--run-as", "no-such-user"]) == 2
+    assert "run as 'no-such-user': no user 'no-such-user' on this host" in capsys.readouterr().err
+    assert main(["devnet", "up", "--base-port", "0", "--run-as", "root"]) == 2
+    wanted = "allocations never run as root" if os.geteuid() == 0 else "needs root"
+    assert wanted in capsys.readouterr().err
 
 
 def test_a_port_in_use_is_reported(capsys: pytest.CaptureFixture[str]) -> None:

@@ -184,10 +184,9 @@ ISOLATIONS = sorted({Isolation.REWRITE, asyncio.run(probe_isolation())})
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_volumes_keys_scripts_environment_and_workdir(isolation: Isolation, tmp_path: Path) -> None:
+def test_volumes_keys_scripts_environment_and_workdir(isolation: Isolation, host_dir: Path) -> None:
     tag = secrets.token_hex(4)
-    volume = tmp_path / "volume"
-    volume.mkdir()
+    volume = host_dir
     (volume / "input.txt").write_text("payload\n")
     data = f"/srv/dmsgw-test-{tag}/data"
     key_path = f"/etc/dmsgw-test-{tag}/authorized_keys"
@@ -283,6 +282,46 @@ def test_a_killed_allocation_is_handled_by_its_failure_recovery(
     runs = {name: len(h.faults.allocation(eid, name).started_ns) for name in ("svc", "peer")}
     assert {name for name, count in runs.items() if count > 1} == restarted
     assert h.dms.deployment.status(eid).status == "Running"
+
+
+def test_a_failing_task_under_one_for_one_runs_until_its_restarts_are_spent(
+    embedded_devnet: EmbeddedDevnet,
+) -> None:
+    """A failed task being restarted has not ended: the ensemble completes only once every
+    restart has failed too (it used to complete at the first failure, under the restart)."""
+    h = embedded_devnet
+    job = shell_allocation("task", "echo run; exit 1", failure_recovery="one_for_one")
+    eid = h.dms.deployment.new(one_node_ensemble({"job": job})).ensemble_id
+    assert h.wait_status(eid, "Completed", "Failed") == "Completed"
+    runs = 1 + h.devnet.timeouts.max_restarts
+    assert h.stdout(eid, "n1.job") == "run\n" * runs
+    placed = h.orchestrator(eid).placed["n1.job"]
+    assert (placed.status.value, placed.exit_code, placed.restarts) == ("failed", 1, runs - 1)
+
+
+def test_a_task_that_failed_before_the_deployment_ran_gets_its_failure_recovery(
+    embedded_devnet: EmbeddedDevnet, host_dir: Path
+) -> None:
+    """Failure recovery used to apply only to failures reported once the deployment was
+    Running: a task that failed while a later one was still being set up stayed down."""
+    h = embedded_devnet
+    go = host_dir / "go"
+    job = shell_allocation("task", "echo run; exit 1", failure_recovery="one_for_one")
+    later = shell_allocation("task", "true", depends_on=["job"], provision=["wait"])
+    ensemble = one_node_ensemble({"job": job, "later": later})
+    wait = f"until [ -e {go} ]; do sleep 0.05; done\n"
+    ensemble["v1"]["scripts"] = {"wait": base64.b64encode(wait.encode()).decode()}
+    eid = h.dms.deployment.new(ensemble).ensemble_id
+
+    def job_failed() -> bool:
+        placed = h.orchestrator(eid).placed.get("n1.job")
+        return placed is not None and placed.status.value == "failed"
+
+    h.wait_for(job_failed, what="the task to fail while the other is set up")
+    assert h.dms.deployment.status(eid).status == "Provisioning"
+    go.touch()
+    assert h.wait_status(eid, "Completed", "Failed") == "Completed"
+    assert h.stdout(eid, "n1.job") == "run\n" * (1 + h.devnet.timeouts.max_restarts)
 
 
 def test_a_stopped_node_comes_back_with_its_identity(embedded_devnet: EmbeddedDevnet) -> None:

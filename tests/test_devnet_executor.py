@@ -14,7 +14,7 @@ import dataclasses
 import os
 import re
 import secrets
-import sys
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,9 @@ from dmsgw.devnet.timeouts import TEST_TIMEOUTS
 ISOLATIONS = sorted({Isolation.REWRITE, asyncio.run(probe_isolation())})
 """Path rewriting always; mount namespaces too where this process can make them (root)."""
 MIB = 1 << 20
+HOG = "x=$(head -c 167772160 /dev/zero | tr '\\0' x); sleep 30"
+"""A shell holding 160 MiB for longer than any test waits (run by any user: no interpreter
+that the allocations' user might not reach)."""
 
 
 @pytest.fixture(params=ISOLATIONS)
@@ -226,9 +229,7 @@ def test_shutdown_terms_the_main_process_only_then_kills_the_group(
 
 def test_memory_beyond_ram_size_is_killed_as_an_oom(embedded_devnet: EmbeddedDevnet) -> None:
     h = embedded_devnet
-    hog = shell_allocation(
-        "task", f"exec {sys.executable} -c 'b = b\"x\" * (160 << 20); import time; time.sleep(30)'"
-    )
+    hog = shell_allocation("task", HOG)
     hog["resources"] = {**hog["resources"], "ram": {"size": 64 * MIB}}
     eid = h.dms.deployment.new(one_node_ensemble({"hog": hog})).ensemble_id
     h.wait_allocation(eid, "n1.hog", "failed")
@@ -244,7 +245,7 @@ def test_the_oom_kill_takes_the_largest_process_and_its_parent_lives_on(
     """As the kernel's OOM killer in a Docker container's memory cgroup: the hog dies, the
     shell that started it sees 137 and ends the run with its own status."""
     h = embedded_devnet
-    hog = f"{sys.executable} -c 'b = b\"x\" * (160 << 20); import time; time.sleep(30)'"
+    hog = f"sh -c {shlex.quote(HOG)}"
     shell = shell_allocation("task", f'{hog}; echo "child ended with $?"; exit 5')
     shell["resources"] = {**shell["resources"], "ram": {"size": 64 * MIB}}
     eid = h.dms.deployment.new(one_node_ensemble({"shell": shell})).ensemble_id

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,9 @@ from tests.test_gateway_pods import _container, _create, _logs, _pod, _wait_all_
 
 __all__ = ["plugin"]  # the fixture, re-exported for pytest
 
-HOG = "b = b'x' * (160 << 20); import time; time.sleep(30)"
-"""Holds 160 MiB for longer than any test waits."""
+HOG = "x=$(head -c 167772160 /dev/zero | tr '\\0' x); sleep 30"
+"""Holds 160 MiB for longer than any test waits (a shell: the devnet's allocations run as an
+unprivileged user, who may not reach this test's interpreter)."""
 
 
 async def test_each_container_reports_its_own_exit_code(plugin: Any) -> None:
@@ -48,7 +48,7 @@ async def test_each_container_reports_its_own_exit_code(plugin: Any) -> None:
 async def test_a_container_over_its_memory_limit_is_oom_killed(plugin: Any) -> None:
     client, _ = plugin
     hog = _container("hog", "")
-    hog["command"] = [sys.executable, "-c", HOG]
+    hog["command"] = ["/bin/sh", "-c", HOG]
     hog["resources"] = {"limits": {"memory": "64Mi"}}
     spec = _pod([hog, _container("light", "echo fine")])
     await _create(client, spec)
@@ -103,9 +103,9 @@ def _health(backend: Any, uid: str, name: str) -> str:
     return next((a["health"] for k, a in info.items() if k.endswith(f".{name}")), "")
 
 
-async def test_lifecycle_hooks_run_around_the_container(plugin: Any, tmp_path: Path) -> None:
+async def test_lifecycle_hooks_run_around_the_container(plugin: Any, host_dir: Path) -> None:
     client, _ = plugin
-    started, stopped = tmp_path / "post-started", tmp_path / "pre-stopped"
+    started, stopped = host_dir / "post-started", host_dir / "pre-stopped"
     hooks = {
         "postStart": {"exec": {"command": ["sh", "-c", f"echo post-start; touch {started}"]}},
         "preStop": {"exec": {"command": ["sh", "-c", f"echo pre-stop > {stopped}"]}},

@@ -240,9 +240,9 @@ async def test_delete_while_deploying_leaves_no_live_ensemble(plugin: Any) -> No
     assert await _live_ensembles(plugin, uids) == []
 
 
-async def test_followed_logs_stream_until_the_container_ends(plugin: Any, tmp_path: Path) -> None:
+async def test_followed_logs_stream_until_the_container_ends(plugin: Any, host_dir: Path) -> None:
     client, _ = plugin
-    go = tmp_path / "go"  # a host path: the test's signal to the container
+    go = host_dir / "go"  # a host path: the test's signal to the container
     spec = _pod(
         [
             _container(

@@ -40,7 +40,7 @@ def at(seconds: int) -> datetime:
 
 
 def make_pod(
-    *containers: dict[str, Any], init: list[dict[str, Any]] | None = None, policy: str = "Always"
+    *containers: dict[str, Any], init: list[dict[str, Any]] | None = None, policy: str = "Never"
 ) -> k8s.Pod:
     return k8s.Pod.model_validate(
         {
@@ -267,11 +267,73 @@ def test_a_failed_init_container_that_will_be_retried_keeps_the_pod_initialising
     pod = make_pod(c("app"), init=[c("first")], policy=policy)
     failed = manifest(first="failed", app="running")
     result = container_statuses(pod, "Running", failed, now=NOW)
-    assert states(result.init_containers) == [("first", "terminated", 1)]
+    assert states(result.init_containers) == [("first", "waiting", "CrashLoopBackOff")]
     assert states(result.containers) == [("app", "waiting", "PodInitializing")]
     # ... until the caller gives up on it
     final = container_statuses(pod, "Running", failed, now=NOW, final=True)
     assert states(final.containers) == [("app", "terminated", NOT_RUN_EXIT_CODE)]
+
+
+# --- containers that run again -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "final", "wanted"),
+    [
+        ("OnFailure", False, [("bad", "waiting", "CrashLoopBackOff"), ("good", "terminated", 0)]),
+        (
+            "Always",
+            False,
+            [("bad", "waiting", "CrashLoopBackOff"), ("good", "waiting", "CrashLoopBackOff")],
+        ),
+        ("Never", False, [("bad", "terminated", 3), ("good", "terminated", 0)]),
+        ("Always", True, [("bad", "terminated", 3), ("good", "terminated", 0)]),
+    ],
+)
+@pytest.mark.parametrize("status", ["Running", "Completed"])
+def test_a_container_its_restart_policy_runs_again_waits_in_crash_loop_back_off(
+    policy: str, final: bool, wanted: list[tuple[str, str, str | int]], status: str
+) -> None:
+    """The virtual kubelet ends a pod whose containers are all reported terminated (Failed,
+    or Succeeded when all exited 0) and never asks about it again: a container that will run
+    again waits, with the run that ended as its last state, whatever its exit code."""
+    pod = make_pod(c("bad"), c("good"), policy=policy)
+    ended = manifest(bad="failed", good="completed")
+    seen = {"bad": ContainerObservation(exit_code=3, restart_count=1)}
+    result = container_statuses(pod, status, ended, now=NOW, observations=seen, final=final)
+    assert states(result.containers) == wanted
+    for s, (_, kind, _) in zip(result.containers, wanted, strict=True):
+        if kind == "waiting":
+            last = s.last_state.terminated
+            assert last is not None
+            assert (last.exit_code, last.reason) == (
+                (3, "Error") if s.name == "bad" else (0, "Completed")
+            )
+    assert result.containers[0].restart_count == 1
+
+
+def test_a_running_container_keeps_running_beside_one_that_runs_again() -> None:
+    pod = make_pod(c("done"), c("serving"), policy="Always")
+    running = manifest(done="completed", serving="running")
+    result = container_statuses(pod, "Running", running, now=NOW)
+    assert states(result.containers) == [
+        ("done", "waiting", "CrashLoopBackOff"),
+        ("serving", "running", ""),
+    ]
+
+
+def test_a_failed_init_container_runs_again_and_keeps_the_pod_initialising() -> None:
+    pod = make_pod(c("app"), init=[c("ok"), c("setup")], policy="OnFailure")
+    ended = manifest(ok="completed", setup="failed", app="pending")
+    seen = {"setup": ContainerObservation(exit_code=2)}
+    result = container_statuses(pod, "Completed", ended, now=NOW, observations=seen)
+    assert states(result.init_containers) == [
+        ("ok", "terminated", 0),
+        ("setup", "waiting", "CrashLoopBackOff"),
+    ]
+    assert states(result.containers) == [("app", "waiting", "PodInitializing")]
+    terminated = result.init_containers[1].last_state.terminated
+    assert terminated is not None and terminated.exit_code == 2
 
 
 def test_every_container_is_always_reported() -> None:

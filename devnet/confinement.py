@@ -1,0 +1,292 @@
+"""What keeps the host safe from a devnet's allocations, which run as host processes.
+
+* **Who they run as** (:class:`RunAs`): a devnet started as root runs every allocation process
+  (set-up, provision scripts, command, health checks) as an unprivileged user — ``nobody`` and
+  its group by default — with no supplementary groups and ``no_new_privs``, so that neither the
+  command nor anything it executes (a set-user-ID ``sudo``) gets root back. What the allocation
+  must write (its sandbox's ``work``, ``rootfs``, volumes, scripts and keys) is given to that
+  user. A devnet that is not root cannot switch users: its allocations run as its own user.
+* **Dying with the devnet**: each allocation is a process group (a session of its own) whose
+  main process gets the parent-death signal (SIGKILL), set between ``fork`` and ``exec``
+  (:func:`child_setup`); the :class:`Watchdog` kills what the main process left behind and
+  removes the working directory once the devnet is gone, however it went.
+* **Stale working directories** of devnets that died anyway (the watchdog killed too) are
+  named after their owner, ``dmsgw-devnet-<pid>.<start time>-…``, and removed by the next
+  devnet that starts once that process no longer exists (:func:`remove_stale_work_dirs`);
+  a live devnet's, in this process or another, is left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import dataclasses
+import grp
+import logging
+import os
+import pwd
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from dmsgw.errors import DmsgwError
+
+log = logging.getLogger(__name__)
+
+WORK_DIR_PREFIX = "dmsgw-devnet-"
+_OWNED = re.compile(rf"{re.escape(WORK_DIR_PREFIX)}(\d+)\.(\d+)-")
+"""A working directory's name: its owner's PID and start time (clock ticks since boot)."""
+NOBODY = 65534
+"""The overflow user and group ID, for a host whose user database lacks ``nobody``."""
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+"""Resolved once, here: a child between ``fork`` and ``exec`` only calls it."""
+_WATCHDOG = Path(__file__).with_name("watchdog.py")
+
+
+class ConfinementError(DmsgwError):
+    """The devnet cannot run allocations as asked (the message says what to change)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunAs:
+    """The user and group an allocation's processes run as."""
+
+    uid: int
+    gid: int
+
+    def describe(self) -> str:
+        return f"uid {self.uid} ({_user_name(self.uid)}), gid {self.gid} ({_group_name(self.gid)})"
+
+    def popen_options(self) -> dict[str, Any]:
+        """``subprocess`` options that switch a child to this user: real, effective and saved
+        IDs alike (so that it cannot switch back), no supplementary groups."""
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+    def setpriv(self) -> list[str]:
+        """``setpriv`` dropping to this user, for a shell that must set up as root first
+        (mounts) and run the rest unprivileged; the parent-death signal, which the change
+        of user clears, is set again."""
+        return [
+            "setpriv",
+            f"--reuid={self.uid}",
+            f"--regid={self.gid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--pdeathsig=KILL",
+            "--",
+        ]
+
+    def give(self, path: Path) -> None:
+        """Make ``path`` (a file or directory the allocation must write) this user's; a
+        symbolic link is never followed."""
+        os.chown(path, self.uid, self.gid, follow_symlinks=False)
+
+    def can_enter(self, directory: Path) -> bool:
+        """Whether this user (with no supplementary group) may pass through ``directory``."""
+        st = directory.stat()
+        if st.st_uid == self.uid:
+            return bool(st.st_mode & 0o100)
+        if st.st_gid == self.gid:
+            return bool(st.st_mode & 0o010)
+        return bool(st.st_mode & 0o001)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "no name"
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return "no name"
+
+
+def unprivileged() -> RunAs:
+    """``nobody`` with the group ``nogroup`` (else ``nobody``'s own), or 65534:65534."""
+    try:
+        user = pwd.getpwnam("nobody")
+    except KeyError:
+        return RunAs(NOBODY, NOBODY)
+    try:
+        gid = grp.getgrnam("nogroup").gr_gid
+    except KeyError:
+        gid = user.pw_gid
+    return RunAs(user.pw_uid, gid)
+
+
+def parse_run_as(text: str) -> RunAs:
+    """``USER[:GROUP]``, by name or number (the group defaults to the user's own)."""
+    user_text, _, group_text = text.partition(":")
+    try:
+        user = pwd.getpwuid(int(user_text)) if user_text.isdigit() else pwd.getpwnam(user_text)
+    except KeyError:
+        if not user_text.isdigit():
+            raise ConfinementError(f"run as {text!r}: no user {user_text!r} on this host") from None
+        uid, gid = int(user_text), int(user_text)
+    else:
+        uid, gid = user.pw_uid, user.pw_gid
+    if group_text:
+        try:
+            gid = int(group_text) if group_text.isdigit() else grp.getgrnam(group_text).gr_gid
+        except KeyError:
+            raise ConfinementError(
+                f"run as {text!r}: no group {group_text!r} on this host"
+            ) from None
+    return RunAs(uid, gid)
+
+
+def choose_run_as(wanted: RunAs | None) -> RunAs | None:
+    """Who allocations run as (``None``: as this process's user). As root: ``wanted``, by
+    default :func:`unprivileged`, never root itself; otherwise only this process's own user
+    can be had."""
+    if os.geteuid() != 0:
+        if wanted is not None and (wanted.uid, wanted.gid) != (os.geteuid(), os.getegid()):
+            raise ConfinementError(
+                f"running allocations as {wanted.describe()} needs root; this devnet runs as "
+                f"uid {os.geteuid()}, so its allocations run as that user"
+            )
+        return None
+    chosen = wanted or unprivileged()
+    if chosen.uid == 0 or chosen.gid == 0:
+        raise ConfinementError(
+            f"allocations never run as root (asked: {chosen.describe()}): name an unprivileged user"
+        )
+    return chosen
+
+
+def describe_run_as(run_as: RunAs | None) -> str:
+    """Who allocations run as, in the words of the devnet's start log line."""
+    if run_as is not None:
+        return f"allocations run as {run_as.describe()}"
+    return (
+        f"allocations run as this process's user (uid {os.geteuid()}): not root, so it "
+        f"cannot switch them to an unprivileged one"
+    )
+
+
+def child_setup(parent: int) -> Callable[[], None]:
+    """The ``preexec_fn`` of every allocation process: SIGKILL when the thread that started it
+    (the devnet's event loop) ends, ``no_new_privs``, and death at once if the devnet is
+    already gone (it may die between ``fork`` and the ``prctl``). It runs after the switch of
+    user (which would clear the parent-death signal) and calls nothing that takes a lock."""
+
+    def setup() -> None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return setup
+
+
+# --- working directories ----------------------------------------------------------------------
+
+
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), ``None`` if there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def check_reachable(parent: Path | None, run_as: RunAs) -> None:
+    """Refuse a place for the working directory that the allocations' user cannot reach:
+    every one of them would fail to start, saying only that it cannot change directory."""
+    where = (parent or Path(tempfile.gettempdir())).resolve()
+    for directory in (*reversed(where.parents), where):
+        if not run_as.can_enter(directory):
+            raise ConfinementError(
+                f"the devnet's working directory would be under {where}, but its allocations "
+                f"run as {run_as.describe()}, who cannot enter {directory}: choose another "
+                f"place (TMPDIR), e.g. /tmp"
+            )
+
+
+def make_work_dir(parent: Path | None = None) -> Path:
+    """A new working directory under ``parent`` (default: the temporary directory), named
+    after this process, so that another devnet can tell whether its owner still lives."""
+    pid = os.getpid()
+    prefix = f"{WORK_DIR_PREFIX}{pid}.{_start_time(pid)}-"
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
+def stale_work_dirs(parent: Path | None = None) -> Iterator[Path]:
+    """Working directories under ``parent`` whose devnet process no longer exists."""
+    where = parent or Path(tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        for entry in where.iterdir():
+            owner = _OWNED.match(entry.name)
+            if owner is None or not entry.is_dir() or entry.is_symlink():
+                continue
+            pid, started = int(owner.group(1)), int(owner.group(2))
+            if _start_time(pid) != started:
+                yield entry
+
+
+# --- the watchdog -----------------------------------------------------------------------------
+
+
+class Watchdog:
+    """The devnet's side of :mod:`dmsgw.devnet.watchdog`: the pipe it is told through."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.work_dir = work_dir
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the watchdog (in a session of its own, so that a terminal's Ctrl-C or hang-up
+        does not end it before the devnet)."""
+        argv = [sys.executable, "-I", "-S", str(_WATCHDOG), str(self.work_dir)]
+        self._proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def watch(self, pgid: int) -> None:
+        self._tell(f"+{pgid}\n")
+
+    def forget(self, pgid: int) -> None:
+        self._tell(f"-{pgid}\n")
+
+    def _tell(self, line: str) -> None:
+        """One short line on the pipe (a write this small is atomic and never blocks long:
+        the watchdog reads as it comes)."""
+        if self._proc is None or self._proc.stdin is None:
+            return
+        try:
+            self._proc.stdin.write(line.encode())
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            log.warning("devnet watchdog is gone: allocations may outlive a devnet crash")
+
+    async def close(self) -> None:
+        """The devnet stopped cleanly: end the watchdog (it finds nothing left to kill)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.close()
+        await asyncio.to_thread(proc.wait)

@@ -1,0 +1,120 @@
+"""``restartPolicy: OnFailure`` and ``Always`` over the embedded devnet: a container that fails
+keeps failing with its own exit code, is restarted again and again, and waits between two
+deployments in ``CrashLoopBackOff``, with the restart delay of the kubelet's back-off.
+
+The end-to-end test polls ``/status`` as interLink does (bounded, never a fixed sleep); the
+back-off's timing is checked with an injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from dmsgw.actors.pod import PodActor, PodPolicy, PodRecord
+from dmsgw.clock import NS_PER_SECOND
+from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS
+from tests.test_gateway_e2e import plugin
+from tests.test_gateway_pods import _container, _create, _pod
+
+__all__ = ["plugin"]
+
+RUNS_PER_DEPLOYMENT = 1 + DEVNET_TIMEOUTS.max_restarts
+"""The first run and the DMS's restarts in place (``one_for_one``) before the ensemble ends."""
+
+
+async def test_a_container_failing_under_on_failure_keeps_failing_and_restarting(
+    plugin: Any,
+) -> None:
+    client, _ = plugin
+    spec = _pod([_container("main", "echo run; sleep 0.1; exit 1")], policy="OnFailure")
+    await _create(client, spec)
+    seen: list[dict[str, Any]] = []
+    for _ in range(600):
+        resp = await client.get("/status", data=json.dumps([spec]))
+        assert resp.status == 200, await resp.text()
+        (status,) = await resp.json()
+        main = status["containers"][0]
+        seen.append(main)
+        if main["restartCount"] >= 2 * RUNS_PER_DEPLOYMENT:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"the container stopped restarting: {seen[-1]}")
+    ended = [s["state"]["terminated"] for s in seen if "terminated" in s["state"]]
+    # Reported terminated, the virtual kubelet would end the pod (Failed, or Succeeded for a
+    # code 0) and never ask about it again: between two runs it waits for its restart.
+    assert ended == [], ended
+    backing_off = [
+        s for s in seen if s["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
+    ]
+    assert backing_off, "never seen backing off"
+    for s in [*backing_off, seen[-1]]:
+        assert s["lastState"]["terminated"]["exitCode"] == 1
+        assert s["lastState"]["terminated"]["reason"] == "Error"
+    await client.post("/delete", data=json.dumps(spec))
+
+
+class _Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now_ns = 1_000 * NS_PER_SECOND
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def advance(self, seconds: float) -> None:
+        self.now_ns += int(seconds * NS_PER_SECOND)
+
+
+def _pod_actor(clock: _Clock) -> PodActor:
+    """A PodActor that is never started: only its restart bookkeeping is exercised."""
+
+    def unused(*_: Any, **__: Any) -> Any:
+        raise AssertionError("not reached")
+
+    record = PodRecord(uid="u", namespace="default", name="p", jid="j", request=b"{}")
+    return PodActor(
+        record,
+        invoke=unused,
+        store=unused,  # type: ignore[arg-type]
+        translate=unused,
+        snapshot=unused,
+        snapshots={},
+        on_deleted=unused,
+        policy=PodPolicy(),
+        clock=clock,
+    )
+
+
+def _restart_after(actor: PodActor, clock: _Clock, ran_s: float) -> float:
+    """The delay before the next deployment, once the current one ran ``ran_s`` and ended."""
+    actor.record.running_ns = clock()
+    clock.advance(ran_s)
+    return actor._count_restart()
+
+
+@pytest.mark.parametrize("ran_s", [0.0, 5.0, 599.0])
+def test_restarts_in_a_row_back_off_as_the_kubelet_does(ran_s: float) -> None:
+    clock = _Clock()
+    actor = _pod_actor(clock)
+    delays = [_restart_after(actor, clock, ran_s) for _ in range(8)]
+    assert delays == [10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0]
+    assert actor.record.restarts == 8
+
+
+def test_a_deployment_that_ran_ten_minutes_resets_the_back_off() -> None:
+    clock = _Clock()
+    actor = _pod_actor(clock)
+    assert [_restart_after(actor, clock, 1.0) for _ in range(4)] == [10.0, 20.0, 40.0, 80.0]
+    assert _restart_after(actor, clock, 600.0) == 10.0
+    assert _restart_after(actor, clock, 1.0) == 20.0
+    # A deployment that never ran (it failed to deploy) does not reset it.
+    actor.record.running_ns = 0
+    clock.advance(3600.0)
+    assert actor._count_restart() == 40.0
+    assert actor.record.restarts == 7
