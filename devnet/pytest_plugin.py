@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest

@@ -22,10 +22,10 @@ import pytest
 
 from dmsgw.cli import main
 from dmsgw.devnet import state
+from dmsgw.devnet.confinement import unprivileged
 from dmsgw.devnet.devnet import node_key
 from dmsgw.keys.did import DID
 from dmsgw.keys.ucan import load_context
-from dmsgw.devnet.confinement import unprivileged
 
 STARTUP_S = 20.0
 
