@@ -30,11 +30,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# mypy cannot see through the editable install's import hook, so it reads the checkout
-# through a link named like the package.
+# Imports inside the package are relative, so mypy reads the checkout as the package it is,
+# from its parent directory. A checkout whose directory name is not a Python name (a clone into
+# dms-gateway/) is read through a link named like the package instead.
+PKGDIR := $(notdir $(CURDIR))
 typecheck: $(STAMP)
-	mkdir -p $(VENV)/src && ln -sfn ../.. $(VENV)/src/dmsgw
-	MYPYPATH=$(VENV)/src $(BIN)/mypy -p dmsgw
+	@if echo '$(PKGDIR)' | grep -Eq '^[A-Za-z_][A-Za-z0-9_]*$$'; then \
+		cd .. && '$(CURDIR)/$(BIN)/mypy' --config-file '$(CURDIR)/pyproject.toml' '$(PKGDIR)'; \
+	else \
+		mkdir -p $(VENV)/src && ln -sfn ../.. $(VENV)/src/dmsgw && \
+		cd $(VENV)/src && '$(CURDIR)/$(BIN)/mypy' --config-file '$(CURDIR)/pyproject.toml' dmsgw; \
+	fi
 
 pytest: $(STAMP)
 	$(BIN)/pytest

@@ -1,5 +1,5 @@
 """``python -m dmsgw`` is the ``dmsgw`` command."""
 
-from dmsgw.cli import main
+from .cli import main
 
 raise SystemExit(main())

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import pykka
 
-from dmsgw.actors.base import ActorExit, ExitHook, MailboxFullError
+from .base import ActorExit, ExitHook, MailboxFullError
 
 A = TypeVar("A", bound="AsyncActor")
 

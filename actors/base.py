@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Protocol
 import pykka
 from pykka.messages import _ActorStop
 
-from dmsgw.actors.bridge import CallbackFuture
-from dmsgw.errors import DmsgwError
+from ..errors import DmsgwError
+from .bridge import CallbackFuture
 
 
 class MailboxFullError(DmsgwError, queue.Full):

@@ -11,8 +11,8 @@ from typing import Any
 
 import pykka
 
-from dmsgw.actors.base import Ref
-from dmsgw.errors import DmsgwError
+from ..errors import DmsgwError
+from .base import Ref
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from dmsgw.clock import NS_PER_SECOND, FixedClock
+from ..clock import NS_PER_SECOND, FixedClock
 
 
 class Cancellable(Protocol):

@@ -12,7 +12,7 @@ import random
 from collections import deque
 from collections.abc import Sequence
 
-from dmsgw.clock import NS_PER_SECOND, Clock
+from ..clock import NS_PER_SECOND, Clock
 
 
 class Strategy(enum.Enum):

@@ -14,10 +14,12 @@ from typing import Any
 
 import pykka
 
-from dmsgw.actors.base import Actor, ActorExit, ExitHook, Ref
-from dmsgw.actors.registry import Registry
-from dmsgw.actors.scheduler import Scheduler, ThreadScheduler
-from dmsgw.actors.supervision import (
+from ..clock import Clock, system_clock
+from ..errors import DmsgwError
+from .base import Actor, ActorExit, ExitHook, Ref
+from .registry import Registry
+from .scheduler import Scheduler, ThreadScheduler
+from .supervision import (
     Backoff,
     Escalate,
     Forget,
@@ -27,8 +29,6 @@ from dmsgw.actors.supervision import (
     Strategy,
     SupervisorState,
 )
-from dmsgw.clock import Clock, system_clock
-from dmsgw.errors import DmsgwError
 
 log = logging.getLogger(__name__)
 

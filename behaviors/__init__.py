@@ -7,7 +7,7 @@ payload models live in one module per DMS behavior group (:mod:`.peers`, :mod:`.
 :mod:`.volume`, :mod:`.logger`).
 """
 
-from dmsgw.behaviors.catalog import (
+from .catalog import (
     BY_NAMESPACE,
     CATALOG,
     Behavior,
@@ -16,7 +16,7 @@ from dmsgw.behaviors.catalog import (
     WireModel,
     get_behavior,
 )
-from dmsgw.behaviors.ensemble import (
+from .ensemble import (
     AllocationConfig,
     AllocationKey,
     ContractConfig,
@@ -33,16 +33,16 @@ from dmsgw.behaviors.ensemble import (
     SupervisorConfig,
     VolumeConfig,
 )
-from dmsgw.behaviors.ensemble_validation import (
+from .ensemble_validation import (
     EnsembleError,
     EnsembleValidationError,
     Problem,
     check_ensemble,
     validate_ensemble,
 )
-from dmsgw.behaviors.ensemble_yaml import EnsembleYamlError, load_ensemble_yaml, parse_ensemble_yaml
-from dmsgw.behaviors.resources import CPU, GPU, RAM, Disk, ResourceError, Resources
-from dmsgw.behaviors.status import DeploymentStatus, EnsembleManifest, is_terminal
+from .ensemble_yaml import EnsembleYamlError, load_ensemble_yaml, parse_ensemble_yaml
+from .resources import CPU, GPU, RAM, Disk, ResourceError, Resources
+from .status import DeploymentStatus, EnsembleManifest, is_terminal
 
 __all__ = [
     "BY_NAMESPACE",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from dmsgw.behaviors.status import AllocationInfo
-from dmsgw.transport.gojson import STRING, GoStruct, SliceOf, StructOf, go_field
+from ..gojson import STRING, GoStruct, SliceOf, StructOf, go_field
+from .status import AllocationInfo
 
 __all__ = ["AllocationsListResponse"]
 

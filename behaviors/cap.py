@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from dmsgw.keys.did import DID
-from dmsgw.keys.ucan.token import TokenList
-from dmsgw.transport.gojson import BOOL, STRING, GoStruct, SliceOf, StructOf, go_field
+from ..gojson import BOOL, STRING, GoStruct, SliceOf, StructOf, go_field
+from ..keys.did import DID
+from ..keys.ucan.token import TokenList
 
 __all__ = [
     "CapAnchorRequest",

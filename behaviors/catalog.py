@@ -21,15 +21,16 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Protocol, Self
 
-from dmsgw.behaviors.allocations import AllocationsListResponse
-from dmsgw.behaviors.cap import (
+from ..errors import DmsgwError
+from .allocations import AllocationsListResponse
+from .cap import (
     CapAnchorRequest,
     CapAnchorResponse,
     CapListRequest,
     CapListResponse,
     CapTokenAnchorRequest,
 )
-from dmsgw.behaviors.deployment import (
+from .deployment import (
     DeploymentDeleteRequest,
     DeploymentDeleteResponse,
     DeploymentInfoRequest,
@@ -51,16 +52,16 @@ from dmsgw.behaviors.deployment import (
     UpdateDeploymentRequest,
     UpdateDeploymentResponse,
 )
-from dmsgw.behaviors.logger import LoggerConfigRequest, LoggerConfigResponse
-from dmsgw.behaviors.node_resources import ResourcesResponse
-from dmsgw.behaviors.onboarding import (
+from .logger import LoggerConfigRequest, LoggerConfigResponse
+from .node_resources import ResourcesResponse
+from .onboarding import (
     OffboardRequest,
     OffboardResponse,
     OnboardRequest,
     OnboardResponse,
     OnboardStatusResponse,
 )
-from dmsgw.behaviors.peers import (
+from .peers import (
     PeerAddrInfoResponse,
     PeerConnectRequest,
     PeerConnectResponse,
@@ -70,8 +71,8 @@ from dmsgw.behaviors.peers import (
     PingRequest,
     PingResponse,
 )
-from dmsgw.behaviors.public import DiscoveryStatusResponse, HelloResponse, PublicStatusResponse
-from dmsgw.behaviors.volume import (
+from .public import DiscoveryStatusResponse, HelloResponse, PublicStatusResponse
+from .volume import (
     CreateVolumeRequest,
     CreateVolumeResponse,
     DeleteVolumeRequest,
@@ -79,7 +80,6 @@ from dmsgw.behaviors.volume import (
     StartVolumeRequest,
     StartVolumeResponse,
 )
-from dmsgw.errors import DmsgwError
 
 __all__ = [
     "BY_NAMESPACE",

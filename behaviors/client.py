@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from dmsgw.behaviors.catalog import BY_NAMESPACE, Behavior, WireModel, get_behavior
-from dmsgw.behaviors.ensemble import EnsembleConfig, EnsembleConfigV1
-from dmsgw.behaviors.status import AllocationManifest
-from dmsgw.errors import DmsgwError
-from dmsgw.transport.gojson import GoDecodeError, encode_any
+from ..errors import DmsgwError
+from ..gojson import GoDecodeError, encode_any
+from .catalog import BY_NAMESPACE, Behavior, WireModel, get_behavior
+from .ensemble import EnsembleConfig, EnsembleConfigV1
+from .status import AllocationManifest
 
 M = TypeVar("M", bound=WireModel)
 
@@ -102,7 +102,7 @@ def _ensemble(value: Any) -> EnsembleConfig:
     if isinstance(value, EnsembleConfigV1):
         return EnsembleConfig(value)
     if isinstance(value, (str, Path)):
-        from dmsgw.behaviors.ensemble_yaml import load_ensemble_yaml
+        from .ensemble_yaml import load_ensemble_yaml
 
         return load_ensemble_yaml(Path(value))
     if isinstance(value, Mapping):

@@ -12,11 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Self
 
-from dmsgw.behaviors.ensemble import EnsembleConfig
-from dmsgw.behaviors.gotime import GO_TIME, ZERO_TIME
-from dmsgw.behaviors.resources import Resources
-from dmsgw.behaviors.status import AllocationInfo, AllocationResourceUsage, EnsembleManifest
-from dmsgw.transport.gojson import (
+from ..gojson import (
     ANY,
     BOOL,
     INT64,
@@ -30,6 +26,10 @@ from dmsgw.transport.gojson import (
     go_field,
     unmarshal,
 )
+from .ensemble import EnsembleConfig
+from .gotime import GO_TIME, ZERO_TIME
+from .resources import Resources
+from .status import AllocationInfo, AllocationResourceUsage, EnsembleManifest
 
 __all__ = [
     "AllocationDetails",

@@ -19,8 +19,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from dmsgw.behaviors.resources import Resources
-from dmsgw.transport.gojson import (
+from ..gojson import (
     ANY,
     BOOL,
     BYTES,
@@ -34,6 +33,7 @@ from dmsgw.transport.gojson import (
     StructOf,
     go_field,
 )
+from .resources import Resources
 
 __all__ = [
     "AllocationConfig",

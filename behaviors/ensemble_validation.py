@@ -18,7 +18,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from dmsgw.behaviors.ensemble import (
+from ..errors import DmsgwError
+from .ensemble import (
     AllocationConfig,
     AllocationFailureRecovery,
     AllocationType,
@@ -35,7 +36,6 @@ from dmsgw.behaviors.ensemble import (
     SupervisorStrategy,
     VolumeConfig,
 )
-from dmsgw.errors import DmsgwError
 
 __all__ = [
     "EnsembleError",

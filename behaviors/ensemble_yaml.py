@@ -47,16 +47,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dmsgw.behaviors.ensemble import (
-    AllocationFailureRecovery,
-    EnsembleConfig,
-    EnsembleConfigV1,
-    NodeFailureRecovery,
-)
-from dmsgw.behaviors.ensemble_validation import EnsembleError, Problem, validate_ensemble
-from dmsgw.behaviors.goyaml import YamlSyntaxError, load_yaml
-from dmsgw.behaviors.units import UnitError, parse_bytes, parse_clock_hz, parse_go_duration
-from dmsgw.transport.gojson import (
+from ..gojson import (
     ANY,
     BOOL,
     BYTES,
@@ -72,6 +63,15 @@ from dmsgw.transport.gojson import (
     SliceOf,
     StructOf,
 )
+from .ensemble import (
+    AllocationFailureRecovery,
+    EnsembleConfig,
+    EnsembleConfigV1,
+    NodeFailureRecovery,
+)
+from .ensemble_validation import EnsembleError, Problem, validate_ensemble
+from .goyaml import YamlSyntaxError, load_yaml
+from .units import UnitError, parse_bytes, parse_clock_hz, parse_go_duration
 
 __all__ = ["EnsembleYamlError", "load_ensemble_yaml", "parse_ensemble_yaml"]
 

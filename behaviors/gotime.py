@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dmsgw.transport.gojson import STRING, DecodeContext, GoDecodeError, GoType
+from ..gojson import STRING, DecodeContext, GoDecodeError, GoType
 
 __all__ = ["GO_TIME", "ZERO_TIME"]
 

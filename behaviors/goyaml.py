@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from dmsgw.errors import DmsgwError
+from ..errors import DmsgwError
 
 __all__ = ["YamlSyntaxError", "load_yaml"]
 

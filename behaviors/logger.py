@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dmsgw.transport.gojson import BOOL, INT64, STRING, GoStruct, Ptr, go_field
+from ..gojson import BOOL, INT64, STRING, GoStruct, Ptr, go_field
 
 __all__ = ["LoggerConfigRequest", "LoggerConfigResponse"]
 

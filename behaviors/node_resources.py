@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from dmsgw.behaviors.resources import Resources
-from dmsgw.transport.gojson import BOOL, STRING, GoStruct, StructOf, go_field
+from ..gojson import BOOL, STRING, GoStruct, StructOf, go_field
+from .resources import Resources
 
 __all__ = ["ResourcesResponse"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from dmsgw.behaviors.gotime import GO_TIME, ZERO_TIME
-from dmsgw.behaviors.resources import Resources
-from dmsgw.transport.gojson import BOOL, STRING, GoStruct, StructOf, go_field
+from ..gojson import BOOL, STRING, GoStruct, StructOf, go_field
+from .gotime import GO_TIME, ZERO_TIME
+from .resources import Resources
 
 __all__ = [
     "OffboardRequest",

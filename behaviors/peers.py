@@ -10,8 +10,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from dmsgw.behaviors.gotime import GO_TIME, ZERO_TIME
-from dmsgw.transport.gojson import ANY, INT64, STRING, GoStruct, MapOf, SliceOf, StructOf, go_field
+from ..gojson import ANY, INT64, STRING, GoStruct, MapOf, SliceOf, StructOf, go_field
+from .gotime import GO_TIME, ZERO_TIME
 
 __all__ = [
     "PeerAddrInfoResponse",

@@ -14,9 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Self
 
-from dmsgw.behaviors.resources import Resources
-from dmsgw.keys.did import DID
-from dmsgw.transport.gojson import (
+from ..gojson import (
     ANY,
     BOOL,
     STRING,
@@ -29,6 +27,8 @@ from dmsgw.transport.gojson import (
     encode_any,
     go_field,
 )
+from ..keys.did import DID
+from .resources import Resources
 
 __all__ = [
     "DiscoveryNetwork",

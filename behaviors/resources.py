@@ -18,9 +18,8 @@ import struct
 from collections import Counter
 from collections.abc import Iterable
 
-from dmsgw.behaviors.units import format_bytes, format_hz
-from dmsgw.errors import DmsgwError
-from dmsgw.transport.gojson import (
+from ..errors import DmsgwError
+from ..gojson import (
     FLOAT32,
     FLOAT64,
     INT64,
@@ -32,6 +31,7 @@ from dmsgw.transport.gojson import (
     format_float32,
     go_field,
 )
+from .units import format_bytes, format_hz
 
 __all__ = [
     "CPU",

@@ -17,10 +17,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 
-from dmsgw.behaviors.ensemble import HealthCheckManifest, Location, SubnetConfig
-from dmsgw.behaviors.resources import Resources
-from dmsgw.transport.envelope import Handle
-from dmsgw.transport.gojson import (
+from ..gojson import (
     BOOL,
     FLOAT64,
     INT64,
@@ -32,6 +29,9 @@ from dmsgw.transport.gojson import (
     StructOf,
     go_field,
 )
+from ..transport.envelope import Handle
+from .ensemble import HealthCheckManifest, Location, SubnetConfig
+from .resources import Resources
 
 __all__ = [
     "AllocationInfo",

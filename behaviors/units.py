@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 
-from dmsgw.errors import DmsgwError
+from ..errors import DmsgwError
 
 __all__ = [
     "UnitError",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dmsgw.transport.gojson import BOOL, STRING, GoStruct, go_field
+from ..gojson import BOOL, STRING, GoStruct, go_field
 
 __all__ = [
     "CreateVolumeRequest",

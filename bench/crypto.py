@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from dmsgw.clock import FixedClock
+from dmsgw.gojson import marshal
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.id import ID
@@ -26,7 +27,6 @@ from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import Action, CapabilityContext, TokenList, unmarshal_token_list
 from dmsgw.keys.ucan import token as token_module
 from dmsgw.transport import envelope as env
-from dmsgw.transport.gojson import marshal
 from dmsgw.transport.security import SecurityContext
 
 NOW = 1_767_225_600 * 10**9

@@ -28,12 +28,12 @@ import aiohttp
 
 import dmsgw
 from dmsgw.devnet.devnet import Devnet, node_key
+from dmsgw.gojson import marshal
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import Action, CapabilityContext
 from dmsgw.transport import envelope as env
-from dmsgw.transport.gojson import marshal
 from dmsgw.transport.rest import RestTransport
 from dmsgw.transport.security import SecurityContext
 

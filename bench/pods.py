@@ -50,15 +50,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from dmsgw.actors.gateway import (
-    Gateway,
-    GatewayBackend,
-    GatewayParts,
-    unknown_pod_status,
-)
-from dmsgw.actors.pod import PodPolicy, snapshot_of
-from dmsgw.actors.resources import ResourceActor
-from dmsgw.actors.store import PodStore
 from dmsgw.behaviors.deployment import (
     DeploymentListResponse,
     DeploymentLogsResponse,
@@ -67,13 +58,22 @@ from dmsgw.behaviors.deployment import (
     DeploymentStatusResponse,
     NewDeploymentResponse,
 )
-from dmsgw.behaviors.pod_ensemble import TranslationOptions, pod_to_ensemble
-from dmsgw.behaviors.run_markers import STARTED_MARKER
 from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.clock import system_clock
-from dmsgw.config import load_config
-from dmsgw.transport.interlink import RetrievedPodData, parse_create_body
-from dmsgw.transport.plugin_server import Metrics, PluginServer
+from dmsgw.interlink.bodies import RetrievedPodData, parse_create_body
+from dmsgw.interlink.config import load_config
+from dmsgw.interlink.gateway import (
+    Gateway,
+    GatewayBackend,
+    GatewayParts,
+    unknown_pod_status,
+)
+from dmsgw.interlink.pod import PodPolicy, snapshot_of
+from dmsgw.interlink.pod_ensemble import TranslationOptions, pod_to_ensemble
+from dmsgw.interlink.resources import ResourceActor
+from dmsgw.interlink.run_markers import STARTED_MARKER
+from dmsgw.interlink.server import Metrics, PluginServer
+from dmsgw.interlink.store import PodStore
 
 RSS_TARGET_KIB = 64
 P99_TARGET = 2.0

@@ -20,14 +20,14 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from dmsgw.clock import NS_PER_SECOND, Clock
-from dmsgw.devnet.network import Network
-from dmsgw.devnet.protocol import REPLY_PREFIX, Spec
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.did import DID
-from dmsgw.transport import envelope as env
-from dmsgw.transport.envelope import Envelope, Handle
-from dmsgw.transport.security import SecurityContext, SecurityError
+from ..clock import NS_PER_SECOND, Clock
+from ..errors import DmsgwError
+from ..keys.did import DID
+from ..transport import envelope as env
+from ..transport.envelope import Envelope, Handle
+from ..transport.security import SecurityContext, SecurityError
+from .network import Network
+from .protocol import REPLY_PREFIX, Spec
 
 log = logging.getLogger(__name__)
 

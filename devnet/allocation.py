@@ -20,11 +20,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from dmsgw.behaviors.status import AllocationStatus
-from dmsgw.devnet.actor import Actor
-from dmsgw.devnet.executor import OOM_ERROR, Execution, ProcessExecutor
-from dmsgw.devnet.node import DmsNode
-from dmsgw.devnet.protocol import (
+from ..behaviors.status import AllocationStatus
+from ..transport.envelope import Envelope, Handle
+from .actor import Actor
+from .executor import OOM_ERROR, Execution, ProcessExecutor
+from .node import DmsNode
+from .protocol import (
     ALLOCATION_LOGS,
     ALLOCATION_RESTART,
     ALLOCATION_SHUTDOWN,
@@ -37,9 +38,8 @@ from dmsgw.devnet.protocol import (
     OkResponse,
     allocation_status_behavior,
 )
-from dmsgw.devnet.sandbox import SandboxError, SandboxPlan
-from dmsgw.devnet.timeouts import Timeouts
-from dmsgw.transport.envelope import Envelope, Handle
+from .sandbox import SandboxError, SandboxPlan
+from .timeouts import Timeouts
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,10 @@ import dataclasses
 import random
 from collections.abc import Mapping
 
-from dmsgw.behaviors.ensemble import EnsembleConfigV1
-from dmsgw.devnet.actor import Actor
-from dmsgw.devnet.protocol import (
+from ..behaviors.ensemble import EnsembleConfigV1
+from ..transport.envelope import Envelope, Handle, HandleError
+from .actor import Actor
+from .protocol import (
     BID_REPLY,
     BID_REQUEST,
     BID_REQUEST_TOPIC,
@@ -33,8 +34,7 @@ from dmsgw.devnet.protocol import (
     bid_is_valid,
     location_satisfies,
 )
-from dmsgw.devnet.resources import total
-from dmsgw.transport.envelope import Envelope, Handle, HandleError
+from .resources import total
 
 
 def bid_requests(config: EnsembleConfigV1) -> list[BidRequestV1]:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dmsgw.errors import DmsgwError
+from ..errors import DmsgwError
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,14 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
-from dmsgw.devnet.changes import ChangeFeed
-from dmsgw.devnet.confinement import (
+from ..clock import NS_PER_SECOND, Clock, system_clock
+from ..keys.crypto import Ed25519PrivKey
+from ..keys.did import DID
+from ..keys.trust import provider_from_private_key
+from ..keys.ucan.context import CapabilityContext
+from ..keys.ucan.token import Action, TokenList
+from .changes import ChangeFeed
+from .confinement import (
     RunAs,
     Watchdog,
     check_reachable,
@@ -45,23 +50,18 @@ from dmsgw.devnet.confinement import (
     make_work_dir,
     stale_work_dirs,
 )
-from dmsgw.devnet.executor import ProcessExecutor, probe_isolation, remove_tree
-from dmsgw.devnet.handlers import install_basic_behaviors
-from dmsgw.devnet.handlers_deployment import Deployments
-from dmsgw.devnet.handlers_node import install_node_behaviors
-from dmsgw.devnet.network import Network
-from dmsgw.devnet.node import DmsNode
-from dmsgw.devnet.protocol import PEER_CAPABILITIES, PEER_TOPICS
-from dmsgw.devnet.provider import Provider
-from dmsgw.devnet.resources import NodeProfile, ResourceLedger, default_profiles
-from dmsgw.devnet.rest import make_app
-from dmsgw.devnet.sandbox import Isolation
-from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS, Timeouts
-from dmsgw.keys.crypto import Ed25519PrivKey
-from dmsgw.keys.did import DID
-from dmsgw.keys.trust import provider_from_private_key
-from dmsgw.keys.ucan.context import CapabilityContext
-from dmsgw.keys.ucan.token import Action, TokenList
+from .executor import ProcessExecutor, probe_isolation, remove_tree
+from .handlers import install_basic_behaviors
+from .handlers_deployment import Deployments
+from .handlers_node import install_node_behaviors
+from .network import Network
+from .node import DmsNode
+from .protocol import PEER_CAPABILITIES, PEER_TOPICS
+from .provider import Provider
+from .resources import NodeProfile, ResourceLedger, default_profiles
+from .rest import make_app
+from .sandbox import Isolation
+from .timeouts import DEVNET_TIMEOUTS, Timeouts
 
 T = TypeVar("T")
 

@@ -42,10 +42,10 @@ from typing import Any
 
 import aiohttp
 
-from dmsgw.behaviors.ensemble import HealthCheckManifest
-from dmsgw.devnet.confinement import RunAs, Watchdog, child_setup
-from dmsgw.devnet.protocol import AllocationDeploymentConfig
-from dmsgw.devnet.sandbox import (
+from ..behaviors.ensemble import HealthCheckManifest
+from .confinement import RunAs, Watchdog, child_setup
+from .protocol import AllocationDeploymentConfig
+from .sandbox import (
     Isolation,
     Mount,
     SandboxError,

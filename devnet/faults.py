@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from dmsgw.devnet.allocation import Allocation
-from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
-from dmsgw.devnet.network import FaultRule
-from dmsgw.errors import DmsgwError
+from ..errors import DmsgwError
+from .allocation import Allocation
+from .devnet import BackgroundDevnet, Devnet
+from .network import FaultRule
 
 T = TypeVar("T")
 

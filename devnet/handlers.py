@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dmsgw.behaviors.peers import (
+from ..behaviors.peers import (
     PeerAddrInfoResponse,
     PeerConnectRequest,
     PeerConnectResponse,
@@ -16,9 +16,9 @@ from dmsgw.behaviors.peers import (
     PingRequest,
     PingResponse,
 )
-from dmsgw.behaviors.public import HelloResponse
-from dmsgw.devnet.node import DmsNode
-from dmsgw.transport.envelope import Envelope
+from ..behaviors.public import HelloResponse
+from ..transport.envelope import Envelope
+from .node import DmsNode
 
 
 def install_basic_behaviors(node: DmsNode) -> None:

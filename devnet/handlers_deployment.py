@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from dmsgw.behaviors.deployment import (
+from ..behaviors.deployment import (
     DeploymentInfo,
     DeploymentListRequest,
     DeploymentListResponse,
@@ -31,17 +31,17 @@ from dmsgw.behaviors.deployment import (
     NewDeploymentRequest,
     NewDeploymentResponse,
 )
-from dmsgw.behaviors.ensemble_validation import validate_ensemble
-from dmsgw.behaviors.status import DeploymentStatus
-from dmsgw.clock import NS_PER_SECOND
-from dmsgw.devnet.actor import InvokeError
-from dmsgw.devnet.changes import ChangeFeed
-from dmsgw.devnet.node import DmsNode
-from dmsgw.devnet.orchestrator import Orchestrator
-from dmsgw.devnet.protocol import DeploymentError
-from dmsgw.devnet.timeouts import Timeouts
-from dmsgw.devnet.times import parse_rfc3339, rfc3339
-from dmsgw.transport.envelope import Envelope
+from ..behaviors.ensemble_validation import validate_ensemble
+from ..behaviors.status import DeploymentStatus
+from ..clock import NS_PER_SECOND
+from ..transport.envelope import Envelope
+from .actor import InvokeError
+from .changes import ChangeFeed
+from .node import DmsNode
+from .orchestrator import Orchestrator
+from .protocol import DeploymentError
+from .timeouts import Timeouts
+from .times import parse_rfc3339, rfc3339
 
 MIN_DEPLOYMENT_S = 59.0
 """``MinDeploymentTime``: a wire rule, not a devnet timing, so it is never shortened."""

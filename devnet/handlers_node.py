@@ -13,24 +13,24 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from dmsgw.behaviors.allocations import AllocationsListResponse
-from dmsgw.behaviors.cap import CapListRequest, CapListResponse
-from dmsgw.behaviors.node_resources import ResourcesResponse
-from dmsgw.behaviors.onboarding import (
+from ..behaviors.allocations import AllocationsListResponse
+from ..behaviors.cap import CapListRequest, CapListResponse
+from ..behaviors.node_resources import ResourcesResponse
+from ..behaviors.onboarding import (
     OffboardResponse,
     OnboardingConfig,
     OnboardRequest,
     OnboardResponse,
     OnboardStatusResponse,
 )
-from dmsgw.behaviors.public import PublicStatusResponse
-from dmsgw.behaviors.resources import ResourceError, Resources
-from dmsgw.behaviors.status import AllocationInfo
-from dmsgw.devnet.node import DmsNode
-from dmsgw.devnet.provider import Provider
-from dmsgw.devnet.resources import NodeProfile, ResourceLedger
-from dmsgw.devnet.times import rfc3339
-from dmsgw.transport.envelope import Envelope
+from ..behaviors.public import PublicStatusResponse
+from ..behaviors.resources import ResourceError, Resources
+from ..behaviors.status import AllocationInfo
+from ..transport.envelope import Envelope
+from .node import DmsNode
+from .provider import Provider
+from .resources import NodeProfile, ResourceLedger
+from .times import rfc3339
 
 
 def _gpu_indexes(text: str) -> list[int]:

@@ -15,18 +15,18 @@ import os
 from collections.abc import Coroutine
 from typing import Any
 
-from dmsgw.clock import Clock, system_clock
-from dmsgw.devnet.actor import Actor, Dropped, Handler, Journal
-from dmsgw.devnet.network import Network
-from dmsgw.devnet.protocol import catalog_spec
-from dmsgw.keys.crypto import Ed25519PrivKey, PrivKey
-from dmsgw.keys.did import DID
-from dmsgw.keys.id import ID
-from dmsgw.keys.peer import peer_id_from_public_key
-from dmsgw.keys.trust import provider_from_private_key
-from dmsgw.keys.ucan.context import CapabilityContext
-from dmsgw.transport.envelope import Address, Envelope, Handle
-from dmsgw.transport.security import SecurityContext
+from ..clock import Clock, system_clock
+from ..keys.crypto import Ed25519PrivKey, PrivKey
+from ..keys.did import DID
+from ..keys.id import ID
+from ..keys.peer import peer_id_from_public_key
+from ..keys.trust import provider_from_private_key
+from ..keys.ucan.context import CapabilityContext
+from ..transport.envelope import Address, Envelope, Handle
+from ..transport.security import SecurityContext
+from .actor import Actor, Dropped, Handler, Journal
+from .network import Network
+from .protocol import catalog_spec
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from dmsgw.behaviors.ensemble import AllocationType, EnsembleConfigV1, NodeConfig
-from dmsgw.behaviors.status import (
+from ..behaviors.ensemble import AllocationType, EnsembleConfigV1, NodeConfig
+from ..behaviors.status import (
     AllocationInfo,
     AllocationManifest,
     AllocationStatus,
@@ -36,13 +36,14 @@ from dmsgw.behaviors.status import (
     EnsembleManifest,
     NodeManifest,
 )
-from dmsgw.clock import NS_PER_SECOND
-from dmsgw.devnet.actor import Actor, InvokeError
-from dmsgw.devnet.bidding import bid_round
-from dmsgw.devnet.changes import ChangeFeed
-from dmsgw.devnet.node import DmsNode
-from dmsgw.devnet.placement import Placed, start_waves
-from dmsgw.devnet.protocol import (
+from ..clock import NS_PER_SECOND
+from ..transport.envelope import Envelope
+from .actor import Actor, InvokeError
+from .bidding import bid_round
+from .changes import ChangeFeed
+from .node import DmsNode
+from .placement import Placed, start_waves
+from .protocol import (
     ALLOCATE,
     ALLOCATION_LOGS,
     ALLOCATION_SHUTDOWN,
@@ -67,9 +68,8 @@ from dmsgw.devnet.protocol import (
     allocation_status_behavior,
     full_allocation_id,
 )
-from dmsgw.devnet.supervisor import Supervisor
-from dmsgw.devnet.timeouts import Timeouts
-from dmsgw.transport.envelope import Envelope
+from .supervisor import Supervisor
+from .timeouts import Timeouts
 
 log = logging.getLogger(__name__)
 

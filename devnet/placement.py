@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from dmsgw.behaviors.ensemble import AllocationConfig
-from dmsgw.behaviors.status import AllocationStatus
-from dmsgw.devnet.protocol import DeploymentError, manifest_key
-from dmsgw.transport.envelope import Handle
+from ..behaviors.ensemble import AllocationConfig
+from ..behaviors.status import AllocationStatus
+from ..transport.envelope import Handle
+from .protocol import DeploymentError, manifest_key
 
 
 @dataclasses.dataclass

@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from dmsgw.behaviors.catalog import get_behavior
-from dmsgw.behaviors.ensemble import (
+from ..behaviors.catalog import get_behavior
+from ..behaviors.ensemble import (
     AllocationKey,
     HealthCheckManifest,
     Location,
@@ -24,13 +24,9 @@ from dmsgw.behaviors.ensemble import (
     SpecConfig,
     VolumeConfig,
 )
-from dmsgw.behaviors.resources import Resources
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.crypto import KeyFormatError, PrivKey
-from dmsgw.keys.did import DID
-from dmsgw.keys.peer import PeerIDError, public_key_from_peer_id
-from dmsgw.transport.envelope import Handle
-from dmsgw.transport.gojson import (
+from ..behaviors.resources import Resources
+from ..errors import DmsgwError
+from ..gojson import (
     BOOL,
     BYTES,
     INT64,
@@ -44,6 +40,10 @@ from dmsgw.transport.gojson import (
     go_field,
     marshal,
 )
+from ..keys.crypto import KeyFormatError, PrivKey
+from ..keys.did import DID
+from ..keys.peer import PeerIDError, public_key_from_peer_id
+from ..transport.envelope import Handle
 
 # --- behavior names (dms/behaviors) --------------------------------------------------------
 

@@ -20,12 +20,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from dmsgw.behaviors.resources import ResourceError
-from dmsgw.clock import NS_PER_SECOND
-from dmsgw.devnet.allocation import Allocation
-from dmsgw.devnet.executor import ProcessExecutor
-from dmsgw.devnet.node import DmsNode
-from dmsgw.devnet.protocol import (
+from ..behaviors.resources import ResourceError
+from ..clock import NS_PER_SECOND
+from ..transport.envelope import Envelope
+from .allocation import Allocation
+from .executor import ProcessExecutor
+from .node import DmsNode
+from .protocol import (
     ALLOCATE,
     BID_REQUEST,
     COMMIT,
@@ -43,9 +44,8 @@ from dmsgw.devnet.protocol import (
     location_satisfies,
     sign_bid,
 )
-from dmsgw.devnet.resources import NodeProfile, ResourceLedger
-from dmsgw.devnet.timeouts import Timeouts
-from dmsgw.transport.envelope import Envelope
+from .resources import NodeProfile, ResourceLedger
+from .timeouts import Timeouts
 
 PUBLIC_ADDRESS = "127.0.0.1"
 

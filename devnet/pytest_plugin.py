@@ -25,8 +25,8 @@ Fixtures:
     started as root runs them as an unprivileged user, who cannot reach a test's ``tmp_path``);
     removed afterwards.
 
-Only the standard library, pytest and :mod:`dmsgw.devnet.state` (standard library only) are
-imported until a fixture is used.
+Only the standard library, pytest and :mod:`dmsgw.behaviors.devnet_record` (standard library only)
+are imported until a fixture is used.
 """
 
 from __future__ import annotations
@@ -41,16 +41,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from dmsgw.devnet.state import GATEWAY_CAPABILITIES, GATEWAY_TOPICS
+from ..behaviors.devnet_record import GATEWAY_CAPABILITIES, GATEWAY_TOPICS
 
 if TYPE_CHECKING:
-    from dmsgw.behaviors.status import AllocationManifest
-    from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
-    from dmsgw.devnet.faults import Faults
-    from dmsgw.devnet.orchestrator import Orchestrator
-    from dmsgw.devnet.timeouts import Timeouts
-    from dmsgw.keys.crypto import PrivKey
-    from dmsgw.session import Node
+    from ..behaviors.session import Node
+    from ..behaviors.status import AllocationManifest
+    from ..keys.crypto import PrivKey
+    from .devnet import BackgroundDevnet, Devnet
+    from .faults import Faults
+    from .orchestrator import Orchestrator
+    from .timeouts import Timeouts
 
 T = TypeVar("T")
 
@@ -166,16 +166,16 @@ class DevnetHandle:
         """A client under a fresh key that holds no capability at all. Its calls are sent, to
         see the DMS drop them: given its own transport, the client does not look for a
         running ``dmsgw devnet up``, on which it would refuse them before sending."""
-        import dmsgw
-        from dmsgw.keys.crypto import generate_key_pair
-        from dmsgw.keys.trust import provider_from_private_key
-        from dmsgw.keys.ucan import CapabilityContext
-        from dmsgw.transport.rest import RestTransport
+        from ..behaviors.session import connect
+        from ..keys.crypto import generate_key_pair
+        from ..keys.trust import provider_from_private_key
+        from ..keys.ucan import CapabilityContext
+        from ..transport.rest import RestTransport
 
         key = generate_key_pair()
         context = CapabilityContext(provider_from_private_key(key))
         transport = RestTransport(self.url)
-        return dmsgw.connect(self.url, key=key, context=context, transport=transport, **options)
+        return connect(self.url, key=key, context=context, transport=transport, **options)
 
     def close(self) -> None:
         self.dms.close()
@@ -191,7 +191,7 @@ class EmbeddedDevnet(DevnetHandle):
     """The embedded devnet behind a :class:`DevnetHandle`, with fault injection."""
 
     def __init__(self, background: BackgroundDevnet, dms: Node, settle_s: float) -> None:
-        from dmsgw.devnet.faults import Faults
+        from .faults import Faults
 
         super().__init__(dms, background.devnet.urls[0], settle_s)
         self.background = background
@@ -239,17 +239,17 @@ class EmbeddedDevnet(DevnetHandle):
 def _granted_client(
     devnet: Devnet, node: int, caps: tuple[str, ...], key: PrivKey | None, **options: Any
 ) -> Node:
-    import dmsgw
-    from dmsgw.keys.crypto import generate_key_pair
-    from dmsgw.keys.did import DID
-    from dmsgw.keys.trust import provider_from_private_key
-    from dmsgw.keys.ucan import CapabilityContext
+    from ..behaviors.session import connect
+    from ..keys.crypto import generate_key_pair
+    from ..keys.did import DID
+    from ..keys.trust import provider_from_private_key
+    from ..keys.ucan import CapabilityContext
 
     key = key or generate_key_pair()
     subject = DID.from_public_key(key.public_key())
     grant = devnet.grant(subject, caps, topics=GATEWAY_TOPICS, node=node)
     context = CapabilityContext(provider_from_private_key(key), provide=grant)
-    return dmsgw.connect(devnet.urls[node], key=key, context=context, **options)
+    return connect(devnet.urls[node], key=key, context=context, **options)
 
 
 def start_embedded(
@@ -262,9 +262,9 @@ def start_embedded(
     """Start an embedded devnet connected as a granted gateway (``isolation``: ``namespace``
     or ``rewrite`` to force one, default the best available; ``timeouts``: default
     ``TEST_TIMEOUTS``)."""
-    from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
-    from dmsgw.devnet.sandbox import Isolation
-    from dmsgw.devnet.timeouts import TEST_TIMEOUTS
+    from .devnet import BackgroundDevnet, Devnet
+    from .sandbox import Isolation
+    from .timeouts import TEST_TIMEOUTS
 
     chosen = Isolation(isolation) if isolation else None
     devnet = Devnet(
@@ -287,11 +287,11 @@ def start_embedded(
 
 def connect_real(url: str) -> DevnetHandle:
     """A handle on the real DMS at ``url``, as the environment describes the gateway."""
-    import dmsgw
+    from ..behaviors.session import connect
 
     key = os.environ.get(KEY_ENV) or None
     context = os.environ.get(CONTEXT_ENV) or None
-    dms = dmsgw.connect(url, key=key, context=context)
+    dms = connect(url, key=key, context=context)
     return DevnetHandle(dms, url, float(os.environ.get(SETTLE_ENV) or REAL_SETTLE_S))
 
 
@@ -339,7 +339,7 @@ def embedded_devnet() -> Iterator[EmbeddedDevnet]:
 @pytest.fixture
 def host_dir() -> Iterator[Path]:
     """A host directory shared with the embedded devnet's allocations (see the module)."""
-    from dmsgw.devnet.confinement import unprivileged
+    from .confinement import unprivileged
 
     path = Path(tempfile.mkdtemp(prefix="dmsgw-host-"))
     if os.geteuid() == 0:  # the devnet's allocations run as this user

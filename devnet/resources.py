@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from dmsgw.behaviors.ensemble import Location
-from dmsgw.behaviors.resources import CPU, GPU, RAM, Disk, ResourceError, Resources
+from ..behaviors.ensemble import Location
+from ..behaviors.resources import CPU, GPU, RAM, Disk, ResourceError, Resources
 
 GIB = 1024**3
 GHZ = 1_000_000_000.0

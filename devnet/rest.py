@@ -15,11 +15,11 @@ import json
 
 from aiohttp import web
 
-from dmsgw.clock import NS_PER_SECOND
-from dmsgw.devnet.node import DmsNode
-from dmsgw.transport import envelope as env
-from dmsgw.transport.envelope import Envelope
-from dmsgw.transport.gojson import marshal
+from ..clock import NS_PER_SECOND
+from ..gojson import marshal
+from ..transport import envelope as env
+from ..transport.envelope import Envelope
+from .node import DmsNode
 
 API = "/api/v1/actor"
 

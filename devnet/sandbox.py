@@ -48,9 +48,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from dmsgw.devnet.confinement import RunAs
-from dmsgw.devnet.protocol import AllocationDeploymentConfig
-from dmsgw.errors import DmsgwError
+from ..errors import DmsgwError
+from .confinement import RunAs
+from .protocol import AllocationDeploymentConfig
 
 WRAPPER_NAME = "dmsgw-allocation"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

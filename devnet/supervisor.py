@@ -16,19 +16,19 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dmsgw.behaviors.ensemble import AllocationConfig, AllocationFailureRecovery
-from dmsgw.behaviors.status import AllocationStatus
-from dmsgw.clock import NS_PER_SECOND
-from dmsgw.devnet.actor import Actor, InvokeError
-from dmsgw.devnet.node import DmsNode
-from dmsgw.devnet.placement import Placed, start_waves
-from dmsgw.devnet.protocol import (
+from ..behaviors.ensemble import AllocationConfig, AllocationFailureRecovery
+from ..behaviors.status import AllocationStatus
+from ..clock import NS_PER_SECOND
+from .actor import Actor, InvokeError
+from .node import DmsNode
+from .placement import Placed, start_waves
+from .protocol import (
     ALLOCATION_RESTART,
     HEALTHCHECK,
     AllocationRequest,
     OkResponse,
 )
-from dmsgw.devnet.timeouts import Timeouts
+from .timeouts import Timeouts
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from dmsgw.clock import NS_PER_SECOND
+from ..clock import NS_PER_SECOND
 
 
 def rfc3339(ns: int) -> str:

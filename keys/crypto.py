@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.varint import VarintError, decode_uvarint, encode_uvarint
+from ..errors import DmsgwError
+from .varint import VarintError, decode_uvarint, encode_uvarint
 
 __all__ = [
     "Ed25519PrivKey",

@@ -12,16 +12,16 @@ from functools import lru_cache
 
 import base58
 
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.crypto import (
+from ..errors import DmsgwError
+from ..gojson import STRING, GoStruct, go_field
+from .crypto import (
     Ed25519PubKey,
     KeyFormatError,
     KeyType,
     PubKey,
     Secp256k1PubKey,
 )
-from dmsgw.keys.varint import VarintError, decode_uvarint, encode_uvarint
-from dmsgw.transport.gojson import STRING, GoStruct, go_field
+from .varint import VarintError, decode_uvarint, encode_uvarint
 
 KEY_PREFIX = "did:key:"
 
@@ -107,7 +107,7 @@ def parse_key_uri(uri: str) -> PubKey:
     except KeyFormatError as exc:
         raise DIDError(f"{uri!r}: {exc}") from None
     if codec == CODEC_ETH:
-        from dmsgw.keys.eth import EthPubKey
+        from .eth import EthPubKey
 
         try:
             key: PubKey = EthPubKey(raw)

@@ -12,8 +12,8 @@ compressed whatever was parsed); a signature is DER ECDSA over
 
 from __future__ import annotations
 
-from dmsgw.keys.crypto import KeyFormatError, KeyType, PubKey, Secp256k1PubKey
-from dmsgw.keys.keccak import keccak256
+from .crypto import KeyFormatError, KeyType, PubKey, Secp256k1PubKey
+from .keccak import keccak256
 
 __all__ = ["ETH_SIGN_MAGIC", "EthPubKey", "eth_message_hash"]
 

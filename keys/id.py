@@ -11,9 +11,8 @@ import dataclasses
 import functools
 from typing import Any
 
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.crypto import PubKey, marshal_public_key, unmarshal_public_key
-from dmsgw.transport.gojson import (
+from ..errors import DmsgwError
+from ..gojson import (
     STRING,
     DecodeContext,
     GoDecodeError,
@@ -23,6 +22,7 @@ from dmsgw.transport.gojson import (
     StructOf,
     go_field,
 )
+from .crypto import PubKey, marshal_public_key, unmarshal_public_key
 
 
 class IDError(DmsgwError):

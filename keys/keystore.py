@@ -37,9 +37,8 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.crypto import KeyFormatError, PrivKey, unmarshal_private_key
-from dmsgw.transport.gojson import (
+from ..errors import DmsgwError
+from ..gojson import (
     INT64,
     STRING,
     GoDecodeError,
@@ -49,6 +48,7 @@ from dmsgw.transport.gojson import (
     marshal,
     unmarshal,
 )
+from .crypto import KeyFormatError, PrivKey, unmarshal_private_key
 
 __all__ = [
     "DEFAULT_KEY_DIR",

@@ -6,9 +6,9 @@ import hashlib
 
 import base58
 
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.crypto import PubKey, marshal_public_key, unmarshal_public_key
-from dmsgw.keys.varint import VarintError, decode_uvarint, encode_uvarint
+from ..errors import DmsgwError
+from .crypto import PubKey, marshal_public_key, unmarshal_public_key
+from .varint import VarintError, decode_uvarint, encode_uvarint
 
 _IDENTITY = 0x00
 _SHA2_256 = 0x12

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.crypto import PrivKey, PubKey
-from dmsgw.keys.did import DID, DIDError
-from dmsgw.keys.id import ID
+from ..errors import DmsgwError
+from .crypto import PrivKey, PubKey
+from .did import DID, DIDError
+from .id import ID
 
 __all__ = [
     "Anchor",

@@ -1,7 +1,7 @@
 """Unsigned varints (multiformats / protobuf), as used by did:key codecs, multihashes and
 libp2p key protobufs."""
 
-from dmsgw.errors import DmsgwError
+from ..errors import DmsgwError
 
 
 class VarintError(DmsgwError):

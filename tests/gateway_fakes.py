@@ -18,10 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dmsgw.actors.gateway import Gateway, GatewayParts, job_id, unknown_pod_status
-from dmsgw.actors.node import DMSBehaviorError
-from dmsgw.actors.pod import POD_UID_KEY, PodPolicy, Translate, snapshot_of
-from dmsgw.actors.store import PodStore
 from dmsgw.behaviors.deployment import (
     DeploymentInfo,
     DeploymentListResponse,
@@ -31,14 +27,18 @@ from dmsgw.behaviors.deployment import (
     DeploymentStatusResponse,
     NewDeploymentResponse,
 )
+from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.behaviors.node_resources import ResourcesResponse
 from dmsgw.behaviors.peers import PeerAddrInfoResponse, PeersListResponse
-from dmsgw.behaviors.pod_ensemble import TranslationOptions, pod_to_ensemble
 from dmsgw.behaviors.resources import Resources
 from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.clock import FixedClock
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
-from dmsgw.transport.interlink import RetrievedPodData, parse_create_body, read_status_body
+from dmsgw.interlink.bodies import RetrievedPodData, parse_create_body, read_status_body
+from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id, unknown_pod_status
+from dmsgw.interlink.pod import POD_UID_KEY, PodPolicy, Translate, snapshot_of
+from dmsgw.interlink.pod_ensemble import TranslationOptions, pod_to_ensemble
+from dmsgw.interlink.store import PodStore
 from dmsgw.transport.rest import TransportError
 
 FAST = PodPolicy(poll_min_s=0.02, poll_max_s=0.1, retry_min_s=0.02, restart_min_s=0.02)

@@ -36,7 +36,7 @@ from dmsgw.behaviors.peers import PeersListResponse, PingRequest, PingResponse
 from dmsgw.behaviors.public import DiscoveryStatusResponse, HelloResponse
 from dmsgw.behaviors.resources import CPU, GPU, RAM, Disk
 from dmsgw.behaviors.status import AllocationStatus
-from dmsgw.transport.gojson import GoDecodeError
+from dmsgw.gojson import GoDecodeError
 
 GIB = 1 << 30
 PEER = "12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB"

@@ -1,4 +1,4 @@
-"""``dmsgw.behaviors.capacity``: the ping reply consolidating the free resources of DMS peers.
+"""``dmsgw.interlink.capacity``: the ping reply consolidating the free resources of DMS peers.
 
 The GPU class names are checked against the examples of NuNet's design (seed
 ``000_ec49260dc4413ad0.txt``): its ``dht/dump`` peers consolidate into
@@ -14,7 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dmsgw.behaviors.capacity import (
+from dmsgw.behaviors.resources import CPU, GPU, RAM, Resources
+from dmsgw.interlink.bodies import PingResponse
+from dmsgw.interlink.capacity import (
     GPU_RESOURCE_PREFIX,
     NVIDIA_GPU_RESOURCE,
     QUALIFIED_GPU_PREFIX,
@@ -24,8 +26,6 @@ from dmsgw.behaviors.capacity import (
     gpu_resource_name,
     parse_gpu_resource_name,
 )
-from dmsgw.behaviors.resources import CPU, GPU, RAM, Resources
-from dmsgw.transport.interlink import PingResponse
 
 MIB = 1 << 20
 GIB = 1 << 30

@@ -15,15 +15,17 @@ from typing import Any
 
 import pytest
 
-from dmsgw import cli, cli_cap, cli_key
+from dmsgw import cli
+from dmsgw.cli import cap as cli_cap
+from dmsgw.cli import key as cli_key
 from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.gojson import marshal
 from dmsgw.keys import keystore
 from dmsgw.keys.did import DID
 from dmsgw.keys.keystore import KeyStore
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import Action, Token, TokenList, load_context, unmarshal_token_list
 from dmsgw.transport import envelope as env
-from dmsgw.transport.gojson import marshal
 from dmsgw.transport.security import SecurityContext
 from tests.conftest import load_vector
 

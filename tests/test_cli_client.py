@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from dmsgw.behaviors import devnet_record as state
 from dmsgw.cli import main
-from dmsgw.cli_client import Console, reply_json
-from dmsgw.devnet import state
+from dmsgw.cli.client import Console, reply_json
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from dmsgw import cli, cli_key
+from dmsgw import cli
+from dmsgw.cli import key as cli_key
 from dmsgw.keys import keystore
 from tests.conftest import load_vector
 

@@ -20,14 +20,14 @@ from dmsgw import cli
 def test_each_family_adds_the_commands_the_table_gives_it(module: str) -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
-    importlib.import_module(f"dmsgw.{module}").register(sub)
+    importlib.import_module(f"dmsgw.cli.{module}").register(sub)
     assert set(sub.choices) == {c for c, m in cli.COMMANDS.items() if m == module}
 
 
 def test_a_client_command_does_not_import_the_gateway() -> None:
     probe = (
         "import sys; from dmsgw.cli import build_parser; build_parser('invoke'); "
-        "print(sorted(m for m in ('dmsgw.config', 'dmsgw.cli_serve', 'dmsgw.cli_cap') "
+        "print(sorted(m for m in ('dmsgw.interlink.config', 'dmsgw.cli.serve', 'dmsgw.cli.cap') "
         "if m in sys.modules))"
     )
     result = subprocess.run(

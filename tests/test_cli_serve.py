@@ -1,6 +1,6 @@
 """``dmsgw serve`` as an operator runs it: a real process, stopped by a signal.
 
-The gateway actors are replaced by a fake ``dmsgw.actors.gateway`` module put in
+The gateway actors are replaced by a fake ``dmsgw.interlink.gateway`` module put in
 ``sys.modules`` before ``dmsgw.cli.main`` runs, so that the command's lazy import, its
 configuration, its output and its shutdown are the real ones. The tests wait for the printed
 lines, never for a fixed time.
@@ -28,7 +28,7 @@ FAKE_GATEWAY = """
 import os, sys, types
 from dmsgw import cli
 from dmsgw.errors import DmsgwError
-from dmsgw.transport.interlink import PingResponse
+from dmsgw.interlink.bodies import PingResponse
 
 class Backend:
     async def create(self, pods):
@@ -50,9 +50,9 @@ async def start_backend(config, *, metrics):
     metrics.gauge("fake_capacity", "Pods the fake offers.").set(config.pods_capacity)
     return Backend()
 
-module = types.ModuleType("dmsgw.actors.gateway")
+module = types.ModuleType("dmsgw.interlink.gateway")
 module.start_backend = start_backend
-sys.modules["dmsgw.actors.gateway"] = module
+sys.modules["dmsgw.interlink.gateway"] = module
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -192,10 +192,11 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_missing_backend_module_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(sys.modules, "dmsgw.actors.gateway", None)
+    monkeypatch.setitem(sys.modules, "dmsgw.interlink.gateway", None)
     assert cli.main(["serve"]) == 2
     assert capsys.readouterr().err == (
-        "dmsgw: error: serve: this build has no gateway backend (dmsgw.actors.gateway is missing)\n"
+        "dmsgw: error: serve: this build has no gateway backend "
+        "(dmsgw.interlink.gateway is missing)\n"
     )
 
 
@@ -203,10 +204,10 @@ def test_missing_backend_module_is_one_line(
 def test_backend_module_without_start_backend_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(sys.modules, "dmsgw.actors.gateway", types.ModuleType("gateway"))
+    monkeypatch.setitem(sys.modules, "dmsgw.interlink.gateway", types.ModuleType("gateway"))
     assert cli.main(["serve"]) == 2
     assert capsys.readouterr().err == (
-        "dmsgw: error: serve: dmsgw.actors.gateway has no start_backend()\n"
+        "dmsgw: error: serve: dmsgw.interlink.gateway has no start_backend()\n"
     )
 
 

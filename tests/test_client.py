@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import dmsgw
-from dmsgw.actors.node import DMSBehaviorError, NotGrantedError
+from dmsgw.behaviors import devnet_record as state
 from dmsgw.behaviors.catalog import UnknownBehaviorError
 from dmsgw.behaviors.client import (
     AllocationLogs,
@@ -21,10 +21,10 @@ from dmsgw.behaviors.client import (
     build_namespaces,
 )
 from dmsgw.behaviors.deployment import DeploymentLogsResponse, DeploymentManifestResponse
+from dmsgw.behaviors.node import DMSBehaviorError, NotGrantedError
 from dmsgw.behaviors.peers import PeersListResponse
 from dmsgw.behaviors.status import AllocationManifest, EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND
-from dmsgw.devnet import state
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID

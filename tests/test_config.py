@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from dmsgw.config import (
+from dmsgw.interlink.config import (
     SETTINGS,
     ConfigError,
     GatewayConfig,
     configure_logging,
     load_config,
 )
-from dmsgw.transport.plugin_server import ListenAddress
+from dmsgw.interlink.server import ListenAddress
 
 TOKEN = "tok-5f1e0c9a7b3d"
 PASSPHRASE = "correct horse battery staple"

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from dmsgw.actors.logs import lines_after, read_logs
-from dmsgw.actors.node import DMSBehaviorError
-from dmsgw.actors.pod import PodRecord, read_runs
-from dmsgw.behaviors.container_runs import Runs
 from dmsgw.behaviors.deployment import DeploymentLogsResponse
-from dmsgw.behaviors.run_markers import Marker, markers, strip_marker
-from dmsgw.transport.interlink import ContainerLogOpts
+from dmsgw.behaviors.node import DMSBehaviorError
+from dmsgw.interlink.bodies import ContainerLogOpts
+from dmsgw.interlink.container_runs import Runs
+from dmsgw.interlink.logs import lines_after, read_logs
+from dmsgw.interlink.pod import PodRecord, read_runs
+from dmsgw.interlink.run_markers import Marker, markers, strip_marker
 
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from dmsgw.behaviors import devnet_record as state
 from dmsgw.cli import main
-from dmsgw.devnet import state
 from dmsgw.devnet.confinement import unprivileged
 from dmsgw.devnet.devnet import node_key
 from dmsgw.keys.did import DID

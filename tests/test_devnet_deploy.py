@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.actors.node import DMSBehaviorError
 from dmsgw.behaviors.client import ClientArgumentError
+from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.behaviors.resources import Resources
 from dmsgw.devnet.pytest_plugin import (
     SMALL_RESOURCES,

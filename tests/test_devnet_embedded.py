@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from dmsgw.actors.node import DMSBehaviorError
+from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.pytest_plugin import (
@@ -27,11 +27,11 @@ from dmsgw.devnet.pytest_plugin import (
     start_embedded,
 )
 from dmsgw.devnet.sandbox import Isolation
+from dmsgw.gojson import marshal
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import CapabilityContext
 from dmsgw.transport import envelope as env
-from dmsgw.transport.gojson import marshal
 from dmsgw.transport.rest import DMSTimeoutError, TransportError
 from dmsgw.transport.security import SecurityContext
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from dmsgw.behaviors.pod_ensemble import POD_NODE, pod_to_ensemble
 from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.pytest_plugin import EmbeddedDevnet, start_embedded
 from dmsgw.devnet.sandbox import Isolation
-from dmsgw.transport.interlink import RetrievedPodData
+from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.interlink.pod_ensemble import POD_NODE, pod_to_ensemble
 
 ISOLATIONS = sorted({Isolation.REWRITE, asyncio.run(probe_isolation())})
 TOKEN = base64.b64encode(b"s3cr3t\n").decode()

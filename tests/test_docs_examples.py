@@ -277,7 +277,7 @@ def test_the_examples_of(doc: Path, newcomer: Newcomer, monkeypatch: pytest.Monk
 
 
 def _close_clients(session: dict[str, Any]) -> None:
-    from dmsgw.session import Node
+    from dmsgw.behaviors.session import Node
 
     for value in session.values():
         if isinstance(value, Node):

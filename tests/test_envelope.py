@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmsgw.clock import FixedClock
+from dmsgw.gojson import marshal
 from dmsgw.keys.crypto import Ed25519PrivKey, Secp256k1PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.id import ID
 from dmsgw.transport import envelope as env
-from dmsgw.transport.gojson import marshal
 
 NOW = FixedClock(1_795_000_000 * 10**9)
 DMS_KEY = Ed25519PrivKey(bytes(range(32)))

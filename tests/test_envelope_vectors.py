@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from dmsgw.clock import FixedClock
+from dmsgw.gojson import marshal
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.transport import envelope as env
-from dmsgw.transport.gojson import marshal
 from tests.conftest import load_vector
 
 DATA = load_vector("envelopes.json")

@@ -22,8 +22,9 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dmsgw.transport import interlink, k8s
-from dmsgw.transport.interlink import (
+from dmsgw.interlink import bodies as interlink
+from dmsgw.interlink import k8s
+from dmsgw.interlink.bodies import (
     CreateStruct,
     LogStruct,
     PingResponse,
@@ -31,7 +32,7 @@ from dmsgw.transport.interlink import (
     PodStatus,
     RetrievedPodData,
 )
-from dmsgw.transport.plugin_server import (
+from dmsgw.interlink.server import (
     CLIENT_GONE,
     Health,
     ListenAddress,

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from dmsgw.actors.gateway import GatewayBackend, job_id, start_backend
-from dmsgw.actors.pod import PodPolicy
-from dmsgw.config import load_config
-from dmsgw.transport.plugin_server import Metrics, PluginServer
+from dmsgw.interlink.config import load_config
+from dmsgw.interlink.gateway import GatewayBackend, job_id, start_backend
+from dmsgw.interlink.pod import PodPolicy
+from dmsgw.interlink.server import Metrics, PluginServer
 
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
 FAST = PodPolicy(poll_min_s=0.05, poll_max_s=0.2, retry_min_s=0.05, restart_min_s=0.05)
@@ -200,7 +200,7 @@ async def test_pods_resume_after_a_restart_of_the_gateway(tmp_path: Path) -> Non
     config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
     first = await start_backend(config, metrics=Metrics())
     spec = pod("55555555-2222-3333-4444-555555555555", args="sleep 30")
-    from dmsgw.transport.interlink import parse_create_body
+    from dmsgw.interlink.bodies import parse_create_body
 
     await first.create(
         parse_create_body(json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode())

@@ -17,19 +17,19 @@ from typing import Any
 
 import pytest
 
-from dmsgw.actors.gateway import ORPHAN_GRACE_S, OWNER_KEY, Gateway, start_backend
-from dmsgw.actors.pod import POD_UID_KEY, Phase
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.config import load_config
 from dmsgw.devnet.devnet import Devnet
+from dmsgw.interlink.bodies import parse_create_body
+from dmsgw.interlink.config import load_config
+from dmsgw.interlink.gateway import ORPHAN_GRACE_S, OWNER_KEY, Gateway, start_backend
+from dmsgw.interlink.pod import POD_UID_KEY, Phase
+from dmsgw.interlink.server import Metrics
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
 from dmsgw.keys.keystore import KeyStore
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import CapabilityContext
 from dmsgw.keys.ucan.store import save_context
-from dmsgw.transport.interlink import parse_create_body
-from dmsgw.transport.plugin_server import Metrics
 from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, poll, uid, until
 
 GRACE = ORPHAN_GRACE_S

@@ -20,18 +20,18 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestClient, TestServer
 
-from dmsgw.actors.gateway import Gateway, GatewayBackend, catalog_translation, start_backend
-from dmsgw.actors.node import DMSBehaviorError
-from dmsgw.actors.pod import DEPLOYMENT_LOST, Phase, deployment_unknown
-from dmsgw.actors.resources import GpuCatalog, ResourceActor
 from dmsgw.actors.supervision import Backoff, Intensity
+from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.behaviors.resources import GPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.config import load_config
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
-from dmsgw.transport.interlink import PingResponse
-from dmsgw.transport.plugin_server import (
+from dmsgw.interlink.bodies import PingResponse
+from dmsgw.interlink.config import load_config
+from dmsgw.interlink.gateway import Gateway, GatewayBackend, catalog_translation, start_backend
+from dmsgw.interlink.pod import DEPLOYMENT_LOST, Phase, deployment_unknown
+from dmsgw.interlink.resources import GpuCatalog, ResourceActor
+from dmsgw.interlink.server import (
     BackendGaveUpError,
     ListenAddress,
     Metrics,
@@ -359,7 +359,7 @@ async def test_serve_reports_not_ready_then_fails_when_the_backend_gives_up() ->
 GIVING_UP_GATEWAY = """
 import asyncio, sys, types
 from dmsgw import cli
-from dmsgw.transport.interlink import PingResponse
+from dmsgw.interlink.bodies import PingResponse
 
 class Backend:
     def __init__(self):
@@ -376,9 +376,9 @@ class Backend:
 async def start_backend(config, *, metrics):
     return Backend()
 
-module = types.ModuleType("dmsgw.actors.gateway")
+module = types.ModuleType("dmsgw.interlink.gateway")
 module.start_backend = start_backend
-sys.modules["dmsgw.actors.gateway"] = module
+sys.modules["dmsgw.interlink.gateway"] = module
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dmsgw.behaviors.pod_ensemble import METADATA_POD_UID
 from dmsgw.behaviors.status import DeploymentStatus
+from dmsgw.interlink.pod_ensemble import METADATA_POD_UID
 from tests.test_gateway_e2e import plugin, wait_state
 
 __all__ = ["plugin"]  # the fixture, re-exported for pytest

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from dmsgw.actors.pod import PodActor, PodPolicy, PodRecord
 from dmsgw.clock import NS_PER_SECOND
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS
+from dmsgw.interlink.pod import PodActor, PodPolicy, PodRecord
 from tests.test_gateway_e2e import plugin
 from tests.test_gateway_pods import _container, _create, _pod
 

@@ -1,4 +1,4 @@
-"""``dmsgw.transport.gojson`` against Go ``encoding/json``, rule by rule.
+"""``dmsgw.gojson`` against Go ``encoding/json``, rule by rule.
 
 Expected outputs are Go's: either from the golden vectors the DMS Go code produced
 (``tests/vectors``), or from Go's own sources and tests (``encoding/json`` ``floatEncoder`` and
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dmsgw.transport.gojson import (
+from dmsgw.gojson import (
     ANY,
     BOOL,
     BYTES,

@@ -24,9 +24,7 @@ from hypothesis import strategies as st
 
 from dmsgw.behaviors.deployment import DeploymentListResponse
 from dmsgw.behaviors.ensemble import EnsembleConfig
-from dmsgw.keys.ucan import TokenList
-from dmsgw.transport.envelope import Envelope
-from dmsgw.transport.gojson import (
+from dmsgw.gojson import (
     ANY,
     BYTES,
     FLOAT64,
@@ -46,8 +44,10 @@ from dmsgw.transport.gojson import (
     marshal_without,
     unmarshal,
 )
-from dmsgw.transport.gojson.parse import json_kind, parse
-from dmsgw.transport.gojson.structs import decode_struct, fast_struct, zero_struct
+from dmsgw.gojson.parse import json_kind, parse
+from dmsgw.gojson.structs import decode_struct, fast_struct, zero_struct
+from dmsgw.keys.ucan import TokenList
+from dmsgw.transport.envelope import Envelope
 from tests.conftest import load_vector
 from tests.test_ensemble import FULL_JSON
 from tests.test_gojson import EVERYTHING_ZERO, Everything, Inner

@@ -1,4 +1,4 @@
-"""Property tests for ``dmsgw.transport.gojson``: round trips and invariants over random values.
+"""Property tests for ``dmsgw.gojson``: round trips and invariants over random values.
 
 Deterministic (``derandomize``, no example database) and kept small so the suite stays fast.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dmsgw.transport.gojson import (
+from dmsgw.gojson import (
     ANY,
     BOOL,
     BYTES,
@@ -38,12 +38,12 @@ from dmsgw.transport.gojson import (
     marshal,
     unmarshal,
 )
-from dmsgw.transport.gojson.base64 import (
+from dmsgw.gojson.base64 import (
     CorruptInputError,
     go_base64_decode,
     go_base64_decode_exact,
 )
-from dmsgw.transport.gojson.floats import repr_digits, shortest_decimal
+from dmsgw.gojson.floats import repr_digits, shortest_decimal
 
 UINT64_MAX = (1 << 64) - 1
 INT64_MIN = -(1 << 63)

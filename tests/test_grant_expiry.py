@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 import dmsgw
-from dmsgw.actors.node import (
+from dmsgw.behaviors.catalog import get_behavior
+from dmsgw.behaviors.node import (
     CapabilityExpiredError,
     NodeActor,
     grant_expiry,
     seconds_until_grant_expiry,
 )
-from dmsgw.behaviors.catalog import get_behavior
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.rest import DmsApi
@@ -168,7 +168,7 @@ async def test_the_log_warns_a_week_a_day_and_an_hour_ahead_once_each(
             dms.clock.advance(700)  # past the cached token's life: each call signs anew
 
     try:
-        with caplog.at_level(logging.WARNING, logger="dmsgw.actors.node"):
+        with caplog.at_level(logging.WARNING, logger="dmsgw.behaviors.node"):
             await calls(3)
             dms.clock.advance(7 * HOUR)  # 22 h 25 min left
             await calls(3)

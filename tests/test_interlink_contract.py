@@ -2,7 +2,7 @@
 
 interLink 0.6.2 (``pkg/interlink/types.go``) sends the bodies in ``tests/data/interlink`` and
 decodes our replies with Go's ``encoding/json``. The replies are decoded here with
-``dmsgw.transport.gojson`` (a rule-for-rule port of that decoder) into mirrors of the Go types,
+``dmsgw.gojson`` (a rule-for-rule port of that decoder) into mirrors of the Go types,
 declared below with their exact JSON tags, so a key or type mismatch fails as it would in Go.
 """
 
@@ -24,8 +24,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from dmsgw.errors import DmsgwError
-from dmsgw.transport import interlink, k8s
-from dmsgw.transport.gojson import (
+from dmsgw.gojson import (
     BOOL,
     INT64,
     STRING,
@@ -40,7 +39,9 @@ from dmsgw.transport.gojson import (
     marshal,
     unmarshal,
 )
-from dmsgw.transport.interlink import (
+from dmsgw.interlink import bodies as interlink
+from dmsgw.interlink import k8s
+from dmsgw.interlink.bodies import (
     MAX_PODS_PER_REQUEST,
     AcceleratorResponse,
     CreateStruct,
@@ -57,7 +58,7 @@ from dmsgw.transport.interlink import (
     parse_status_body,
     read_status_body,
 )
-from dmsgw.transport.k8s import wire_json
+from dmsgw.interlink.k8s import wire_json
 
 DATA = Path(__file__).parent / "data" / "interlink"
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
@@ -876,7 +877,7 @@ def test_mutated_valid_bodies_raise_only_plugin_errors(
 
 
 def test_remembered_status_bodies_are_bounded_by_their_bytes() -> None:
-    from dmsgw.transport.interlink import _BodyMemo
+    from dmsgw.interlink.bodies import _BodyMemo
 
     memo = _BodyMemo(max_entries=100, max_bytes=600)
     for i in range(12):

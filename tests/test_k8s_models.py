@@ -1,4 +1,4 @@
-"""``dmsgw.transport.k8s``: quantities and times as apimachinery reads and writes them, and pods
+"""``dmsgw.interlink.k8s``: quantities and times as apimachinery reads and writes them, and pods
 as interLink sends them.
 
 Quantity expectations are the cases of apimachinery's ``quantity_test.go`` (``TestQuantityParse``,
@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from dmsgw.errors import DmsgwError
-from dmsgw.transport import k8s
-from dmsgw.transport.k8s import (
+from dmsgw.interlink import k8s
+from dmsgw.interlink.k8s import (
     ConfigMap,
     ContainerState,
     ContainerStateRunning,

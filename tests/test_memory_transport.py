@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import dmsgw
-from dmsgw.actors.node import NotGrantedError
+from dmsgw.behaviors.node import NotGrantedError
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.rest import DmsApi
 from dmsgw.keys.crypto import Ed25519PrivKey

@@ -19,8 +19,8 @@ from aiohttp import ClientSession, UnixConnector, web
 from aiohttp.test_utils import TestClient
 
 from dmsgw.errors import DmsgwError
-from dmsgw.transport import k8s
-from dmsgw.transport.interlink import (
+from dmsgw.interlink import k8s
+from dmsgw.interlink.bodies import (
     CreateStruct,
     LogStruct,
     PingResponse,
@@ -29,7 +29,7 @@ from dmsgw.transport.interlink import (
     ResourcesResponse,
     RetrievedPodData,
 )
-from dmsgw.transport.plugin_server import (
+from dmsgw.interlink.server import (
     SESSION_HEADER,
     AddressError,
     BackendUnavailable,

@@ -1,4 +1,4 @@
-"""``dmsgw.behaviors.pod_status``: DMS deployment state as the pod's container statuses.
+"""``dmsgw.interlink.pod_status``: DMS deployment state as the pod's container statuses.
 
 The rules checked are those the virtual kubelet relies on (``interlink-plugin.md`` §3.2):
 every container reported, init containers in order, a failed init container terminating the
@@ -14,12 +14,6 @@ from typing import Any
 
 import pytest
 
-from dmsgw.behaviors.pod_status import (
-    NOT_RUN_EXIT_CODE,
-    ContainerObservation,
-    container_statuses,
-    pod_status,
-)
 from dmsgw.behaviors.status import (
     AllocationInfo,
     AllocationManifest,
@@ -27,7 +21,14 @@ from dmsgw.behaviors.status import (
     EnsembleManifest,
 )
 from dmsgw.errors import DmsgwError
-from dmsgw.transport import interlink, k8s
+from dmsgw.interlink import bodies as interlink
+from dmsgw.interlink import k8s
+from dmsgw.interlink.pod_status import (
+    NOT_RUN_EXIT_CODE,
+    ContainerObservation,
+    container_statuses,
+    pod_status,
+)
 
 DATA = Path(__file__).parent / "data" / "interlink"
 NOW = datetime(2026, 7, 14, 10, 5, tzinfo=UTC)

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from dmsgw.clock import FixedClock
+from dmsgw.gojson import marshal
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.id import ID
 from dmsgw.keys.ucan import CapabilityContext, TokenList
 from dmsgw.transport import envelope as env
-from dmsgw.transport.gojson import marshal
 from dmsgw.transport.preflight import Stage, preflight
 from tests.test_ucan_vectors import CASES, EXPECTED_REASONS, KEYS, NOW_2026, TOKENS
 

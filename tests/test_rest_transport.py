@@ -10,9 +10,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from dmsgw.clock import FixedClock
+from dmsgw.gojson import marshal
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.transport import envelope as env
-from dmsgw.transport.gojson import marshal
 from dmsgw.transport.rest import (
     DMSRequestError,
     DMSTimeoutError,

@@ -21,15 +21,15 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from dmsgw.actors.gateway import GatewayBackend, start_backend
-from dmsgw.actors.pod import PodPolicy
-from dmsgw.actors.store import PodStore
-from dmsgw.config import ConfigError, configure_logging, load_config
+from dmsgw.interlink.config import ConfigError, configure_logging, load_config
+from dmsgw.interlink.gateway import GatewayBackend, start_backend
+from dmsgw.interlink.pod import PodPolicy
+from dmsgw.interlink.server import Metrics, PluginServer
+from dmsgw.interlink.store import PodStore
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.keystore import KeyStore, ScryptParams, WrongPassphraseError
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import CapabilityContext, save_context
-from dmsgw.transport.plugin_server import Metrics, PluginServer
 
 PASSPHRASE = "pass-phrase-7Hq2-never-logged"
 TOKEN = "bearer-token-Zk81-never-logged"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.devnet import state
+from dmsgw.behaviors import devnet_record as state
+from dmsgw.behaviors.session import ConnectSettingError, resolve_url
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
@@ -20,7 +21,6 @@ from dmsgw.keys.keystore import KeyStore
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import CapabilityContext
 from dmsgw.keys.ucan.store import save_context
-from dmsgw.session import ConnectSettingError, resolve_url
 from dmsgw.transport.rest import DEFAULT_URL
 
 KEY = Ed25519PrivKey(bytes(range(70, 102)))

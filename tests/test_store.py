@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.actors.store import PodStore, StoreError, pack, unpack
+from dmsgw.interlink.store import PodStore, StoreError, pack, unpack
 
 
 async def test_records_survive_a_reopen(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ async def test_an_older_world_readable_state_is_tightened_on_open(
     wal.write_bytes(b"")
     for file in (path, wal):
         file.chmod(0o644)
-    with caplog.at_level(logging.WARNING, logger="dmsgw.actors.store"):
+    with caplog.at_level(logging.WARNING, logger="dmsgw.interlink.store"):
         store = PodStore(path)
     assert store.load_all() == [{"uid": "a"}]
     assert (_mode(directory), _mode(path), _mode(wal)) == (0o700, 0o600, 0o600)
@@ -108,7 +108,7 @@ async def test_a_shared_directory_is_left_alone_but_the_state_is_private(
     private without changing the operator's directory."""
     tmp_path.chmod(0o755)
     (tmp_path / "notes.txt").write_text("not the gateway's")
-    with caplog.at_level(logging.WARNING, logger="dmsgw.actors.store"):
+    with caplog.at_level(logging.WARNING, logger="dmsgw.interlink.store"):
         store = PodStore(tmp_path / "gw.sqlite3")
     await store.put("a", {"uid": "a"})
     assert _mode(tmp_path) == 0o755

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.gojson import GoDecodeError, marshal
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.id import ID
@@ -26,7 +27,6 @@ from dmsgw.keys.ucan import (
     implies,
     unmarshal_token_list,
 )
-from dmsgw.transport.gojson import GoDecodeError, marshal
 from tests.conftest import load_vector
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

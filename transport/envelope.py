@@ -12,13 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dmsgw.clock import Clock, system_clock
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.crypto import KeyFormatError, KeyType, PrivKey, PubKey
-from dmsgw.keys.did import DID, DIDError
-from dmsgw.keys.id import ID, ID_TYPE
-from dmsgw.keys.peer import PeerIDError, peer_id_from_public_key, public_key_from_peer_id
-from dmsgw.transport.gojson import (
+from ..clock import Clock, system_clock
+from ..errors import DmsgwError
+from ..gojson import (
     BYTES,
     STRING,
     UINT64,
@@ -31,6 +27,10 @@ from dmsgw.transport.gojson import (
     marshal,
     marshal_without,
 )
+from ..keys.crypto import KeyFormatError, KeyType, PrivKey, PubKey
+from ..keys.did import DID, DIDError
+from ..keys.id import ID, ID_TYPE
+from ..keys.peer import PeerIDError, peer_id_from_public_key, public_key_from_peer_id
 
 SIGNATURE_PREFIX = b"dms:msg:"
 DEFAULT_MESSAGE_TIMEOUT_NS = 30 * 1_000_000_000

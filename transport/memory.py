@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from dmsgw.transport.envelope import Envelope
-from dmsgw.transport.gojson import marshal
-from dmsgw.transport.rest import API_PREFIX, RestTransport
+from ..gojson import marshal
+from .envelope import Envelope
+from .rest import API_PREFIX, RestTransport
 
 
 class ApiEndpoint(Protocol):

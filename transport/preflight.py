@@ -14,11 +14,11 @@ import dataclasses
 import enum
 from collections.abc import Collection, Sequence
 
-from dmsgw.keys.ucan.cap import Capability
-from dmsgw.keys.ucan.context import CapabilityBlobError, CapabilityContext, ConsumeReport
-from dmsgw.keys.ucan.token import NotAuthorizedError, Rejection
-from dmsgw.transport import envelope as env
-from dmsgw.transport.envelope import Envelope, Handle
+from ..keys.ucan.cap import Capability
+from ..keys.ucan.context import CapabilityBlobError, CapabilityContext, ConsumeReport
+from ..keys.ucan.token import NotAuthorizedError, Rejection
+from . import envelope as env
+from .envelope import Envelope, Handle
 
 
 class Stage(enum.StrEnum):

@@ -15,10 +15,10 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from dmsgw.errors import DmsgwError
-from dmsgw.transport import envelope as env
-from dmsgw.transport.envelope import Envelope, Handle
-from dmsgw.transport.gojson import GoDecodeError, marshal
+from ..errors import DmsgwError
+from ..gojson import GoDecodeError, marshal
+from . import envelope as env
+from .envelope import Envelope, Handle
 
 DEFAULT_URL = "http://127.0.0.1:9999"
 API_PREFIX = "/api/v1/actor"

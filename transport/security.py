@@ -11,16 +11,16 @@ import dataclasses
 import threading
 from collections.abc import Sequence
 
-from dmsgw.clock import Clock, system_clock
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.crypto import PrivKey
-from dmsgw.keys.did import DID
-from dmsgw.keys.id import ID
-from dmsgw.keys.ucan.cap import Capability
-from dmsgw.keys.ucan.context import CapabilityBlobError, CapabilityContext
-from dmsgw.keys.ucan.token import NotAuthorizedError
-from dmsgw.transport import envelope as env
-from dmsgw.transport.envelope import Envelope
+from ..clock import Clock, system_clock
+from ..errors import DmsgwError
+from ..keys.crypto import PrivKey
+from ..keys.did import DID
+from ..keys.id import ID
+from ..keys.ucan.cap import Capability
+from ..keys.ucan.context import CapabilityBlobError, CapabilityContext
+from ..keys.ucan.token import NotAuthorizedError
+from . import envelope as env
+from .envelope import Envelope
 
 
 class SecurityError(DmsgwError):

@@ -1,7 +1,7 @@
 """DMS capability tokens and contexts (the DMS's ``lib/ucan``), with explanations of refusals."""
 
-from dmsgw.keys.ucan.cap import ROOT, Capability, implies, implies_any
-from dmsgw.keys.ucan.context import (
+from .cap import ROOT, Capability, implies, implies_any
+from .context import (
     MAX_CAPABILITY_SIZE,
     CapabilityBlobError,
     CapabilityContext,
@@ -10,14 +10,14 @@ from dmsgw.keys.ucan.context import (
     SelfSign,
     TokenOutcome,
 )
-from dmsgw.keys.ucan.store import (
+from .store import (
     CapabilityContextView,
     StoreError,
     default_cap_dir,
     load_context,
     save_context,
 )
-from dmsgw.keys.ucan.token import (
+from .token import (
     NONCE_LENGTH,
     SIGNATURE_PREFIX,
     Action,

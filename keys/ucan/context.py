@@ -19,12 +19,13 @@ import enum
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
-from dmsgw.clock import Clock, system_clock
-from dmsgw.keys.did import DID
-from dmsgw.keys.id import ID
-from dmsgw.keys.trust import Provider, TrustError, did_from_id
-from dmsgw.keys.ucan.cap import Capability, implies_any
-from dmsgw.keys.ucan.token import (
+from ...clock import Clock, system_clock
+from ...gojson import GoDecodeError
+from ..did import DID
+from ..id import ID
+from ..trust import Provider, TrustError, did_from_id
+from .cap import Capability, implies_any
+from .token import (
     Action,
     DMSToken,
     NotAuthorizedError,
@@ -39,7 +40,6 @@ from dmsgw.keys.ucan.token import (
     random_nonce,
     unmarshal_token_list,
 )
-from dmsgw.transport.gojson import GoDecodeError
 
 __all__ = [
     "MAX_CAPABILITY_SIZE",

@@ -16,12 +16,12 @@ import os
 import tempfile
 from pathlib import Path
 
-from dmsgw.clock import NS_PER_SECOND, Clock, system_clock
-from dmsgw.keys.did import DID
-from dmsgw.keys.trust import Provider
-from dmsgw.keys.ucan.context import CapabilityContext
-from dmsgw.keys.ucan.token import TokenList, UcanError
-from dmsgw.transport.gojson import GoDecodeError, GoStruct, SliceOf, StructOf, go_field
+from ...clock import NS_PER_SECOND, Clock, system_clock
+from ...gojson import GoDecodeError, GoStruct, SliceOf, StructOf, go_field
+from ..did import DID
+from ..trust import Provider
+from .context import CapabilityContext
+from .token import TokenList, UcanError
 
 __all__ = [
     "CAP_DIR_ENV",

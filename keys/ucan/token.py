@@ -21,11 +21,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from dmsgw.errors import DmsgwError
-from dmsgw.keys.did import DID
-from dmsgw.keys.trust import InvalidSignatureError, Provider, TrustError, get_anchor
-from dmsgw.keys.ucan.cap import Capability, implies_any
-from dmsgw.transport.gojson import (
+from ...errors import DmsgwError
+from ...gojson import (
     ANY,
     BYTES,
     STRING,
@@ -43,7 +40,10 @@ from dmsgw.transport.gojson import (
     marshal_without,
     unmarshal,
 )
-from dmsgw.transport.gojson.strings import encode_value_string
+from ...gojson.strings import encode_value_string
+from ..did import DID
+from ..trust import InvalidSignatureError, Provider, TrustError, get_anchor
+from .cap import Capability, implies_any
 
 __all__ = [
     "NONCE_LENGTH",

@@ -1,0 +1,122 @@
+"""``dmsgw serve``: the gateway as interLink's plugin (sidecar), until SIGTERM or Ctrl-C.
+
+It reads the configuration (:mod:`dmsgw.interlink.config`: flags, ``$DMSGW_*``, a TOML
+file), sets up the JSON-lines log on stderr, starts the backend, i.e. the gateway actors'
+``dmsgw.interlink.gateway.start_backend(config, metrics=…)``, imported only now so that the rest of
+the ``dmsgw`` command works without them, and runs :class:`~dmsgw.interlink.server.Serve`.
+Where it listens goes to stdout, one line each, as soon as both servers accept connections;
+``dmsgw serve: stopped`` follows a clean shutdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TextIO
+
+from ..errors import DmsgwError
+from ..interlink.config import CONFIG_ENV, SETTINGS, GatewayConfig, configure_logging, load_config
+from ..interlink.server import (
+    BackendFactory,
+    Metrics,
+    PluginBackend,
+    Serve,
+    ServeInfo,
+)
+
+BACKEND_MODULE = "dmsgw.interlink.gateway"
+StartBackend = Callable[..., Awaitable[PluginBackend]]
+
+log = logging.getLogger("dmsgw.serve")
+
+
+class ServeCliError(DmsgwError):
+    """``dmsgw serve`` cannot run (no backend in this build)."""
+
+
+def backend_starter() -> StartBackend:
+    """``start_backend`` of the gateway actors, or one clear line if this build lacks them."""
+    try:
+        module = importlib.import_module(BACKEND_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name == BACKEND_MODULE:
+            raise ServeCliError(
+                f"serve: this build has no gateway backend ({BACKEND_MODULE} is missing)"
+            ) from None
+        raise ServeCliError(
+            f"serve: cannot load the gateway backend: module {exc.name!r} is not installed"
+        ) from None
+    start: StartBackend | None = getattr(module, "start_backend", None)
+    if start is None:
+        raise ServeCliError(f"serve: {BACKEND_MODULE} has no start_backend()")
+    return start
+
+
+def serve(config: GatewayConfig, factory: BackendFactory, *, out: TextIO | None = None) -> int:
+    """Runs the gateway with the backend ``factory`` makes until SIGTERM/SIGINT."""
+    stdout = out if out is not None else sys.stdout
+    configure_logging(config.log_level, config.log_format, secrets=config.secret_values())
+    log.info("configuration", extra={"config": config.describe()})
+    runner = Serve(factory, config.server_options())
+    asyncio.run(runner.run(started=lambda info: _announce(info, config, stdout)))
+    print("dmsgw serve: stopped", file=stdout, flush=True)
+    return 0
+
+
+def _announce(info: ServeInfo, config: GatewayConfig, out: TextIO) -> None:
+    plugin = info.plugin
+    if plugin.path is None:
+        hint = f'interLink: SidecarURL "http://{plugin.host}", SidecarPort "{plugin.port}"'
+    else:
+        hint = f'interLink: SidecarURL "{plugin.url}"'
+    lines = [
+        f"dmsgw serve: listening on {plugin.url} ({hint})",
+        f"dmsgw serve: DMS {config.dms_url or 'embedded devnet'}",
+        f"dmsgw serve: health  {info.healthz}",
+        f"dmsgw serve: metrics {info.metrics}",
+        "dmsgw serve: SIGTERM or Ctrl-C stops it",
+    ]
+    print("\n".join(lines), file=out, flush=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    flags: dict[str, Any] = {setting.key: getattr(args, setting.key) for setting in SETTINGS}
+    config = load_config(config_file=args.config, flags=flags)
+    start_backend = backend_starter()
+
+    def factory(metrics: Metrics) -> Awaitable[PluginBackend]:
+        return start_backend(config, metrics=metrics)
+
+    return serve(config, factory)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the gateway: interLink's plugin API, offloading pods to the DMS",
+        description=(
+            "Run the NuNet plugin for interLink until SIGTERM or Ctrl-C. Each option can also "
+            "be set by the environment variable in brackets, or in the --config file by the "
+            "variable's name without DMSGW_, in lower case (pods_capacity = 500); flags win "
+            "over the environment, which wins over the file. Secrets come only from the "
+            "environment: $DMS_PASSPHRASE unlocks the key, $DMSGW_TOKEN (or --token-file) is "
+            "the bearer token the plugin API then requires; a non-loopback --listen or "
+            "--operator-listen needs one. Requests from web pages (Origin), for another host "
+            "name (Host) or with a body that is not application/json are refused."
+        ),
+    )
+    parser.add_argument(
+        "--config", metavar="FILE", help=f"TOML configuration file (default ${CONFIG_ENV})"
+    )
+    for setting in SETTINGS:
+        parser.add_argument(
+            setting.flag,
+            dest=setting.key,
+            metavar=setting.metavar,
+            help=f"{setting.help} [${setting.env}]",
+        )
+    parser.set_defaults(handler=_run)

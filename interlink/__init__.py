@@ -1,0 +1,1 @@
+"""The NuNet plugin for interLink."""

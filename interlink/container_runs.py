@@ -1,0 +1,192 @@
+"""One container's runs, as the PodActor learns them across polls: exit codes and restarts.
+
+Two sources feed it, and this ledger reconciles them without counting a run twice:
+
+* the wrapper's markers (:mod:`dmsgw.interlink.run_markers`) in the allocation's stderr, read
+  from where the previous read stopped: a start marker opens a run, an exit marker ends it
+  with its exit code; a start while a run is open means that run ended without a trace (its
+  wrapper was killed), with an unknown exit code;
+* the allocation's status in ``deployment/status``: a run still open when the allocation has
+  ``failed``, ``completed`` or was stopped, or when the deployment has ended, ended without a
+  marker (unknown exit code). A container that is not wrapped (no ``command``) has no markers,
+  so its runs are known from the statuses alone: ``running`` opens one, ``restarting`` ends
+  it; a restart between two polls goes unseen.
+
+Runs after the first in one ensemble are the DMS's own restarts of the allocation (after a
+failure under ``one_for_one``, or failed health checks); :meth:`Runs.next_ensemble` carries
+their count and the last run's end over to the pod's next deployment, whose runs start again.
+:meth:`Runs.observation` is what :func:`~dmsgw.interlink.pod_status.container_statuses` needs:
+the current run's exit code, the previous run as ``lastState``, the restart count.
+
+Pure and immutable; :meth:`Runs.to_map` / :meth:`Runs.from_map` persist it in the pod record
+(msgpack), where a missing or malformed field reads as its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..behaviors.status import AllocationStatus
+from . import k8s
+from .pod_status import FAILED_EXIT_CODE, ContainerObservation, terminated_state
+from .run_markers import Marker
+
+__all__ = ["OOM_EXIT_CODE", "Runs"]
+
+OOM_EXIT_CODE = 137
+"""128 + SIGKILL: what a process killed by the OOM killer exits with, as Docker reports it."""
+
+_ENDED = frozenset(
+    {
+        AllocationStatus.FAILED,
+        AllocationStatus.COMPLETED,
+        AllocationStatus.STOPPED,
+        AllocationStatus.TERMINATED,
+    }
+)
+
+
+_UNKNOWN_CODE = "the run left no exit code (the DMS reports none)"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Runs:
+    """In the current ensemble: ``read_to``, how much of the allocation's stderr has been read
+    for markers; ``started`` and ``ended``, runs seen to start and to end; ``exit_code`` and
+    ``previous_exit_code``, those of the latest ended run and of the one before it (``None``:
+    unknown). From the pod's earlier ensembles: ``earlier_restarts``, the DMS's restarts of
+    the container; ``earlier_ended`` and ``earlier_exit_code``, the last run's end."""
+
+    read_to: int = 0
+    started: int = 0
+    ended: int = 0
+    exit_code: int | None = None
+    previous_exit_code: int | None = None
+    earlier_restarts: int = 0
+    earlier_ended: bool = False
+    earlier_exit_code: int | None = None
+
+    @property
+    def running(self) -> bool:
+        """A run has started and not ended."""
+        return self.started > self.ended
+
+    @property
+    def last_exit_code(self) -> int | None:
+        """The exit code of the current run if it has ended (``None``: running or unknown)."""
+        return None if self.running or not self.ended else self.exit_code
+
+    @property
+    def oom_killed(self) -> bool:
+        """The current run ended killed for its memory: the wrapper reported 137 (the DMS has
+        no OOM flag). Every allocation of a pod has a ``ram.size`` that the DMS enforces, and
+        a stop by the gateway or the DMS that comes to SIGKILL kills the wrapper too, leaving
+        no exit marker, so a 137 that the wrapper reports is the OOM killer's (or a command
+        that exits 137 itself: decision 15)."""
+        return self.last_exit_code == OOM_EXIT_CODE
+
+    @property
+    def restarts(self) -> int:
+        """The DMS's restarts of the container, over the pod's life."""
+        return self.earlier_restarts + max(self.started - 1, 0)
+
+    def _before_current(self) -> tuple[bool, int | None]:
+        """Whether a run ended before the current one (the latest, ended or not), its code."""
+        if self.running or not self.ended:  # the latest ended run came before this one
+            if self.ended:
+                return True, self.exit_code
+        elif self.ended >= 2:
+            return True, self.previous_exit_code
+        return self.earlier_ended, self.earlier_exit_code
+
+    def observation(self, redeploys: int) -> ContainerObservation:
+        """The container as :func:`~dmsgw.interlink.pod_status.container_statuses` sees it;
+        ``redeploys`` counts the pod's whole redeployments, which restart it too."""
+        ended, code = self._before_current()
+        last: k8s.ContainerState | None = None
+        if ended:
+            last = terminated_state(
+                FAILED_EXIT_CODE if code is None else code,
+                oom_killed=code == OOM_EXIT_CODE,
+                message=_UNKNOWN_CODE if code is None else "",
+            )
+        return ContainerObservation(
+            exit_code=self.last_exit_code,
+            oom_killed=self.oom_killed,
+            restart_count=redeploys + self.restarts,
+            last_state=last,
+        )
+
+    def next_ensemble(self) -> Runs:
+        """The ledger for the pod's next deployment: the runs start again, the restarts and
+        the last run's end carry over (a run still open was ended by the redeployment,
+        with an unknown code)."""
+        if self.running:
+            ended, code = True, None
+        else:
+            ended, code = (True, self.exit_code) if self.ended else (False, None)
+        return Runs(
+            earlier_restarts=self.restarts,
+            earlier_ended=ended or self.earlier_ended,
+            earlier_exit_code=code if ended else self.earlier_exit_code,
+        )
+
+    def _end(self, code: int | None) -> Runs:
+        return dataclasses.replace(
+            self, ended=self.ended + 1, exit_code=code, previous_exit_code=self.exit_code
+        )
+
+    def read(self, found: Iterable[Marker], read_to: int) -> Runs:
+        """The ledger after the markers ``found`` in stderr up to byte ``read_to``."""
+        runs = dataclasses.replace(self, read_to=read_to)
+        for marker in found:
+            if marker.exit_code is None:  # a run starts
+                if runs.running:
+                    runs = runs._end(None)
+                runs = dataclasses.replace(runs, started=runs.started + 1)
+            elif runs.running:
+                runs = runs._end(marker.exit_code)
+            elif runs.ended and runs.exit_code is None:
+                # A run the status ended before its marker was read: the code is now known.
+                runs = dataclasses.replace(runs, exit_code=marker.exit_code)
+            else:  # its start marker was before what was read
+                runs = dataclasses.replace(runs, started=runs.started + 1)._end(marker.exit_code)
+        return runs
+
+    def saw(self, status: str, *, deployment_ended: bool, wrapped: bool) -> Runs:
+        """The ledger after the allocation was seen in ``status`` (``""``: not listed), once
+        the markers of the same poll have been read."""
+        if status in _ENDED and not self.started:  # it ran, and left no marker
+            return dataclasses.replace(self, started=1)._end(None)
+        if self.running and (status in _ENDED or deployment_ended):
+            return self._end(None)
+        if wrapped:  # the markers say when a wrapped container starts and restarts
+            return self
+        if status == AllocationStatus.RESTARTING and self.running:
+            return self._end(None)
+        if status == AllocationStatus.RUNNING and not self.running:
+            return dataclasses.replace(self, started=self.started + 1)
+        return self
+
+    def to_map(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_map(cls, value: Any) -> Runs:
+        """A stored ledger; what is missing or not of its type reads as the default."""
+        if not isinstance(value, Mapping):
+            return cls()
+        counts = {
+            name: value[name]
+            for name in ("read_to", "started", "ended", "earlier_restarts")
+            if type(value.get(name)) is int and value[name] >= 0
+        }
+        codes = {
+            name: value[name]
+            for name in ("exit_code", "previous_exit_code", "earlier_exit_code")
+            if type(value.get(name)) is int
+        }
+        ended = value.get("earlier_ended") is True
+        return cls(**counts, **codes, earlier_ended=ended)

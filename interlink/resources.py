@@ -1,0 +1,111 @@
+"""``ResourceActor``: what the DMS network can run, as interLink's node capacity.
+
+Asks the local DMS for its peers, then every peer (through the DMS, bounded concurrency, a
+timeout each) for its free resources, and keeps the result for a while: interLink pings every
+30 s, and the readiness probe asks too, so most answers come from the cache. A peer that does
+not answer is left out; when the DMS itself does not answer, the gateway is not ready. Each
+gathering also teaches the :class:`GpuCatalog` the GPU classes the peers report, which pod
+translation reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+from ..actors.aio import AsyncActor
+from ..behaviors.resources import GPU, Resources
+from ..clock import NS_PER_SECOND, Clock, system_clock
+from ..errors import DmsgwError
+from .capacity import gpu_catalog
+
+log = logging.getLogger(__name__)
+
+PeerInvoke = Callable[..., Awaitable[Any]]
+
+
+class DMSUnreachableError(DmsgwError):
+    """The local DMS did not answer: nothing can be offloaded now."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerResources:
+    """One reachable peer's free resources."""
+
+    peer_id: str
+    free: Resources
+
+
+class GpuCatalog:
+    """The GPU classes the DMS peers have reported (a class, once seen, stays known while its
+    peers come and go), and whether they have been asked at all: before the first answer an
+    empty catalog means "not known yet", not "no GPU anywhere"."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, GPU] = {}
+        self.loaded = False
+
+    def learn(self, peers: Iterable[PeerResources]) -> None:
+        self.models.update(gpu_catalog(p.free for p in peers))
+        self.loaded = True
+
+
+class ResourceActor(AsyncActor):
+    """Ask it ``await ref.proxy().free_resources()``."""
+
+    def __init__(
+        self,
+        invoke: PeerInvoke,
+        *,
+        ttl_s: float = 20.0,
+        peer_timeout_s: float = 5.0,
+        concurrency: int = 16,
+        clock: Clock = system_clock,
+        catalog: GpuCatalog | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._invoke = invoke
+        self._catalog = catalog
+        self._ttl_ns = int(ttl_s * NS_PER_SECOND)
+        self._peer_timeout_s = peer_timeout_s
+        self._slots = asyncio.Semaphore(concurrency)
+        self._clock = clock
+        self._cached: tuple[int, list[PeerResources]] | None = None
+
+    async def free_resources(self) -> list[PeerResources]:
+        """The free resources of the local DMS and its reachable peers (cached)."""
+        now = self._clock()
+        if self._cached is not None and now - self._cached[0] < self._ttl_ns:
+            return self._cached[1]
+        peers = await self._gather()
+        self._cached = (self._clock(), peers)
+        if self._catalog is not None:
+            self._catalog.learn(peers)
+        return peers
+
+    async def _gather(self) -> list[PeerResources]:
+        try:
+            me = await self._invoke("/dms/node/peers/self", timeout_s=self._peer_timeout_s)
+            listing = await self._invoke("/dms/node/peers/list", timeout_s=self._peer_timeout_s)
+        except DmsgwError as exc:
+            raise DMSUnreachableError(f"the DMS does not answer: {exc}") from None
+        peer_ids: Sequence[str] = [me.id, *(p for p in listing.peers or () if p != me.id)]
+        answers = await asyncio.gather(*(self._free_of(p, p == me.id) for p in peer_ids))
+        return [a for a in answers if a is not None]
+
+    async def _free_of(self, peer_id: str, local: bool) -> PeerResources | None:
+        async with self._slots:
+            try:
+                reply = await self._invoke(
+                    "/dms/node/resources/free",
+                    to=None if local else peer_id,
+                    timeout_s=self._peer_timeout_s,
+                )
+            except DmsgwError as exc:
+                log.info("free resources of %s unknown: %s", peer_id, exc)
+                return None
+        return PeerResources(peer_id, reply.resources)

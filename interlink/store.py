@@ -1,0 +1,226 @@
+"""The gateway's durable state: one record per pod, in embedded SQLite.
+
+Crash-only: a pod's record is written (and fsynced) before the gateway acts on it, so a
+gateway killed at any instant resumes every pod from here plus what the DMS knows. Writes are
+group-committed on a writer thread — many pods changing at once cost one transaction, and the
+event loop never waits on the disk. Records are msgpack blobs: compact, fast, and schema changes
+need no migration (unknown keys are ignored, missing ones defaulted by the reader).
+
+The records hold whole pod specs, Kubernetes Secret data included, so the state is private as
+the key files are: the database and SQLite's side files 0600, in a directory of its own 0700.
+A state written by an older gateway is tightened when it is opened, and the log says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from ..errors import DmsgwError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pods (
+    uid TEXT PRIMARY KEY,
+    record BLOB NOT NULL
+) WITHOUT ROWID
+"""
+_MAX_RECORD_BYTES = 16 * 1024 * 1024
+_SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
+"""SQLite's companions of a database file; each holds pages of the records."""
+_GROUP_OTHER = 0o077
+
+log = logging.getLogger(__name__)
+
+
+class StoreError(DmsgwError):
+    """The state file cannot be opened, read or written."""
+
+
+def pack(record: dict[str, Any]) -> bytes:
+    packed = msgpack.packb(record, use_bin_type=True)
+    if not isinstance(packed, bytes):  # msgpack ships no type hints of its own
+        raise StoreError("msgpack did not produce bytes")
+    return packed
+
+
+def unpack(blob: bytes) -> dict[str, Any]:
+    if len(blob) > _MAX_RECORD_BYTES:
+        raise StoreError(f"a pod record is corrupt: {len(blob)} bytes is more than any record")
+    try:
+        value = msgpack.unpackb(blob, raw=False)
+    except (
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+        ValueError,
+        TypeError,
+    ) as exc:
+        raise StoreError(f"a pod record is corrupt: {exc}") from None
+    if not isinstance(value, dict):
+        raise StoreError("a pod record is corrupt: not a map")
+    return value
+
+
+class PodStore:
+    """``put``/``delete`` are awaited until durable; ``load_all`` reads at start-up."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        try:
+            if str(path) != ":memory:":
+                _make_private(self.path)
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the state file {self.path}: {exc}") from None
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, bytes | None, asyncio.Future[None]]] = []
+        self._wakeup: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def load_all(self) -> list[dict[str, Any]]:
+        """Every record, as written (corrupt ones raise: the operator must look)."""
+        with self._lock:
+            rows = self._db.execute("SELECT record FROM pods").fetchall()
+        return [unpack(row[0]) for row in rows]
+
+    async def put(self, uid: str, record: dict[str, Any]) -> None:
+        await self._enqueue(uid, pack(record))
+
+    async def delete(self, uid: str) -> None:
+        await self._enqueue(uid, None)
+
+    async def _enqueue(self, uid: str, blob: bytes | None) -> None:
+        if self._closed:
+            raise StoreError("the state store is closed")
+        if self._writer is None or self._writer.done():
+            self._wakeup = asyncio.Event()
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((uid, blob, done))
+        assert self._wakeup is not None
+        self._wakeup.set()
+        await done
+
+    async def _write_loop(self) -> None:
+        assert self._wakeup is not None
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                if self._closed:
+                    return
+                continue
+            try:
+                await asyncio.to_thread(self._commit, [(u, b) for u, b, _ in batch])
+            except StoreError as exc:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+            else:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+    def _commit(self, batch: list[tuple[str, bytes | None]]) -> None:
+        with self._lock, self._transaction():
+            for uid, blob in batch:
+                if blob is None:
+                    self._db.execute("DELETE FROM pods WHERE uid = ?", (uid,))
+                else:
+                    self._db.execute(
+                        "INSERT INTO pods (uid, record) VALUES (?, ?) "
+                        "ON CONFLICT(uid) DO UPDATE SET record = excluded.record",
+                        (uid, blob),
+                    )
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            yield
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise StoreError(f"cannot write the state file {self.path}: {exc}") from None
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._writer is not None and self._wakeup is not None:
+            self._wakeup.set()
+            with contextlib.suppress(Exception):
+                await self._writer
+        with self._lock:
+            self._db.close()
+
+
+def _make_private(path: Path) -> None:
+    """Create the state file 0600 in a 0700 directory, or tighten what an older gateway left.
+
+    The file is created here, before SQLite opens it, because SQLite would create it 0644 (less
+    the umask); SQLite gives its -wal, -shm and -journal files the database's own mode.
+    """
+    directory = path.parent
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    else:
+        _tighten_directory(directory, path)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for file in (path, *(path.with_name(path.name + s) for s in _SIDE_FILE_SUFFIXES)):
+        _tighten(file, "state file")
+
+
+def _tighten(path: Path, what: str) -> None:
+    """Take group and other permissions away from ``path`` (if it exists), saying so."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return
+    if mode & _GROUP_OTHER:
+        path.chmod(mode & ~_GROUP_OTHER)
+        log.warning(
+            "the %s %s was readable by others (mode %04o): now %04o, as it holds pod specs, "
+            "Kubernetes Secret data included",
+            what,
+            path,
+            mode,
+            mode & ~_GROUP_OTHER,
+        )
+
+
+def _tighten_directory(directory: Path, path: Path) -> None:
+    """Tighten the state's directory when it is the state's own (it holds nothing else and is
+    ours); a directory shared with other files (a home directory, ``/tmp``) is the operator's
+    to decide, so it is only reported — the files in it are private either way."""
+    mode = stat.S_IMODE(directory.stat().st_mode)
+    if not mode & _GROUP_OTHER:
+        return
+    own_names = {path.name, *(path.name + s for s in _SIDE_FILE_SUFFIXES)}
+    dedicated = directory.stat().st_uid == os.geteuid() and all(
+        entry.name in own_names for entry in directory.iterdir()
+    )
+    if dedicated:
+        _tighten(directory, "state directory")
+    else:
+        log.warning(
+            "the state directory %s is open to others (mode %04o) and holds other files, so "
+            "it is left as it is; the state files in it are 0600 (give the state a directory "
+            "of its own to keep even their names private)",
+            directory,
+            mode,
+        )

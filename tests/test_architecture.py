@@ -1,0 +1,122 @@
+"""The floor plan, asserted from the source's own imports (design §2).
+
+Imports go one way: ``gojson`` ← ``keys`` ← ``transport`` ← ``behaviors``; ``actors`` is a
+runtime that imports none of them; ``interlink`` and ``devnet`` build on all of these, and
+``devnet`` never imports ``interlink``; ``cli`` sits on top. Only ``interlink/app.py`` and
+``cli/`` wire configuration and the devnet together.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FOUNDATION = {"clock", "errors"}  # single modules every layer may use
+ALLOWED: dict[str, set[str]] = {
+    "gojson": set(),
+    "keys": {"gojson"},
+    "transport": {"gojson", "keys"},
+    "actors": set(),
+    "behaviors": {"gojson", "keys", "transport", "actors"},
+    "devnet": {"gojson", "keys", "transport", "actors", "behaviors"},
+    "interlink": {"gojson", "keys", "transport", "actors", "behaviors", "devnet"},
+    "cli": {"gojson", "keys", "transport", "actors", "behaviors", "devnet", "interlink"},
+}
+SOCKET_MODULES = {"socket", "aiohttp", "asyncio.streams", "http.server", "urllib.request"}
+MAX_LINES = 600
+
+
+def _sources() -> list[Path]:
+    skip = {"tests", "bench", "docs", ".venv", "build"}
+    return sorted(
+        p
+        for p in ROOT.rglob("*.py")
+        if not (set(p.relative_to(ROOT).parts) & skip)
+        and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)
+    )
+
+
+def _module(path: Path) -> list[str]:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+@cache
+def _imports(path: Path) -> frozenset[tuple[str, ...]]:
+    """Every project module ``path`` imports, as path parts below the package root; plus the
+    third-party and standard modules, as a one-element tuple prefixed with ``!``."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = _module(path) if path.name == "__init__.py" else _module(path)[:-1]
+    found: set[tuple[str, ...]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = [*base, *(node.module.split(".") if node.module else [])]
+                found |= {_resolve((*target, a.name)) for a in node.names}
+            elif node.module and node.module.split(".")[0] == "dmsgw":
+                found.add(tuple(node.module.split(".")[1:]))
+            elif node.module:
+                found.add(("!" + node.module,))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "dmsgw":
+                    found.add(tuple(alias.name.split(".")[1:]))
+                else:
+                    found.add(("!" + alias.name,))
+    return frozenset(found)
+
+
+def _resolve(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """``parts`` when it names a module or package, else its parent (an imported name)."""
+    path = ROOT.joinpath(*parts)
+    return parts if path.is_dir() or path.with_suffix(".py").is_file() else parts[:-1]
+
+
+def _top(parts: tuple[str, ...] | list[str]) -> str:
+    return parts[0] if parts else ""
+
+
+def _package_edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for path in _sources():
+        source = _top(_module(path))
+        for target in _imports(path):
+            if target and not target[0].startswith("!") and _top(target) != source:
+                edges.setdefault(source, set()).add(_top(target))
+    return edges
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_a_package_imports_only_the_layers_below_it(package: str) -> None:
+    used = _package_edges().get(package, set()) - FOUNDATION - {"", "__init__"}
+    assert used <= ALLOWED[package], f"{package}/ imports {sorted(used - ALLOWED[package])}"
+
+
+def test_no_package_level_import_cycle() -> None:
+    edges = _package_edges()
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in edges.get(start, set()) - seen:
+            if nxt == goal or reaches(nxt, goal, seen | {nxt}):
+                return True
+        return False
+
+    cyclic = sorted(p for p in edges if reaches(p, p, set()))
+    assert cyclic == [], f"packages on an import cycle: {cyclic}"
+
+
+def test_foundation_modules_import_nothing_of_the_project() -> None:
+    for name in FOUNDATION:
+        project = {t for t in _imports(ROOT / f"{name}.py") if t and not t[0].startswith("!")}
+        assert project == set(), f"{name}.py imports {project}"
+
+
+def test_behaviors_open_no_sockets() -> None:
+    for path in (ROOT / "behaviors").rglob("*.py"):
+        opened = {t[0][1:] for t in _imports(path) if t[0].startswith("!")} & SOCKET_MODULES
+        assert opened == set(), f"{path.relative_to(ROOT)} imports {sorted(opened)}"
