@@ -11,7 +11,7 @@ restarted once more, and then every pod must converge:
 
 * no pod is lost: every pod created and not deleted is known to the gateway and Running;
 * no pod is duplicated: the devnet's ``deployment/list`` for the pod's UID label holds at most
-  one live ensemble, and never two ensembles for one deploy attempt;
+  one ensemble, live or ended (a pod under ``restartPolicy: Never`` is deployed once);
 * every deleted pod has no live ensemble left, and the gateway tracks exactly the live pods.
 
 The seed comes from ``$DMSGW_CHAOS_SEED``, else a fresh one each run (the suite keeps hunting);
@@ -269,6 +269,7 @@ class Gateway:
         self.generation = 0
         self.kills = 0
         self.starting_s = 0.0  # spent starting, in all
+        self._spawned = 0.0
         self._changed = asyncio.Condition()
 
     async def start(self) -> None:
@@ -471,8 +472,7 @@ async def judge(
             verdict.not_running.append(uid)
     for uid, found in ensembles.items():
         alive = [d for d in found if DeploymentStatus.parse(d.status) not in TERMINAL]
-        attempts = [(d.metadata or {}).get(METADATA_GENERATION) for d in found]
-        if len(alive) > 1 or len(attempts) != len(set(attempts)):
+        if len(found) > 1:  # restartPolicy Never: one deployment, ever
             verdict.duplicated.append(uid)
         if uid in deleted and alive:
             verdict.deleted_alive.append(uid)
