@@ -6,8 +6,10 @@ plays interLink: it sends creates, duplicate creates of one UID and deletes thro
 API as interLink sends them (JSON, its own ``Host``, no ``Origin``), and retries an operation
 the kill cut short on the restarted gateway, as the virtual kubelet requeues a failed one. A
 seeded plan of operations runs in batches; during a batch the gateway may be SIGKILLed after a
-random delay and is started again at once on the same state file. At the end it is killed and
-restarted once more, and then every pod must converge:
+random delay (and again while it recovers) and is started again at once on the same state
+file. Its link to the DMS loses a few replies (the DMS acted, the gateway never heard): the
+window a kill opens between a DMS acting and the gateway recording it, made common. At the
+end the gateway is killed and restarted once more, and then every pod must converge:
 
 * no pod is lost: every pod created and not deleted is known to the gateway and Running;
 * no pod is duplicated: the devnet's ``deployment/list`` for the pod's UID label holds at most
@@ -70,6 +72,9 @@ RECOVERY_KILL_S = (0.3, 1.5)
 its first requests, through resuming the stored pods, which starts their actors)."""
 POLL_EVERY = 3
 """Every this many batches, an interLink status poll of the live pods runs with the batch."""
+REPLY_LOSS = 0.03
+"""The share of the DMS's replies the link to the gateway loses (the DMS acted on the request;
+the gateway never hears of it, as when a connection resets)."""
 OBSERVER_KEY = Ed25519PrivKey(bytes(range(60, 92)))
 """The test's own DMS identity, to list deployments without sharing the gateway's nonces."""
 
@@ -255,6 +260,57 @@ class Devnet:
             except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()
+
+
+class LossyLink:
+    """A TCP relay between the gateway and the DMS that loses a reply now and then: the
+    connection closes where the reply would have gone back."""
+
+    def __init__(self, target: str, rng: random.Random) -> None:
+        found = re.fullmatch(r"http://([\d.]+):(\d+)", target)
+        assert found, target
+        self._target = (found.group(1), int(found.group(2)))
+        self._rng = rng
+        self._server: asyncio.Server | None = None
+        self.lost = 0
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _relay(
+        self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter
+    ) -> None:
+        try:
+            dms_in, dms_out = await asyncio.open_connection(*self._target)
+        except OSError:
+            client_out.close()
+            return
+        await asyncio.gather(
+            self._pump(client_in, dms_out, lossy=False),
+            self._pump(dms_in, client_out, lossy=True),
+            return_exceptions=True,
+        )
+        for writer in (client_out, dms_out):
+            writer.close()
+
+    async def _pump(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, lossy: bool
+    ) -> None:
+        try:
+            while chunk := await source.read(65536):
+                if lossy and self._rng.random() < REPLY_LOSS:
+                    self.lost += 1
+                    break
+                sink.write(chunk)
+                await sink.drain()
+        finally:
+            sink.close()
 
 
 class Gateway:
@@ -536,26 +592,40 @@ async def _converged(
         verdict, evidence = await judge(interlink, dms, live, deleted)
         if verdict.ok():
             return
-        # Lost or duplicated pods cannot heal: no need to wait for them.
-        if verdict.lost or verdict.duplicated or time.monotonic() > deadline:
-            broken = {*verdict.lost, *verdict.duplicated, *verdict.not_running}
-            broken |= set(verdict.deleted_alive)
-            details = {uid[:8]: evidence[uid] for uid in sorted(broken)[:10]}
-            raise AssertionError(f"{verdict}\n{json.dumps(details, indent=1)}")
-        await asyncio.sleep(0.2)  # polling for a condition, bounded by the deadline
+        if verdict.lost or verdict.duplicated:  # cannot heal: no need to wait for the rest
+            verdict = Verdict(lost=verdict.lost, duplicated=verdict.duplicated)
+        elif time.monotonic() < deadline:
+            await asyncio.sleep(0.2)  # polling for a condition, bounded by the deadline
+            continue
+        broken = {*verdict.lost, *verdict.duplicated, *verdict.not_running}
+        broken |= set(verdict.deleted_alive)
+        details = {uid[:8]: evidence[uid] for uid in sorted(broken)[:10]}
+        raise AssertionError(f"{verdict}\n{json.dumps(details, indent=1)}")
+
+
+@dataclasses.dataclass
+class Setup:
+    seed: int
+    devnet: Devnet
+    link: LossyLink
+    gateway: Gateway
+    log_path: Path
 
 
 @pytest.fixture
-async def gateway_on_devnet(tmp_path: Path) -> AsyncIterator[tuple[Gateway, Devnet, Path]]:
+async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+    """The devnet, the lossy link to it, and the gateway (not started), for one seed."""
+    seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().getrandbits(32))
     env = _env(tmp_path)
-    devnet = await Devnet.start(env, seed=f"chaos-{tmp_path.name}")
+    devnet = await Devnet.start(env, seed=f"chaos-{seed}")
+    link = LossyLink(devnet.urls[0], random.Random(f"{seed}/link"))
     log_path = tmp_path / "gateway.log"
     try:
         with log_path.open("a") as log:
             await _gateway_identity(env, devnet)
             gateway_env = dict(
                 env,
-                DMSGW_DMS_URL=devnet.urls[0],
+                DMSGW_DMS_URL=await link.start(),
                 DMSGW_KEY_NAME="gw",
                 DMSGW_CAP_CONTEXT="gw",
                 DMSGW_STATE_PATH=str(tmp_path / "state" / "gateway.sqlite3"),
@@ -565,22 +635,20 @@ async def gateway_on_devnet(tmp_path: Path) -> AsyncIterator[tuple[Gateway, Devn
             )
             gateway = Gateway(gateway_env, log)
             try:
-                yield gateway, devnet, log_path
+                yield Setup(seed, devnet, link, gateway, log_path)
             finally:
                 await gateway.stop()
     finally:
+        await link.stop()
         await devnet.stop()
 
 
-async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(
-    gateway_on_devnet: tuple[Gateway, Devnet, Path],
-) -> None:
-    gateway, devnet, log_path = gateway_on_devnet
-    seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().getrandbits(32))
+async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(setup: Setup) -> None:
+    seed, gateway, log_path = setup.seed, setup.gateway, setup.log_path
     rng = random.Random(seed)
     batches = plan(rng)
     began = time.monotonic()
-    dms = _observer(devnet)
+    dms = _observer(setup.devnet)
     interlink: InterLink | None = None
     try:
         async with aiohttp.ClientSession() as session, asyncio.timeout(WHOLE_S):
@@ -607,7 +675,8 @@ async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(
         log_tail = "".join(log_path.read_text().splitlines(keepends=True)[-LOG_TAIL:])
         what = str(exc) if isinstance(exc, AssertionError) else repr(exc)
         raise AssertionError(
-            f"chaos failed with {SEED_ENV}={seed} after {gateway.kills} kills, "
+            f"chaos failed with {SEED_ENV}={seed} after {gateway.kills} kills and "
+            f"{setup.link.lost} lost DMS replies, "
             f"{time.monotonic() - began:.1f} s: {what}\n--- journal (last 80)\n{journal}\n"
             f"--- gateway log (last {LOG_TAIL} lines)\n{log_tail}"
         ) from (None if isinstance(exc, AssertionError) else exc)
@@ -615,7 +684,8 @@ async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(
         dms.close()
     operations = sum(len(b.ops) for b in batches)
     print(
-        f"chaos seed {seed}: {operations} operations, {gateway.kills} kills, {len(live)} live "
+        f"chaos seed {seed}: {operations} operations, {gateway.kills} kills, "
+        f"{setup.link.lost} DMS replies lost, {len(live)} live "
         f"and {len(deleted)} deleted pods converged in {time.monotonic() - began:.1f} s "
         f"({gateway.starting_s:.1f} s starting, {converging_s:.1f} s converging)"
     )
