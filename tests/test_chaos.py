@@ -11,7 +11,8 @@ file. Its link to the DMS loses a few replies (the DMS acted, the gateway never 
 window a kill opens between a DMS acting and the gateway recording it, made common. At the
 end the gateway is killed and restarted once more, and then every pod must converge:
 
-* no pod is lost: every pod created and not deleted is known to the gateway and Running;
+* no pod is lost: every pod created and not deleted is known to the gateway, and Running, or
+  (a few) ended with its own exit code;
 * no pod is duplicated: the devnet's ``deployment/list`` for the pod's UID label holds at most
   one ensemble, live or ended (a pod under ``restartPolicy: Never`` is deployed once);
 * every deleted pod has no live ensemble left, and the gateway tracks exactly the live pods.
@@ -169,17 +170,26 @@ def _log_uniform(rng: random.Random, low: float, high: float) -> float:
     return float(low * (high / low) ** rng.random())
 
 
+def exit_code(uid: str) -> int | None:
+    """How the pod's container ends: most run until deleted (``None``), some end at once with
+    0 or 3, whose code must survive the kills (it is read from the log once they end)."""
+    kind = int(uid[-2:], 16) % 10
+    return None if kind < 7 else 0 if kind < 9 else 3
+
+
 def pod(uid: str, *, job_id: bool = False) -> dict[str, Any]:
-    """A cheap pod: one ``sleep`` with a tiny reservation. ``job_id``: as interLink sends it
-    once the gateway answered its create (the ``JobID`` annotation)."""
+    """A cheap pod, as :func:`exit_code` says, with a tiny reservation. ``job_id``: as
+    interLink sends it once the gateway answered its create (the ``JobID`` annotation)."""
     meta: dict[str, Any] = {"name": f"chaos-{uid[:8]}", "namespace": "chaos", "uid": uid}
     if job_id:
         meta["annotations"] = {"JobID": f"dmsgw-{uid}"}
     small = {"cpu": "10m", "memory": "16Mi"}
+    code = exit_code(uid)
+    script = "sleep 3600" if code is None else f"sleep 0.2; exit {code}"
     container = {
         "name": "main",
         "image": "busybox",
-        "command": ["sleep", "3600"],
+        "command": ["sh", "-c", script],
         "resources": {"requests": small, "limits": small},
     }
     return {"metadata": meta, "spec": {"restartPolicy": "Never", "containers": [container]}}
@@ -462,8 +472,13 @@ def _lost(entry: dict[str, Any]) -> bool:
     )
 
 
-def _running(entry: dict[str, Any]) -> bool:
-    return all("running" in c["state"] and c["ready"] for c in entry["containers"])
+def _at_its_end(uid: str, entry: dict[str, Any]) -> bool:
+    """Running and ready, or ended with the pod's exit code."""
+    code = exit_code(uid)
+    (container,) = entry["containers"]
+    if code is None:
+        return "running" in container["state"] and bool(container["ready"])
+    return (container["state"].get("terminated") or {}).get("exitCode") == code
 
 
 # --- what the DMS says ---------------------------------------------------------------------
@@ -474,14 +489,14 @@ class Verdict:
     """Everything wrong with the pods at one moment (empty lists: converged)."""
 
     lost: list[str] = dataclasses.field(default_factory=list)
-    not_running: list[str] = dataclasses.field(default_factory=list)
+    not_at_end: list[str] = dataclasses.field(default_factory=list)
     duplicated: list[str] = dataclasses.field(default_factory=list)
     deleted_alive: list[str] = dataclasses.field(default_factory=list)
     tracked: str = ""
 
     def ok(self) -> bool:
         return not (
-            self.lost or self.not_running or self.duplicated or self.deleted_alive or self.tracked
+            self.lost or self.not_at_end or self.duplicated or self.deleted_alive or self.tracked
         )
 
     def __str__(self) -> str:
@@ -489,7 +504,7 @@ class Verdict:
             f"{len(uids)} {what}: {', '.join(u[:8] for u in uids[:12])}"
             for what, uids in (
                 ("lost", self.lost),
-                ("not running", self.not_running),
+                ("not running or ended as they should", self.not_at_end),
                 ("duplicated", self.duplicated),
                 ("deleted but alive", self.deleted_alive),
             )
@@ -524,8 +539,8 @@ async def judge(
         entry = seen[uid]
         if _lost(entry):
             verdict.lost.append(uid)
-        elif not _running(entry):
-            verdict.not_running.append(uid)
+        elif not _at_its_end(uid, entry):
+            verdict.not_at_end.append(uid)
     for uid, found in ensembles.items():
         alive = [d for d in found if DeploymentStatus.parse(d.status) not in TERMINAL]
         if len(found) > 1:  # restartPolicy Never: one deployment, ever
@@ -597,7 +612,7 @@ async def _converged(
         elif time.monotonic() < deadline:
             await asyncio.sleep(0.2)  # polling for a condition, bounded by the deadline
             continue
-        broken = {*verdict.lost, *verdict.duplicated, *verdict.not_running}
+        broken = {*verdict.lost, *verdict.duplicated, *verdict.not_at_end}
         broken |= set(verdict.deleted_alive)
         details = {uid[:8]: evidence[uid] for uid in sorted(broken)[:10]}
         raise AssertionError(f"{verdict}\n{json.dumps(details, indent=1)}")
