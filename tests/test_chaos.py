@@ -124,6 +124,9 @@ class Kill:
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
+    """Operations sent at once; the kill that may land among them; whether interLink polls
+    the status of the live pods meanwhile."""
+
     ops: tuple[Op, ...]
     kill: Kill | None
     poll: bool
@@ -619,7 +622,9 @@ async def _converged(
 
 
 @dataclasses.dataclass
-class Setup:
+class Rig:
+    """One run's processes and seed."""
+
     seed: int
     devnet: Devnet
     link: LossyLink
@@ -628,7 +633,7 @@ class Setup:
 
 
 @pytest.fixture
-async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     """The devnet, the lossy link to it, and the gateway (not started), for one seed."""
     seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().getrandbits(32))
     env = _env(tmp_path)
@@ -650,7 +655,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
             )
             gateway = Gateway(gateway_env, log)
             try:
-                yield Setup(seed, devnet, link, gateway, log_path)
+                yield Rig(seed, devnet, link, gateway, log_path)
             finally:
                 await gateway.stop()
     finally:
@@ -658,12 +663,12 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
         await devnet.stop()
 
 
-async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(setup: Setup) -> None:
-    seed, gateway, log_path = setup.seed, setup.gateway, setup.log_path
+async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(rig: Rig) -> None:
+    seed, gateway, log_path = rig.seed, rig.gateway, rig.log_path
     rng = random.Random(seed)
     batches = plan(rng)
     began = time.monotonic()
-    dms = _observer(setup.devnet)
+    dms = _observer(rig.devnet)
     interlink: InterLink | None = None
     try:
         async with aiohttp.ClientSession() as session, asyncio.timeout(WHOLE_S):
@@ -691,7 +696,7 @@ async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(setup: Setup
         what = str(exc) if isinstance(exc, AssertionError) else repr(exc)
         raise AssertionError(
             f"chaos failed with {SEED_ENV}={seed} after {gateway.kills} kills and "
-            f"{setup.link.lost} lost DMS replies, "
+            f"{rig.link.lost} lost DMS replies, "
             f"{time.monotonic() - began:.1f} s: {what}\n--- journal (last 80)\n{journal}\n"
             f"--- gateway log (last {LOG_TAIL} lines)\n{log_tail}"
         ) from (None if isinstance(exc, AssertionError) else exc)
@@ -700,7 +705,7 @@ async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(setup: Setup
     operations = sum(len(b.ops) for b in batches)
     print(
         f"chaos seed {seed}: {operations} operations, {gateway.kills} kills, "
-        f"{setup.link.lost} DMS replies lost, {len(live)} live "
+        f"{rig.link.lost} DMS replies lost, {len(live)} live "
         f"and {len(deleted)} deleted pods converged in {time.monotonic() - began:.1f} s "
         f"({gateway.starting_s:.1f} s starting, {converging_s:.1f} s converging)"
     )
