@@ -15,7 +15,8 @@ end the gateway is killed and restarted once more, and then every pod must conve
   (a few) ended with its own exit code;
 * no pod is duplicated: the devnet's ``deployment/list`` for the pod's UID label holds at most
   one ensemble, live or ended (a pod under ``restartPolicy: Never`` is deployed once);
-* every deleted pod has no live ensemble left, and the gateway tracks exactly the live pods.
+* every deleted pod has no live ensemble left, and the gateway tracks exactly the live pods;
+* the host runs one process for each long-lived pod, and none once the devnet has stopped.
 
 The seed comes from ``$DMSGW_CHAOS_SEED``, else a fresh one each run (the suite keeps hunting);
 a failure prints it with the journal of operations and kills. Kill delays are seeded too, but
@@ -263,16 +264,20 @@ class Devnet:
             urls.append((await _announced(proc, r"^node\d+\s+(http://\S+)")).group(1))
         return cls(proc, urls, seed)
 
-    async def stop(self) -> None:
-        """SIGTERM: the devnet ends every allocation and removes its work directory."""
-        if self.proc.returncode is None:
-            self.proc.terminate()
-            try:
-                async with asyncio.timeout(START_S):
-                    await self.proc.wait()
-            except TimeoutError:
-                self.proc.kill()
+    async def stop(self) -> str:
+        """SIGTERM: the devnet ends every allocation and removes its work directory. How it
+        went, if not as it should."""
+        if self.proc.returncode is not None:
+            return f"the devnet had exited ({self.proc.returncode})"
+        self.proc.terminate()
+        try:
+            async with asyncio.timeout(START_S):
                 await self.proc.wait()
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            return f"the devnet did not stop within {START_S:g} s of SIGTERM (SIGKILLed)"
+        return ""
 
 
 class LossyLink:
@@ -496,10 +501,16 @@ class Verdict:
     duplicated: list[str] = dataclasses.field(default_factory=list)
     deleted_alive: list[str] = dataclasses.field(default_factory=list)
     tracked: str = ""
+    host: str = ""
 
     def ok(self) -> bool:
         return not (
-            self.lost or self.not_at_end or self.duplicated or self.deleted_alive or self.tracked
+            self.lost
+            or self.not_at_end
+            or self.duplicated
+            or self.deleted_alive
+            or self.tracked
+            or self.host
         )
 
     def __str__(self) -> str:
@@ -513,7 +524,7 @@ class Verdict:
             )
             if uids
         ]
-        return "; ".join([*parts, *([self.tracked] if self.tracked else [])])
+        return "; ".join([*parts, *(t for t in (self.tracked, self.host) if t)])
 
 
 async def _deployments(dms: dmsgw.Node, uid: str) -> list[Any]:
@@ -530,10 +541,29 @@ async def _pods_tracked(session: aiohttp.ClientSession, metrics_url: str) -> int
     return int(float(found.group(1)))
 
 
+def sleepers(root: Path) -> list[int]:
+    """The devnet's host processes that run a long-lived pod's ``sleep 3600`` under ``root``
+    (Linux: from ``/proc``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes()
+            cwd = os.readlink(entry / "cwd")
+        except OSError:  # not a process, gone, or not ours to read
+            continue
+        if argv == b"sleep\x003600\x00" and cwd.startswith(str(root)):
+            found.append(int(entry.name))
+    return found
+
+
 async def judge(
-    interlink: InterLink, dms: dmsgw.Node, live: Sequence[str], deleted: Sequence[str]
+    interlink: InterLink,
+    dms: dmsgw.Node,
+    live: Sequence[str],
+    deleted: Sequence[str],
+    host: Path,
 ) -> tuple[Verdict, dict[str, Any]]:
-    """The pods as interLink and the DMS see them, and the evidence."""
+    """The pods as interLink, the DMS and the host see them, and the evidence."""
     verdict = Verdict()
     seen = await interlink.statuses(live) if live else {}
     listings = await asyncio.gather(*(_deployments(dms, uid) for uid in (*live, *deleted)))
@@ -553,6 +583,10 @@ async def judge(
     tracked = await _pods_tracked(interlink.session, interlink.gateway.metrics)
     if tracked != len(live):
         verdict.tracked = f"the gateway tracks {tracked} pods, {len(live)} are live"
+    running = len(sleepers(host))
+    services = sum(exit_code(uid) is None for uid in live)
+    if running != services:
+        verdict.host = f"the host runs {running} pod processes for {services} long-lived pods"
     evidence = {
         uid: {
             "status": seen.get(uid, {}).get("containers"),
@@ -602,12 +636,16 @@ async def _poll_nothing_lost(interlink: InterLink, uids: Sequence[str]) -> None:
 
 
 async def _converged(
-    interlink: InterLink, dms: dmsgw.Node, live: Sequence[str], deleted: Sequence[str]
+    interlink: InterLink,
+    dms: dmsgw.Node,
+    live: Sequence[str],
+    deleted: Sequence[str],
+    host: Path,
 ) -> None:
     """Poll until every pod has converged, or fail with what has not."""
     deadline = time.monotonic() + CONVERGE_S
     while True:
-        verdict, evidence = await judge(interlink, dms, live, deleted)
+        verdict, evidence = await judge(interlink, dms, live, deleted, host)
         if verdict.ok():
             return
         if verdict.lost or verdict.duplicated:  # cannot heal: no need to wait for the rest
@@ -630,6 +668,8 @@ class Rig:
     link: LossyLink
     gateway: Gateway
     log_path: Path
+    host: Path
+    """Where the devnet runs its allocations (its ``TMPDIR``)."""
 
 
 @pytest.fixture
@@ -655,12 +695,16 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             )
             gateway = Gateway(gateway_env, log)
             try:
-                yield Rig(seed, devnet, link, gateway, log_path)
+                yield Rig(seed, devnet, link, gateway, log_path, tmp_path)
             finally:
                 await gateway.stop()
     finally:
         await link.stop()
-        await devnet.stop()
+        stopped = await devnet.stop()
+        left = sleepers(tmp_path)
+        for pid in left:  # the test's own processes: they must not outlive it
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"{len(left)} pod processes outlived the devnet. {stopped}"
 
 
 async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(rig: Rig) -> None:
@@ -688,7 +732,7 @@ async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(rig: Rig) ->
             # the last kill lands while the last batch's pods deploy and shut down
             await _kill_and_restart(gateway, Kill.drawn(rng), interlink.journal)
             converging_s = time.monotonic()
-            await _converged(interlink, dms, live, deleted)
+            await _converged(interlink, dms, live, deleted, rig.host)
             converging_s = time.monotonic() - converging_s
     except Exception as exc:
         journal = "\n".join(interlink.journal[-80:] if interlink else [])
