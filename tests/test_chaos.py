@@ -381,8 +381,11 @@ class Gateway:
 
     async def kill(self) -> None:
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # reaped already: it exited by itself
+            self.proc.send_signal(signal.SIGKILL)
+        code = await self.proc.wait()
+        if code != -signal.SIGKILL:  # crash-only is no excuse for crashing
+            raise AssertionError(f"the gateway exited by itself (status {code})")
         self.kills += 1
         self.log.write(f"--- SIGKILL {self.kills}\n")
         self.log.flush()
