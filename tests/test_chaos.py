@@ -209,7 +209,6 @@ def _env(tmp: Path) -> dict[str, str]:
         DMSGW_TEST_SCRYPT_N="1024",
         DMSGW_KEY_DIR=str(tmp / "key"),
         DMSGW_CAP_DIR=str(tmp / "cap"),
-        TMPDIR=str(tmp),  # the devnet's sandboxes
     )
 
 
@@ -248,21 +247,28 @@ class Devnet:
     proc: asyncio.subprocess.Process
     urls: list[str]
     seed: str
+    work_dir: str
+    """Where it runs its allocations (their sandboxes)."""
 
     @classmethod
-    async def start(cls, env: dict[str, str], seed: str) -> Devnet:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *("-m", "dmsgw", "devnet", "up", "--nodes", "2", "--base-port", "0"),
-            *("--seed", seed),
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        urls = []
-        while len(urls) < 2:
-            urls.append((await _announced(proc, r"^node\d+\s+(http://\S+)")).group(1))
-        return cls(proc, urls, seed)
+    async def start(cls, env: dict[str, str], seed: str, log: Path) -> Devnet:
+        with log.open("w") as stderr:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                *("-m", "dmsgw", "devnet", "up", "--nodes", "2", "--base-port", "0"),
+                *("--seed", seed),
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+            )
+        try:
+            work_dir = (await _announced(proc, r"^work dir (\S+)")).group(1)
+            urls = []
+            while len(urls) < 2:
+                urls.append((await _announced(proc, r"^node\d+\s+(http://\S+)")).group(1))
+        except AssertionError as exc:
+            raise AssertionError(f"dmsgw devnet up: {exc}; its log: {log.read_text()}") from None
+        return cls(proc, urls, seed, work_dir)
 
     async def stop(self) -> str:
         """SIGTERM: the devnet ends every allocation and removes its work directory. How it
@@ -544,7 +550,7 @@ async def _pods_tracked(session: aiohttp.ClientSession, metrics_url: str) -> int
     return int(float(found.group(1)))
 
 
-def sleepers(root: Path) -> list[int]:
+def sleepers(root: str) -> list[int]:
     """The devnet's host processes that run a long-lived pod's ``sleep 3600`` under ``root``
     (Linux: from ``/proc``)."""
     found = []
@@ -554,7 +560,7 @@ def sleepers(root: Path) -> list[int]:
             cwd = os.readlink(entry / "cwd")
         except OSError:  # not a process, gone, or not ours to read
             continue
-        if argv == b"sleep\x003600\x00" and cwd.startswith(str(root)):
+        if argv == b"sleep\x003600\x00" and cwd.startswith(root.rstrip("/") + "/"):
             found.append(int(entry.name))
     return found
 
@@ -564,7 +570,7 @@ async def judge(
     dms: dmsgw.Node,
     live: Sequence[str],
     deleted: Sequence[str],
-    host: Path,
+    host: str,
 ) -> tuple[Verdict, dict[str, Any]]:
     """The pods as interLink, the DMS and the host see them, and the evidence."""
     verdict = Verdict()
@@ -643,7 +649,7 @@ async def _converged(
     dms: dmsgw.Node,
     live: Sequence[str],
     deleted: Sequence[str],
-    host: Path,
+    host: str,
 ) -> None:
     """Poll until every pod has converged, or fail with what has not."""
     deadline = time.monotonic() + CONVERGE_S
@@ -671,8 +677,6 @@ class Rig:
     link: LossyLink
     gateway: Gateway
     log_path: Path
-    host: Path
-    """Where the devnet runs its allocations (its ``TMPDIR``)."""
 
 
 @pytest.fixture
@@ -680,7 +684,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     """The devnet, the lossy link to it, and the gateway (not started), for one seed."""
     seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().getrandbits(32))
     env = _env(tmp_path)
-    devnet = await Devnet.start(env, seed=f"chaos-{seed}")
+    devnet = await Devnet.start(env, f"chaos-{seed}", tmp_path / "devnet.log")
     link = LossyLink(devnet.urls[0], random.Random(f"{seed}/link"))
     log_path = tmp_path / "gateway.log"
     try:
@@ -698,13 +702,13 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             )
             gateway = Gateway(gateway_env, log)
             try:
-                yield Rig(seed, devnet, link, gateway, log_path, tmp_path)
+                yield Rig(seed, devnet, link, gateway, log_path)
             finally:
                 await gateway.stop()
     finally:
         await link.stop()
         stopped = await devnet.stop()
-        left = sleepers(tmp_path)
+        left = sleepers(devnet.work_dir)
         for pid in left:  # the test's own processes: they must not outlive it
             os.kill(pid, signal.SIGKILL)
         assert not left, f"{len(left)} pod processes outlived the devnet. {stopped}"
@@ -735,7 +739,7 @@ async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(rig: Rig) ->
             # the last kill lands while the last batch's pods deploy and shut down
             await _kill_and_restart(gateway, Kill.drawn(rng), interlink.journal)
             converging_s = time.monotonic()
-            await _converged(interlink, dms, live, deleted, rig.host)
+            await _converged(interlink, dms, live, deleted, rig.devnet.work_dir)
             converging_s = time.monotonic() - converging_s
     except Exception as exc:
         journal = "\n".join(interlink.journal[-80:] if interlink else [])
