@@ -527,14 +527,28 @@ class PodActor(AsyncActor):
 
     async def _find_existing(self, attempt: int) -> str:
         """An ensemble already deployed for this attempt (the reply to an earlier try may have
-        been lost, or the gateway died after the DMS accepted it): never deploy twice."""
+        been lost, or the gateway died after the DMS accepted it): never deploy twice. A
+        listing that goes unanswered is asked again: that DMS may well hold one."""
         wanted = {POD_UID_KEY: self.record.uid, ATTEMPT_KEY: str(attempt)}
-        try:
-            listing = await self._invoke(
-                "/dms/node/deployment/list", DeploymentListRequest(metadata=wanted)
-            )
-        except DmsgwError:
-            return ""
+        tries = 0
+        while True:
+            try:
+                listing = await self._invoke(
+                    "/dms/node/deployment/list", DeploymentListRequest(metadata=wanted)
+                )
+                break
+            except TransportError as exc:
+                tries += 1
+                delay = self._retry_delay(tries)
+                log.warning(
+                    "pod %s: cannot list its deployments (%s); retrying in %.1f s",
+                    self.record.uid,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+            except DmsgwError:
+                return ""
         for item in listing.deployments or ():
             meta = getattr(item, "metadata", None) or {}
             if all(meta.get(k) == v for k, v in wanted.items()):

@@ -1,0 +1,147 @@
+"""Crash-only recovery, deterministically: what a restarted gateway does with a pod the last
+one left half-way, against a scripted DMS (the chaos test, ``test_chaos.py``, hunts for these
+at random; a defect it or a review found is pinned here)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmsgw.behaviors.deployment import (
+    DeploymentInfo,
+    DeploymentListResponse,
+    DeploymentStatusResponse,
+    NewDeploymentResponse,
+)
+from dmsgw.clock import system_clock
+from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id, unknown_pod_status
+from dmsgw.interlink.pod import ATTEMPT_KEY, POD_UID_KEY, Phase, PodPolicy, PodRecord, snapshot_of
+from dmsgw.interlink.pod_ensemble import TranslationOptions, pod_to_ensemble
+from dmsgw.interlink.store import PodStore
+from dmsgw.transport.rest import DMSTimeoutError
+
+UID = "5c0ffee0-1d2e-4f3a-9b4c-5d6e7f809112"
+QUICK = PodPolicy(poll_min_s=0.01, poll_max_s=0.05, retry_min_s=0.01, retry_max_s=0.05)
+
+
+@dataclasses.dataclass
+class ScriptedDms:
+    """Deployments by ensemble ID with their metadata; ``list_timeouts`` listings in a row go
+    unanswered (HTTP 408) before the DMS answers again."""
+
+    deployments: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    list_timeouts: int = 0
+    followed: asyncio.Queue[str] = dataclasses.field(default_factory=asyncio.Queue)
+    shut_down: list[str] = dataclasses.field(default_factory=list)
+
+    async def invoke(self, behavior: str, payload: Any = None, **_: Any) -> Any:
+        if behavior == "/dms/node/deployment/list":
+            if self.list_timeouts:
+                self.list_timeouts -= 1
+                raise DMSTimeoutError(behavior)
+            wanted = payload.metadata or {}
+            return DeploymentListResponse(
+                deployments=tuple(
+                    DeploymentInfo(orchestrator_id=eid, status="Running", metadata=meta)
+                    for eid, meta in self.deployments.items()
+                    if all(meta.get(k) == v for k, v in wanted.items())
+                )
+            )
+        if behavior == "/dms/node/deployment/new":
+            ensemble_id = f"ensemble-{len(self.deployments) + 1}"
+            self.deployments[ensemble_id] = dict(payload.ensemble.v1.metadata or {})
+            return NewDeploymentResponse(status="OK", ensemble_id=ensemble_id)
+        if behavior == "/dms/node/deployment/status":
+            self.followed.put_nowait(payload.id)
+            status = "Completed" if payload.id in self.shut_down else "Running"
+            return DeploymentStatusResponse(status=status)
+        if behavior == "/dms/node/deployment/shutdown":
+            self.shut_down.append(payload.id)
+            return None
+        raise AssertionError(f"unexpected {behavior}")
+
+
+def _record(**fields: Any) -> PodRecord:
+    pod = {
+        "metadata": {"name": "p", "namespace": "default", "uid": UID},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "60"]}],
+        },
+    }
+    data = RetrievedPodData.model_validate({"pod": pod, "container": [{"name": "main"}]})
+    return PodRecord(
+        uid=UID, namespace="default", name="p", jid=job_id(UID), request=data.to_json(), **fields
+    )
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[PodStore]:
+    yield PodStore(tmp_path / "state.sqlite3")
+
+
+async def _restart_on(store: PodStore, dms: ScriptedDms) -> Gateway:
+    """A gateway started on ``store``'s records, as after a SIGKILL of the previous one."""
+
+    def translate(data: RetrievedPodData, generation: int) -> Any:
+        return pod_to_ensemble(data, options=TranslationOptions(generation=generation))
+
+    gateway = Gateway(
+        GatewayParts(
+            invoke=dms.invoke,
+            store=store,
+            translate=translate,
+            snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
+            unknown_pod=unknown_pod_status,
+            loop=asyncio.get_running_loop(),
+            policy=QUICK,
+        )
+    )
+    await gateway.start()
+    return gateway
+
+
+async def test_an_unanswered_listing_does_not_deploy_an_attempt_twice(store: PodStore) -> None:
+    """Killed after the DMS accepted attempt 1 but before recording it: on restart the
+    listing that would find it goes unanswered once (a loaded DMS). Deploying then would
+    run the pod twice; the listing is asked again instead."""
+    dms = ScriptedDms(
+        deployments={"ensemble-0": {POD_UID_KEY: UID, ATTEMPT_KEY: "1"}}, list_timeouts=1
+    )
+    await store.put(UID, _record(phase=Phase.DEPLOYING, attempt=1).to_map())
+    gateway = await _restart_on(store, dms)
+    try:
+        async with asyncio.timeout(10):  # does not hang
+            followed = await dms.followed.get()
+        assert followed == "ensemble-0"
+        assert list(dms.deployments) == ["ensemble-0"]
+    finally:
+        await gateway.close()
+
+
+async def test_an_unanswered_listing_does_not_leak_the_ensemble_of_a_deleted_pod(
+    store: PodStore,
+) -> None:
+    """Killed after a delete was recorded for a pod whose deployment the DMS had accepted
+    but the gateway had not recorded: on restart the listing goes unanswered once. Taking
+    that for "no ensemble" would leave the deleted pod running; it is asked again."""
+    dms = ScriptedDms(
+        deployments={"ensemble-0": {POD_UID_KEY: UID, ATTEMPT_KEY: "1"}}, list_timeouts=1
+    )
+    await store.put(UID, _record(phase=Phase.DELETING, attempt=1).to_map())
+    gateway = await _restart_on(store, dms)
+    try:
+        actor = gateway.registry.get(f"pod/{UID}")
+        assert actor is not None
+        async with asyncio.timeout(10):  # does not hang
+            await actor.wait_stopped()  # type: ignore[attr-defined]
+        assert dms.shut_down == ["ensemble-0"]
+        assert store.load_all() == []
+    finally:
+        await gateway.close()
