@@ -33,7 +33,7 @@ from pydantic_core import ErrorDetails
 
 from ..errors import DmsgwError
 from . import k8s
-from .k8s import GoModel, json_kind, parse_quantity, validate_quantity, wire_json
+from .apimachinery import GoModel, Time, json_kind, parse_quantity, validate_quantity, wire_json
 
 __all__ = [
     "MAX_PODS_PER_REQUEST",
@@ -139,7 +139,7 @@ class ContainerLogOpts(GoModel):
     since_seconds: _NonNegativeInt = Field(
         default=0, validation_alias="SinceSeconds", serialization_alias="SinceSeconds"
     )
-    since_time: k8s.Time | None = Field(
+    since_time: Time | None = Field(
         default=None, validation_alias="SinceTime", serialization_alias="SinceTime"
     )
 

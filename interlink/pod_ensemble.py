@@ -89,9 +89,9 @@ from ..behaviors.resources import CPU, GPU, RAM, Disk, GPUVendor, Resources
 from ..errors import DmsgwError
 from ..keys.peer import PeerIDError, parse_peer_id
 from . import k8s
+from .apimachinery import QuantityError, parse_quantity
 from .bodies import RetrievedPodData
 from .capacity import NVIDIA_GPU_RESOURCE, parse_gpu_resource_name
-from .k8s import QuantityError, parse_quantity
 from .run_markers import EXIT_CODE_MARKER, STARTED_MARKER
 
 __all__ = [

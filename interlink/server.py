@@ -64,6 +64,7 @@ from prometheus_client import (
 
 from ..errors import DmsgwError
 from . import k8s
+from .apimachinery import wire_json
 from .bodies import (
     CreateStruct,
     LogStruct,
@@ -80,7 +81,6 @@ from .bodies import (
     parse_logs_body,
     read_status_body,
 )
-from .k8s import wire_json
 
 __all__ = [
     "CLIENT_GONE",

@@ -41,6 +41,7 @@ from dmsgw.gojson import (
 )
 from dmsgw.interlink import bodies as interlink
 from dmsgw.interlink import k8s
+from dmsgw.interlink.apimachinery import parse_time, wire_json
 from dmsgw.interlink.bodies import (
     MAX_PODS_PER_REQUEST,
     AcceleratorResponse,
@@ -58,7 +59,6 @@ from dmsgw.interlink.bodies import (
     parse_status_body,
     read_status_body,
 )
-from dmsgw.interlink.k8s import wire_json
 
 DATA = Path(__file__).parent / "data" / "interlink"
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
@@ -586,7 +586,7 @@ def test_create_reply_is_the_go_create_struct() -> None:
 
 def _spec_example_statuses() -> list[PodStatus]:
     def at(text: str) -> datetime:
-        return k8s.parse_time(text)
+        return parse_time(text)
 
     return [
         PodStatus(
