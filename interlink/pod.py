@@ -39,9 +39,10 @@ from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import TransportError
 from . import k8s
-from .bodies import PodStatus, RetrievedPodData, parse_create_body
+from .bodies import PodStatus, RetrievedPodData
 from .container_runs import Runs
 from .logs import STDERR_LOG, lines_after, log_directory
+from .parsing import parse_create_body
 from .pod_ensemble import (
     METADATA_GENERATION,
     METADATA_POD_UID,

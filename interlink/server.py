@@ -4,7 +4,7 @@ interLink 0.6.2 calls its plugin (us) on four routes with JSON bodies, GET ones 
 counts anything but exactly HTTP 200 as a failure whose text it copies into the pod's status
 (its ``ReqWithError``). So every answer here is either the Go
 type's JSON with 200, or a status code with **one line of plain text** that names the problem:
-a body that does not parse (400, the :class:`~dmsgw.interlink.bodies.PluginRequestError`
+a body that does not parse (400, the :class:`~dmsgw.interlink.parsing.PluginRequestError`
 path and reason), a body over the size limit (413), a missing or wrong bearer token (401), an
 unknown pod on ``/getLogs`` (404), the DMS being unreachable or a call outliving the deadline
 (503), a backend failure (500, never a traceback; bugs are logged with theirs).
@@ -69,12 +69,14 @@ from .bodies import (
     CreateStruct,
     LogStruct,
     PingResponse,
-    PluginRequestError,
-    PodRef,
     PodStatus,
     RetrievedPodData,
-    TooManyPodsError,
     encode_pod_statuses,
+)
+from .parsing import (
+    PluginRequestError,
+    PodRef,
+    TooManyPodsError,
     in_turns,
     parse_create_body,
     parse_delete_body,

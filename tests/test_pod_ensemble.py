@@ -28,7 +28,8 @@ from dmsgw.behaviors.ensemble import AllocationConfig, EnsembleConfig, HealthChe
 from dmsgw.behaviors.ensemble_validation import validate_ensemble
 from dmsgw.behaviors.resources import GPU
 from dmsgw.interlink import k8s
-from dmsgw.interlink.bodies import RetrievedPodData, parse_create_body
+from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.interlink.parsing import parse_create_body
 from dmsgw.interlink.pod_ensemble import (
     CONTROL_MOUNT,
     EXCLUDE_PEERS_ANNOTATION,
