@@ -70,11 +70,11 @@ from dmsgw.interlink.gateway import (
 )
 from dmsgw.interlink.parsing import parse_create_body
 from dmsgw.interlink.pod import PodPolicy, snapshot_of
-from dmsgw.interlink.pod_ensemble import TranslationOptions, pod_to_ensemble
 from dmsgw.interlink.resources import ResourceActor
 from dmsgw.interlink.run_markers import STARTED_MARKER
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 
 RSS_TARGET_KIB = 64
 P99_TARGET = 2.0

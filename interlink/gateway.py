@@ -68,10 +68,10 @@ from .pod import (
     request_data,
     snapshot_of,
 )
-from .pod_ensemble import PodTranslationError, TranslationOptions, pod_to_ensemble
 from .resources import DMSUnreachableError, GpuCatalog, ResourceActor
 from .server import BackendUnavailable, Metrics, UnknownPodError
 from .store import PodStore
+from .translate import PodTranslationError, TranslationOptions, pod_to_ensemble
 
 log = logging.getLogger(__name__)
 

@@ -43,12 +43,6 @@ from .bodies import PodStatus, RetrievedPodData
 from .container_runs import Runs
 from .logs import STDERR_LOG, lines_after, log_directory
 from .parsing import parse_create_body
-from .pod_ensemble import (
-    METADATA_GENERATION,
-    METADATA_POD_UID,
-    allocation_key,
-    is_wrapped,
-)
 from .pod_status import (
     CRASH_LOOP,
     allocation_of,
@@ -57,6 +51,12 @@ from .pod_status import (
 )
 from .run_markers import markers
 from .store import PodStore
+from .translate import (
+    METADATA_GENERATION,
+    METADATA_POD_UID,
+    allocation_key,
+    is_wrapped,
+)
 
 log = logging.getLogger(__name__)
 
