@@ -60,7 +60,7 @@ from dmsgw.behaviors.deployment import (
 )
 from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.clock import system_clock
-from dmsgw.interlink.bodies import RetrievedPodData, parse_create_body
+from dmsgw.interlink.bodies import RetrievedPodData
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import (
     Gateway,
@@ -68,12 +68,13 @@ from dmsgw.interlink.gateway import (
     GatewayParts,
     unknown_pod_status,
 )
+from dmsgw.interlink.parsing import parse_create_body
 from dmsgw.interlink.pod import PodPolicy, snapshot_of
-from dmsgw.interlink.pod_ensemble import TranslationOptions, pod_to_ensemble
 from dmsgw.interlink.resources import ResourceActor
 from dmsgw.interlink.run_markers import STARTED_MARKER
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 
 RSS_TARGET_KIB = 64
 P99_TARGET = 2.0

@@ -33,8 +33,8 @@ from decimal import ROUND_DOWN, Decimal
 
 from ..behaviors.resources import GPU, GPUVendor, Resources
 from ..gojson import format_float32
+from .apimachinery import format_quantity
 from .bodies import AcceleratorResponse, PingResponse, ResourcesResponse
-from .k8s import format_quantity
 
 __all__ = [
     "GPU_RESOURCE_PREFIX",

@@ -48,18 +48,11 @@ from ..transport.envelope import Handle
 from ..transport.rest import RestTransport
 from ..transport.security import SecurityContext
 from . import k8s
-from .bodies import (
-    CreateStruct,
-    LogStruct,
-    PingResponse,
-    PodRef,
-    PodStatus,
-    RetrievedPodData,
-    in_turns,
-)
+from .bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
 from .capacity import GPU_RESOURCE_PREFIX, consolidate_capacity
 from .config import GatewayConfig
 from .logs import log_directory, read_logs
+from .parsing import PodRef, in_turns
 from .pod import (
     DEFAULT_POLICY,
     POD_UID_KEY,
@@ -75,10 +68,10 @@ from .pod import (
     request_data,
     snapshot_of,
 )
-from .pod_ensemble import PodTranslationError, TranslationOptions, pod_to_ensemble
 from .resources import DMSUnreachableError, GpuCatalog, ResourceActor
 from .server import BackendUnavailable, Metrics, UnknownPodError
 from .store import PodStore
+from .translate import PodTranslationError, TranslationOptions, pod_to_ensemble
 
 log = logging.getLogger(__name__)
 

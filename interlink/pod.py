@@ -39,15 +39,10 @@ from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import TransportError
 from . import k8s
-from .bodies import PodStatus, RetrievedPodData, parse_create_body
+from .bodies import PodStatus, RetrievedPodData
 from .container_runs import Runs
 from .logs import STDERR_LOG, lines_after, log_directory
-from .pod_ensemble import (
-    METADATA_GENERATION,
-    METADATA_POD_UID,
-    allocation_key,
-    is_wrapped,
-)
+from .parsing import parse_create_body
 from .pod_status import (
     CRASH_LOOP,
     allocation_of,
@@ -56,6 +51,12 @@ from .pod_status import (
 )
 from .run_markers import markers
 from .store import PodStore
+from .translate import (
+    METADATA_GENERATION,
+    METADATA_POD_UID,
+    allocation_key,
+    is_wrapped,
+)
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from ..behaviors.status import (
 from ..errors import DmsgwError
 from . import bodies as interlink
 from . import k8s
-from .pod_ensemble import allocation_key
+from .translate import allocation_key
 
 __all__ = [
     "CRASH_LOOP",

@@ -2,7 +2,7 @@
 
 The DMS's ``deployment/status`` says that an allocation ``failed``, never with which exit code,
 and does not count the allocation's restarts. So the pod translation runs every container that
-has a ``command`` under a shell wrapper (:mod:`dmsgw.interlink.pod_ensemble`) that writes one
+has a ``command`` under a shell wrapper (:mod:`dmsgw.interlink.translate.wrapper`) that writes one
 line to stderr when it starts the command and one when the command has ended::
 
     dmsgw.io/started

@@ -34,11 +34,12 @@ from dmsgw.behaviors.resources import Resources
 from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.clock import FixedClock
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
-from dmsgw.interlink.bodies import RetrievedPodData, parse_create_body, read_status_body
+from dmsgw.interlink.bodies import RetrievedPodData
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id, unknown_pod_status
+from dmsgw.interlink.parsing import parse_create_body, read_status_body
 from dmsgw.interlink.pod import POD_UID_KEY, PodPolicy, Translate, snapshot_of
-from dmsgw.interlink.pod_ensemble import TranslationOptions, pod_to_ensemble
 from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 from dmsgw.transport.rest import TransportError
 
 FAST = PodPolicy(poll_min_s=0.02, poll_max_s=0.1, retry_min_s=0.02, restart_min_s=0.02)

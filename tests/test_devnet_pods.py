@@ -1,4 +1,4 @@
-"""Kubernetes pods on the devnet: ensembles made by ``behaviors.pod_ensemble.pod_to_ensemble``,
+"""Kubernetes pods on the devnet: ensembles made by ``interlink.translate.pod_to_ensemble``,
 deployed through the gateway's client, reach the states a kubelet would give them.
 
 Every pod mounts its volumes under a fresh ``/dmsgw-test-<random>`` directory, which must not
@@ -23,7 +23,7 @@ from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.pytest_plugin import EmbeddedDevnet, start_embedded
 from dmsgw.devnet.sandbox import Isolation
 from dmsgw.interlink.bodies import RetrievedPodData
-from dmsgw.interlink.pod_ensemble import POD_NODE, pod_to_ensemble
+from dmsgw.interlink.translate import POD_NODE, pod_to_ensemble
 
 ISOLATIONS = sorted({Isolation.REWRITE, asyncio.run(probe_isolation())})
 TOKEN = base64.b64encode(b"s3cr3t\n").decode()

@@ -22,16 +22,15 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dmsgw.interlink import bodies as interlink
-from dmsgw.interlink import k8s
+from dmsgw.interlink import k8s, parsing
 from dmsgw.interlink.bodies import (
     CreateStruct,
     LogStruct,
     PingResponse,
-    PodRef,
     PodStatus,
     RetrievedPodData,
 )
+from dmsgw.interlink.parsing import PodRef
 from dmsgw.interlink.server import (
     CLIENT_GONE,
     Health,
@@ -386,7 +385,7 @@ async def test_thousands_of_unknown_pods_cost_linear_work(
     read (each read checks the pod's identity once), and stop a quadratic run early."""
     pods = 3_000
     checks = 0
-    check = interlink._check_identity
+    check = parsing._check_identity
 
     def counting(pod: k8s.Pod, root: str) -> None:
         nonlocal checks
@@ -394,7 +393,7 @@ async def test_thousands_of_unknown_pods_cost_linear_work(
         assert checks <= 2 * pods, "the body is read again for every pod"
         check(pod, root)
 
-    monkeypatch.setattr(interlink, "_check_identity", counting)
+    monkeypatch.setattr(parsing, "_check_identity", counting)
     client, _ = await plugin_client(aiohttp_client, FakeBackend())  # asks ref.pod() of each
     response = await client.get("/status", data=pods_body(pods), headers=INTERLINK)
     assert response.status == 200, await response.text()
@@ -408,7 +407,7 @@ async def test_a_status_body_naming_too_many_pods_is_413_naming_the_limit(
 ) -> None:
     backend = QuietBackend()
     client, _ = await plugin_client(aiohttp_client, backend)
-    limit = interlink.MAX_PODS_PER_REQUEST
+    limit = parsing.MAX_PODS_PER_REQUEST
     response = await client.get("/status", data=pods_body(limit + 1), headers=INTERLINK)
     assert response.status == 413
     assert await text_of(response) == (

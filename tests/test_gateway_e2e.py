@@ -200,7 +200,7 @@ async def test_pods_resume_after_a_restart_of_the_gateway(tmp_path: Path) -> Non
     config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
     first = await start_backend(config, metrics=Metrics())
     spec = pod("55555555-2222-3333-4444-555555555555", args="sleep 30")
-    from dmsgw.interlink.bodies import parse_create_body
+    from dmsgw.interlink.parsing import parse_create_body
 
     await first.create(
         parse_create_body(json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode())

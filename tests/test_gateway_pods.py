@@ -20,7 +20,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from dmsgw.behaviors.status import DeploymentStatus
-from dmsgw.interlink.pod_ensemble import METADATA_POD_UID
+from dmsgw.interlink.translate import METADATA_POD_UID
 from tests.test_gateway_e2e import plugin, wait_state
 
 __all__ = ["plugin"]  # the fixture, re-exported for pytest

@@ -23,7 +23,7 @@ import pytest
 
 import dmsgw
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
-from dmsgw.interlink.pod_ensemble import METADATA_POD_UID
+from dmsgw.interlink.translate import METADATA_POD_UID
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
 from dmsgw.keys.keystore import KeyStore

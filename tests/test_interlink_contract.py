@@ -39,26 +39,27 @@ from dmsgw.gojson import (
     marshal,
     unmarshal,
 )
-from dmsgw.interlink import bodies as interlink
-from dmsgw.interlink import k8s
+from dmsgw.interlink import k8s, parsing
+from dmsgw.interlink.apimachinery import parse_time, wire_json
 from dmsgw.interlink.bodies import (
-    MAX_PODS_PER_REQUEST,
     AcceleratorResponse,
     CreateStruct,
     PingResponse,
-    PluginRequestError,
     PodStatus,
     ResourcesResponse,
     TaintResponse,
-    TooManyPodsError,
     encode_pod_statuses,
+)
+from dmsgw.interlink.parsing import (
+    MAX_PODS_PER_REQUEST,
+    PluginRequestError,
+    TooManyPodsError,
     parse_create_body,
     parse_delete_body,
     parse_logs_body,
     parse_status_body,
     read_status_body,
 )
-from dmsgw.interlink.k8s import wire_json
 
 DATA = Path(__file__).parent / "data" / "interlink"
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
@@ -586,7 +587,7 @@ def test_create_reply_is_the_go_create_struct() -> None:
 
 def _spec_example_statuses() -> list[PodStatus]:
     def at(text: str) -> datetime:
-        return k8s.parse_time(text)
+        return parse_time(text)
 
     return [
         PodStatus(
@@ -877,7 +878,7 @@ def test_mutated_valid_bodies_raise_only_plugin_errors(
 
 
 def test_remembered_status_bodies_are_bounded_by_their_bytes() -> None:
-    from dmsgw.interlink.bodies import _BodyMemo
+    from dmsgw.interlink.parsing import _BodyMemo
 
     memo = _BodyMemo(max_entries=100, max_bytes=600)
     for i in range(12):
@@ -932,16 +933,16 @@ _POD_OF_EITHER_BODY = b'{"metadata": {"name": "p", "uid": "u"}, "pod": {"metadat
 def test_a_body_naming_too_many_pods_is_refused_before_reading_them_all(
     parse: Parse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(interlink, "MAX_PODS_PER_REQUEST", 50)
+    monkeypatch.setattr(parsing, "MAX_PODS_PER_REQUEST", 50)
     decoded = 0
-    decode = interlink._decode
+    decode = parsing._decode
 
     def counting(text: str, at: int) -> tuple[Any, int]:
         nonlocal decoded
         decoded += 1
         return decode(text, at)
 
-    monkeypatch.setattr(interlink, "_decode", counting)
+    monkeypatch.setattr(parsing, "_decode", counting)
     with pytest.raises(TooManyPodsError) as info:
         parse(b"[" + b",".join([_POD_OF_EITHER_BODY] * 100_000) + b"]")
     assert str(info.value) == "body: names more than 50 pods; one request may name at most 50"
@@ -962,14 +963,14 @@ async def test_every_pod_of_a_status_body_is_read_once_whatever_the_backend_asks
     pods = 3_000
     raw = _minimal_pods(pods)
     validated = 0
-    validate = interlink._status_pod
+    validate = parsing._status_pod
 
     def counting(item: Any, index: int) -> k8s.Pod:
         nonlocal validated
         validated += 1
         return validate(item, index)
 
-    monkeypatch.setattr(interlink, "_status_pod", counting)
+    monkeypatch.setattr(parsing, "_status_pod", counting)
     refs = await read_status_body(raw)  # first sight: every pod validated, and kept
     assert [ref.pod().metadata.uid for ref in refs] == [ref.uid for ref in refs]
     assert validated == pods
@@ -993,4 +994,4 @@ async def test_reading_a_big_status_body_gives_the_event_loop_turns() -> None:
     refs = await read_status_body(_minimal_pods(2_000))
     counter.cancel()
     assert len(refs) == 2_000
-    assert turns >= 2_000 // interlink._TURN - 1
+    assert turns >= 2_000 // parsing._TURN - 1

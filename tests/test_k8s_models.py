@@ -1,5 +1,5 @@
-"""``dmsgw.interlink.k8s``: quantities and times as apimachinery reads and writes them, and pods
-as interLink sends them.
+"""``dmsgw.interlink.apimachinery`` and ``dmsgw.interlink.k8s``: quantities and times as
+apimachinery reads and writes them, and pods as interLink sends them.
 
 Quantity expectations are the cases of apimachinery's ``quantity_test.go`` (``TestQuantityParse``,
 ``TestQuantityString``, ``TestQuantityParseEmit``); pods come from ``tests/data/interlink``.
@@ -21,6 +21,13 @@ from pydantic import ValidationError
 
 from dmsgw.errors import DmsgwError
 from dmsgw.interlink import k8s
+from dmsgw.interlink.apimachinery import (
+    QuantityError,
+    format_quantity,
+    format_time,
+    parse_quantity,
+    parse_time,
+)
 from dmsgw.interlink.k8s import (
     ConfigMap,
     ContainerState,
@@ -28,13 +35,8 @@ from dmsgw.interlink.k8s import (
     ContainerStateTerminated,
     ContainerStatus,
     Pod,
-    QuantityError,
     Secret,
     Volume,
-    format_quantity,
-    format_time,
-    parse_quantity,
-    parse_time,
 )
 
 DATA = Path(__file__).parent / "data" / "interlink"

@@ -24,11 +24,11 @@ from dmsgw.interlink.bodies import (
     CreateStruct,
     LogStruct,
     PingResponse,
-    PodRef,
     PodStatus,
     ResourcesResponse,
     RetrievedPodData,
 )
+from dmsgw.interlink.parsing import PodRef
 from dmsgw.interlink.server import (
     SESSION_HEADER,
     AddressError,

@@ -1,4 +1,4 @@
-"""``dmsgw.interlink.pod_ensemble``: a pod, as interLink sends it, translated into an ensemble.
+"""``dmsgw.interlink.translate``: a pod, as interLink sends it, translated into an ensemble.
 
 Fixtures come from ``tests/data/interlink`` (the seed's quickstart pod and GPU pod, the spec's
 ``/create`` example, the every-field pod). The shell the translation generates (provision
@@ -28,8 +28,10 @@ from dmsgw.behaviors.ensemble import AllocationConfig, EnsembleConfig, HealthChe
 from dmsgw.behaviors.ensemble_validation import validate_ensemble
 from dmsgw.behaviors.resources import GPU
 from dmsgw.interlink import k8s
-from dmsgw.interlink.bodies import RetrievedPodData, parse_create_body
-from dmsgw.interlink.pod_ensemble import (
+from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.interlink.parsing import parse_create_body
+from dmsgw.interlink.run_markers import Marker, markers
+from dmsgw.interlink.translate import (
     CONTROL_MOUNT,
     EXCLUDE_PEERS_ANNOTATION,
     METADATA_ACTIVE_DEADLINE,
@@ -48,7 +50,6 @@ from dmsgw.interlink.pod_ensemble import (
     is_wrapped,
     pod_to_ensemble,
 )
-from dmsgw.interlink.run_markers import Marker, markers
 
 DATA = Path(__file__).parent / "data" / "interlink"
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
