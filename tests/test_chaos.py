@@ -49,7 +49,7 @@ import dmsgw
 from dmsgw.behaviors.status import DeploymentStatus
 from dmsgw.clock import NS_PER_SECOND, system_clock
 from dmsgw.devnet.devnet import grant_token, node_key
-from dmsgw.interlink.pod_ensemble import METADATA_GENERATION, METADATA_POD_UID
+from dmsgw.interlink.translate import METADATA_GENERATION, METADATA_POD_UID
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.trust import provider_from_private_key

@@ -22,8 +22,8 @@ from dmsgw.clock import system_clock
 from dmsgw.interlink.bodies import RetrievedPodData
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id, unknown_pod_status
 from dmsgw.interlink.pod import ATTEMPT_KEY, POD_UID_KEY, Phase, PodPolicy, PodRecord, snapshot_of
-from dmsgw.interlink.pod_ensemble import TranslationOptions, pod_to_ensemble
 from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 from dmsgw.transport.rest import DMSTimeoutError
 
 UID = "5c0ffee0-1d2e-4f3a-9b4c-5d6e7f809112"

@@ -29,7 +29,7 @@ from .listening import (
     require_token_for,
 )
 from .metrics import LoopStalls, Metrics, MetricsError
-from .operator import Health, operator_app
+from .operator_port import Health, operator_app
 from .options import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_DEADLINE_S,

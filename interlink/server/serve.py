@@ -18,7 +18,7 @@ from typing import Any
 from .backend import BackendGaveUpError, PluginBackend
 from .listening import ListenAddress, Listener
 from .metrics import LoopStalls, Metrics
-from .operator import Health, operator_app
+from .operator_port import Health, operator_app
 from .options import ServerOptions
 from .routes import PluginServer
 
