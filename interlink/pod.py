@@ -21,9 +21,16 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from ..actors.aio import AsyncActor
+from ..behaviors.catalog import (
+    DEPLOYMENT_LIST,
+    DEPLOYMENT_MANIFEST,
+    DEPLOYMENT_NEW,
+    DEPLOYMENT_SHUTDOWN,
+    DEPLOYMENT_STATUS,
+)
 from ..behaviors.deployment import (
     DeploymentListRequest,
     DeploymentManifestRequest,
@@ -31,9 +38,10 @@ from ..behaviors.deployment import (
     DeploymentStatusRequest,
     DeploymentStatusResponse,
     NewDeploymentRequest,
+    NewDeploymentResponse,
 )
 from ..behaviors.ensemble import EnsembleConfig
-from ..behaviors.node import DMSBehaviorError
+from ..behaviors.node import DMSBehaviorError, Invoke
 from ..behaviors.status import AllocationStatus, DeploymentStatus, EnsembleManifest
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
@@ -91,14 +99,6 @@ def deployment_unknown(exc: BaseException) -> bool:
         return False
     text = str(exc).lower()
     return "deployment not found" in text or "orchestrator with id not found" in text
-
-
-class Invoke(Protocol):
-    """How a pod reaches the DMS (the NodeActor's ``invoke``)."""
-
-    async def __call__(
-        self, behavior: str, payload: Any = None, *, timeout_s: float | None = None
-    ) -> Any: ...
 
 
 class Phase:
@@ -254,7 +254,8 @@ class PodActor(AsyncActor):
         self._clock = clock
         self._rng = rng or random.Random()
         self._task: asyncio.Task[None] | None = None
-        self._inflight: asyncio.Future[Any] | None = None  # deployment/new under way
+        # deployment/new under way
+        self._inflight: asyncio.Future[NewDeploymentResponse] | None = None
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -478,7 +479,7 @@ class PodActor(AsyncActor):
                 # be accepted; the delete then waits for its reply (see _shutdown).
                 self._inflight = asyncio.ensure_future(
                     self._invoke(
-                        "/dms/node/deployment/new",
+                        DEPLOYMENT_NEW,
                         NewDeploymentRequest(ensemble),
                         timeout_s=self._policy.deploy_timeout_s,
                     )
@@ -530,13 +531,11 @@ class PodActor(AsyncActor):
         been lost, or the gateway died after the DMS accepted it): never deploy twice."""
         wanted = {POD_UID_KEY: self.record.uid, ATTEMPT_KEY: str(attempt)}
         try:
-            listing = await self._invoke(
-                "/dms/node/deployment/list", DeploymentListRequest(metadata=wanted)
-            )
+            listing = await self._invoke(DEPLOYMENT_LIST, DeploymentListRequest(metadata=wanted))
         except DmsgwError:
             return ""
         for item in listing.deployments or ():
-            meta = getattr(item, "metadata", None) or {}
+            meta = item.metadata or {}
             if all(meta.get(k) == v for k, v in wanted.items()):
                 return str(item.orchestrator_id)
         return ""
@@ -563,9 +562,7 @@ class PodActor(AsyncActor):
         unknown = 0  # status polls in a row that found the deployment unknown to the DMS
         while True:
             try:
-                reply = await self._invoke(
-                    "/dms/node/deployment/status", DeploymentStatusRequest(ensemble_id)
-                )
+                reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
             except DmsgwError as exc:
                 unknown = unknown + 1 if deployment_unknown(exc) else 0
                 if unknown >= LOST_AFTER:
@@ -630,11 +627,9 @@ class PodActor(AsyncActor):
                 interval = min(interval * 1.5, self._policy.poll_max_s)
             await asyncio.sleep(interval)
 
-    async def _manifest(self, ensemble_id: str) -> Any:
+    async def _manifest(self, ensemble_id: str) -> EnsembleManifest | None:
         try:
-            reply = await self._invoke(
-                "/dms/node/deployment/manifest", DeploymentManifestRequest(ensemble_id)
-            )
+            reply = await self._invoke(DEPLOYMENT_MANIFEST, DeploymentManifestRequest(ensemble_id))
         except DmsgwError as exc:
             log.info("pod %s: manifest of %s unavailable: %s", self.record.uid, ensemble_id, exc)
             return None
@@ -651,11 +646,11 @@ class PodActor(AsyncActor):
         inflight, self._inflight = self._inflight, None
         if inflight is not None:
             try:
-                reply = await inflight
+                reply: NewDeploymentResponse | None = await inflight
             except Exception:  # refused or lost: the listing tells
                 reply = None
-            if reply is not None and getattr(reply, "ensemble_id", None):
-                return str(reply.ensemble_id)
+            if reply is not None and reply.ensemble_id:
+                return reply.ensemble_id
         return await self._find_existing(self.record.attempt)
 
     async def _restart(self, ensemble_id: str, *, delay_s: float = 0.0) -> None:
@@ -667,16 +662,12 @@ class PodActor(AsyncActor):
         tries = 0
         while ensemble_id:
             try:
-                state = await self._invoke(
-                    "/dms/node/deployment/status", DeploymentStatusRequest(ensemble_id)
-                )
+                state = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
                 status = DeploymentStatus.parse(state.status)
                 if status in TERMINAL_DMS or status == DeploymentStatus.UNKNOWN:
                     break
                 if status == DeploymentStatus.RUNNING:
-                    await self._invoke(
-                        "/dms/node/deployment/shutdown", DeploymentShutdownRequest(ensemble_id)
-                    )
+                    await self._invoke(DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id))
             except DmsgwError as exc:
                 if deployment_unknown(exc):
                     break  # the DMS no longer knows it: nothing left to stop

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dmsgw.behaviors.catalog import Behavior
 from dmsgw.behaviors.deployment import (
     DeploymentInfo,
     DeploymentListResponse,
@@ -84,17 +85,17 @@ class FakeDMS:
 
     async def __call__(
         self,
-        behavior: str,
+        behavior: Behavior[Any, Any],
         payload: Any = None,
         *,
         to: str | None = None,
         timeout_s: float | None = None,
     ) -> Any:
         await asyncio.sleep(0)  # a round trip yields, as a real one does
-        reply = self._answer(behavior, payload)
+        reply = self._answer(behavior.name, payload)
         error = getattr(reply, "error", "")
         if error:
-            raise DMSBehaviorError(behavior, error, reply)
+            raise DMSBehaviorError(behavior.name, error, reply)
         return reply
 
     def _answer(self, behavior: str, payload: Any) -> Any:
