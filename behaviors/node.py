@@ -39,7 +39,7 @@ from ..keys.ucan.token import Action, Token, format_ns
 from ..transport import envelope as env
 from ..transport.envelope import Address, Envelope, Handle
 from ..transport.preflight import preflight
-from ..transport.rest import DMSTimeoutError, Transport, TransportError
+from ..transport.rest import DMSError, DMSErrorKind, DMSTimeoutError, Transport, TransportError
 from ..transport.security import SecurityContext
 from .catalog import Behavior, Rep, Req, WireModel
 
@@ -54,13 +54,46 @@ GRANT_WARNINGS_S = (7 * 24 * 3600.0, 24 * 3600.0, 3600.0)
 """The log warns once when the grant has less than each of these left (a week, a day, an hour)."""
 
 
-class DMSBehaviorError(DmsgwError):
-    """The DMS handled the request and answered with an error."""
+class DMSBehaviorError(DMSError):
+    """The DMS handled the request and answered with an error; ``kind`` is what that error
+    means (:func:`dms_error_kind`)."""
 
     def __init__(self, behavior: str, message: str, reply: Any = None) -> None:
         super().__init__(f"{behavior}: the DMS answered: {message}")
         self.behavior = behavior
         self.reply = reply
+        self.kind = dms_error_kind(message)
+
+
+_NOT_FOUND = (
+    "deployment not found",
+    "orchestrator with id not found",
+    "failed to find deployment by id: %!w(<nil>)",
+)
+
+
+def dms_error_kind(error: str) -> DMSErrorKind:
+    """The kind of the ``Error`` text of a DMS reply: the one place that text is read.
+
+    A DMS handler answers an error with ``err.Error()`` and nothing else, often wrapped in
+    context (``fmt.Errorf("failed to get deployment: %s", err)``), so its kind can only be
+    read from Go's sentinel texts. For an ensemble the DMS does not know, the handlers of
+    ``dms/node/behaviors_deployment.go`` answer:
+
+    - ``ErrDeploymentNotFound`` ("deployment not found"): ``status`` on older DMSs;
+    - ``ErrOrchestratorNotFound`` ("orchestrator with ID not found", returned by
+      ``GetOrchestrator`` of ``dms/orchestrator/registry.go``): ``logs`` and ``shutdown``,
+      and ``status``/``manifest`` on older DMSs, bare or after "failed to get orchestrator: ";
+    - on the newest DMS, ``status``, ``manifest`` and ``info`` read the deployment store,
+      whose ``Get`` (``dms/orchestrator/deployments_store.go``) wraps a nil error when no
+      document matches: "failed to get deployment: failed to find deployment by ID:
+      %!w(<nil>)" (a store that fails carries its own error there instead, which is not a
+      not-found).
+
+    Any other text is ``OTHER`` (``REFUSED`` and ``TIMEOUT`` are the silence of a DMS,
+    :class:`DMSTimeoutError`, not an answer)."""
+    text = error.lower()
+    return DMSErrorKind.NOT_FOUND if any(s in text for s in _NOT_FOUND) else DMSErrorKind.OTHER
 
 
 class ReplyError(TransportError):

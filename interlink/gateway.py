@@ -45,7 +45,7 @@ from ..keys.did import DID
 from ..keys.keystore import KeyStore
 from ..keys.trust import provider_from_private_key
 from ..keys.ucan.context import CapabilityContext
-from ..transport.rest import RestTransport
+from ..transport.rest import DMSError, DMSErrorKind, RestTransport
 from ..transport.security import SecurityContext
 from . import k8s
 from .bodies import (
@@ -70,7 +70,6 @@ from .pod import (
     Snapshot,
     Translate,
     TranslationNotReadyError,
-    deployment_unknown,
     request_data,
     snapshot_of,
 )
@@ -332,8 +331,8 @@ class Gateway:
             reply = await self.parts.invoke(
                 DEPLOYMENT_MANIFEST, DeploymentManifestRequest(ensemble)
             )
-        except DmsgwError as exc:
-            if deployment_unknown(exc):
+        except DMSError as exc:
+            if exc.kind is DMSErrorKind.NOT_FOUND:
                 raise UnknownPodError(
                     f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc})"
                 ) from None

@@ -45,7 +45,7 @@ from ..behaviors.node import DMSBehaviorError, Invoke
 from ..behaviors.status import AllocationStatus, DeploymentStatus, EnsembleManifest
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
-from ..transport.rest import TransportError
+from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
 from .bodies import PodStatus, RetrievedPodData, parse_create_body
 from .container_runs import Runs
@@ -84,21 +84,6 @@ class TranslationNotReadyError(DmsgwError):
     def __init__(self, message: str, wait: Callable[[], Awaitable[Any]]) -> None:
         super().__init__(message)
         self.wait = wait
-
-
-def deployment_unknown(exc: BaseException) -> bool:
-    """Whether ``exc`` is the DMS saying it does not know the deployment asked about.
-
-    The DMS answers with nothing but text: its handlers put ``err.Error()`` of Go's sentinel
-    errors (``ErrDeploymentNotFound``: "deployment not found"; on older DMSs
-    ``ErrOrchestratorNotFound``: "orchestrator with ID not found") into the reply's ``Error``
-    string, wrapped in context ("failed to get deployment: …"). No error code or kind reaches
-    the wire, so the sentinel texts are matched, here only; a transport failure never counts.
-    """
-    if not isinstance(exc, DMSBehaviorError):
-        return False
-    text = str(exc).lower()
-    return "deployment not found" in text or "orchestrator with id not found" in text
 
 
 class Phase:
@@ -564,7 +549,8 @@ class PodActor(AsyncActor):
             try:
                 reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
             except DmsgwError as exc:
-                unknown = unknown + 1 if deployment_unknown(exc) else 0
+                lost = isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND
+                unknown = unknown + 1 if lost else 0
                 if unknown >= LOST_AFTER:
                     self.actor_ref.tell(_Lost(ensemble_id, str(exc)))
                     return
@@ -669,7 +655,7 @@ class PodActor(AsyncActor):
                 if status == DeploymentStatus.RUNNING:
                     await self._invoke(DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id))
             except DmsgwError as exc:
-                if deployment_unknown(exc):
+                if isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND:
                     break  # the DMS no longer knows it: nothing left to stop
                 log.info("pod %s: shutdown of %s: %s", self.record.uid, ensemble_id, exc)
             tries += 1

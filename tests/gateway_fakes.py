@@ -64,6 +64,9 @@ class FakeDMS:
         self.deployments: dict[str, FakeDeployment] = {}
         self.free = free or Resources()
         self.reachable = True
+        self.unknown_deployment = f"failed to get deployment: {NOT_FOUND}"
+        """What ``status`` and ``manifest`` answer for a deployment the DMS does not know
+        (by default the devnet's answer)."""
         self.asked: Counter[str] = Counter()  # behavior (without /dms/node/) -> times asked
         self._ids = itertools.count(1)
         logs.mkdir(parents=True, exist_ok=True)
@@ -135,7 +138,7 @@ class FakeDMS:
         found = self.deployments.get(ident)
         if name == "deployment/status":
             if found is None:
-                return DeploymentStatusResponse(error=f"failed to get deployment: {NOT_FOUND}")
+                return DeploymentStatusResponse(error=self.unknown_deployment)
             running = found.status == "Running"
             info = {
                 f"{found.id}_pod.{c}": AllocationInfo(
@@ -148,7 +151,7 @@ class FakeDMS:
             )
         if name == "deployment/manifest":
             if found is None:
-                return DeploymentManifestResponse(error=f"failed to get deployment: {NOT_FOUND}")
+                return DeploymentManifestResponse(error=self.unknown_deployment)
             return DeploymentManifestResponse()
         if name == "deployment/shutdown":
             if found is None:
