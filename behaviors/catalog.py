@@ -10,6 +10,11 @@ all of ``/dms/node/...``), how long to let the envelope live, and, for broadcast
 ``namespace`` is the attribute path of a typed client facade (``("deployment", "status")``
 for ``dms.deployment.status(...)``); it is declared per behavior rather than derived from the
 name, because names like ``/dms/cap/provide/anchor`` make poor Python paths.
+
+Each entry is a constant named after its namespace (``DEPLOYMENT_STATUS``), a
+``Behavior[Request, Reply]``: code invokes the constant, so that the type checker pairs the
+request with the behavior and knows the reply; names are looked up (:func:`get_behavior`) only
+for what arrives as text (``dms.invoke("/dms/node/...")``, the CLI, the devnet's handlers).
 """
 
 from __future__ import annotations
@@ -159,7 +164,7 @@ Req = TypeVar("Req", bound="WireModel | None")
 """A behavior's request model (``None`` for a behavior invoked without a payload)."""
 Rep = TypeVar("Rep", bound=WireModel)
 """A behavior's reply model."""
-_Payload = TypeVar("_Payload", bound=WireModel)
+_Payload = TypeVar("_Payload", bound=WireModel)  # the request of a behavior that takes one
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
