@@ -10,6 +10,11 @@ all of ``/dms/node/...``), how long to let the envelope live, and, for broadcast
 ``namespace`` is the attribute path of a typed client facade (``("deployment", "status")``
 for ``dms.deployment.status(...)``); it is declared per behavior rather than derived from the
 name, because names like ``/dms/cap/provide/anchor`` make poor Python paths.
+
+Each entry is a constant named after its namespace (``DEPLOYMENT_STATUS``), a
+``Behavior[Request, Reply]``: code invokes the constant, so that the type checker pairs the
+request with the behavior and knows the reply; names are looked up (:func:`get_behavior`) only
+for what arrives as text (``dms.invoke("/dms/node/...")``, the CLI, the devnet's handlers).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import difflib
 import keyword
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Protocol, Self
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from ..errors import DmsgwError
 from .allocations import AllocationsListResponse
@@ -90,6 +95,45 @@ __all__ = [
     "UnknownBehaviorError",
     "WireModel",
     "get_behavior",
+    "PUBLIC_HELLO",
+    "PUBLIC_STATUS",
+    "BROADCAST_HELLO",
+    "NODE_STATUS",
+    "BROADCAST_STATUS",
+    "PEERS_LIST",
+    "PEERS_SELF",
+    "PEERS_PING",
+    "PEERS_DHT",
+    "PEERS_CONNECT",
+    "PEERS_SCORE",
+    "ONBOARDING_ONBOARD",
+    "ONBOARDING_OFFBOARD",
+    "ONBOARDING_STATUS",
+    "DEPLOYMENT_NEW",
+    "DEPLOYMENT_UPDATE",
+    "DEPLOYMENT_LIST",
+    "DEPLOYMENT_STATUS",
+    "DEPLOYMENT_MANIFEST",
+    "DEPLOYMENT_INFO",
+    "DEPLOYMENT_LOGS",
+    "DEPLOYMENT_SHUTDOWN",
+    "DEPLOYMENT_PRUNE",
+    "DEPLOYMENT_DELETE",
+    "ALLOCATIONS_LIST",
+    "RESOURCES_FREE",
+    "RESOURCES_ALLOCATED",
+    "RESOURCES_ONBOARDED",
+    "HARDWARE_SPEC",
+    "HARDWARE_USAGE",
+    "LOGGER_CONFIG",
+    "CAP_LIST",
+    "CAP_ANCHOR",
+    "CAP_PROVIDE_ANCHOR",
+    "CAP_REQUIRE_ANCHOR",
+    "CAP_REVOKE_ANCHOR",
+    "VOLUME_CREATE",
+    "VOLUME_START",
+    "VOLUME_DELETE",
 ]
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -116,19 +160,30 @@ class BehaviorPayloadError(DmsgwError):
     """A payload of the wrong type for the behavior it is sent with."""
 
 
+Req = TypeVar("Req", bound="WireModel | None")
+"""A behavior's request model (``None`` for a behavior invoked without a payload)."""
+Rep = TypeVar("Rep", bound=WireModel)
+"""A behavior's reply model."""
+_Payload = TypeVar("_Payload", bound=WireModel)  # the request of a behavior that takes one
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
-class Behavior:
+class Behavior(Generic[Req, Rep]):
     """One behavior: its name, payload types, required capability, lifetime and doc.
 
-    ``request`` is ``None`` for behaviors invoked without a payload (the envelope's ``msg``
-    is then empty). ``timeout_s`` is the default envelope lifetime; ``min_timeout_s`` the
-    shortest the DMS accepts (0: any). ``topic`` is set for broadcasts only.
+    ``Behavior[Req, Rep]`` carries its request and reply types, so that an ``invoke`` of it
+    is checked end to end: ``invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(id))`` is a
+    :class:`DeploymentStatusResponse` to the type checker, and a request of another
+    behavior is an error before anything runs. ``request`` is ``None`` for behaviors
+    invoked without a payload (``Req`` is then ``None``, and the envelope's ``msg`` is
+    empty). ``timeout_s`` is the default envelope lifetime; ``min_timeout_s`` the shortest
+    the DMS accepts (0: any). ``topic`` is set for broadcasts only.
     """
 
     name: str
     namespace: tuple[str, ...]
     request: type[WireModel] | None
-    reply: type[WireModel]
+    reply: type[Rep]
     doc: str
     timeout_s: float = DEFAULT_TIMEOUT_S
     min_timeout_s: float = 0.0
@@ -148,14 +203,17 @@ class Behavior:
     def broadcast(self) -> bool:
         return bool(self.topic)
 
-    def encode_request(self, payload: WireModel | None = None) -> bytes:
-        """The envelope ``msg`` bytes for ``payload`` (empty when the behavior takes none)."""
+    def encode_request(self, payload: Req | None = None) -> bytes:
+        """The envelope ``msg`` bytes for ``payload`` (empty when the behavior takes none;
+        the request's defaults when it takes one and ``payload`` is ``None``). A payload of
+        the wrong type is refused here too, for callers the type checker does not see (a
+        REPL, a behavior looked up by name)."""
         if self.request is None:
             if payload is not None:
                 raise BehaviorPayloadError(f"{self.name} takes no payload, got {payload!r}")
             return b""
         if payload is None:
-            payload = self.request.from_json(b"{}")
+            return self.request.from_json(b"{}").to_json()
         if not isinstance(payload, self.request):
             raise BehaviorPayloadError(
                 f"{self.name} takes a {self.request.__name__}, got {type(payload).__name__}"
@@ -166,7 +224,7 @@ class Behavior:
         """The payload a DMS handler would decode from ``msg`` (``None`` if it takes none)."""
         return None if self.request is None else self.request.from_json(data)
 
-    def decode_reply(self, data: bytes) -> WireModel:
+    def decode_reply(self, data: bytes) -> Rep:
         """The reply payload, decoded as the Go client does."""
         return self.reply.from_json(data)
 
@@ -174,313 +232,352 @@ class Behavior:
 def _b(
     name: str,
     namespace: str,
-    request: type[WireModel] | None,
-    reply: type[WireModel],
+    request: type[_Payload],
+    reply: type[Rep],
     doc: str,
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     min_timeout_s: float = 0.0,
-    topic: str = "",
-) -> Behavior:
+) -> Behavior[_Payload, Rep]:
+    """A behavior invoked with a ``request`` payload."""
     return Behavior(
-        name, tuple(namespace.split(".")), request, reply, doc, timeout_s, min_timeout_s, topic
+        name, tuple(namespace.split(".")), request, reply, doc, timeout_s, min_timeout_s
     )
 
 
-_BEHAVIORS = (
-    # public and broadcast
-    _b(
-        "/public/hello",
-        "public.hello",
-        None,
-        HelloResponse,
-        "The DMS's DID, for a polite introduction.",
-    ),
-    _b(
-        "/public/status",
-        "public.status",
-        None,
-        PublicStatusResponse,
-        "Status and the machine's total resources.",
-    ),
-    _b(
-        "/broadcast/hello",
-        "broadcast.hello",
-        None,
-        HelloResponse,
-        "Say hello on the hello topic; every DMS that hears it replies with its DID.",
-        topic="/nunet/hello",
-    ),
-    _b(
-        "/dms/node/status",
-        "node.status",
-        None,
-        DiscoveryStatusResponse,
-        "Host, network, onboarding and resources of the DMS (fleet discovery).",
-    ),
-    _b(
-        "/broadcast/dms/status",
-        "broadcast.status",
-        None,
-        DiscoveryStatusResponse,
-        "Ask every DMS on the status topic for its discovery status.",
-        topic="/nunet/status",
-    ),
-    # peers
-    _b(
-        "/dms/node/peers/list",
-        "peers.list",
-        None,
-        PeersListResponse,
-        "Peer IDs of the DMS's pubsub peers.",
-    ),
-    _b(
-        "/dms/node/peers/self",
-        "peers.self",
-        None,
-        PeerAddrInfoResponse,
-        "The DMS's peer ID and listen addresses.",
-    ),
-    _b(
-        "/dms/node/peers/ping",
-        "peers.ping",
-        PingRequest,
-        PingResponse,
-        "Ping a peer; round-trip time in ms.",
-    ),
-    _b(
-        "/dms/node/peers/dht",
-        "peers.dht",
-        None,
-        PeerDHTResponse,
-        "The peers in the DMS's DHT routing table.",
-    ),
-    _b(
-        "/dms/node/peers/connect",
-        "peers.connect",
-        PeerConnectRequest,
-        PeerConnectResponse,
-        "Connect to a peer by multiaddress.",
-    ),
-    _b(
-        "/dms/node/peers/score",
-        "peers.score",
-        None,
-        PeerScoreResponse,
-        "Gossipsub scores of the DMS's peers.",
-    ),
-    # onboarding
-    _b(
-        "/dms/node/onboarding/onboard",
-        "onboarding.onboard",
-        OnboardRequest,
-        OnboardResponse,
-        "Offer resources to the network as a compute provider.",
-    ),
-    _b(
-        "/dms/node/onboarding/offboard",
-        "onboarding.offboard",
-        OffboardRequest,
-        OffboardResponse,
-        "Stop being a compute provider.",
-    ),
-    _b(
-        "/dms/node/onboarding/status",
-        "onboarding.status",
-        None,
-        OnboardStatusResponse,
-        "Whether the DMS is onboarded.",
-    ),
-    # deployments orchestrated by this DMS
-    _b(
-        "/dms/node/deployment/new",
-        "deployment.new",
-        NewDeploymentRequest,
-        NewDeploymentResponse,
-        "Deploy an ensemble; replies at once with its ID, then deploys until expiry.",
-        timeout_s=120.0,
-        min_timeout_s=_NEW_DEPLOYMENT_MIN_S,
-    ),
-    _b(
-        "/dms/node/deployment/update",
-        "deployment.update",
-        UpdateDeploymentRequest,
-        UpdateDeploymentResponse,
-        "Change a running deployment's ensemble.",
-        timeout_s=180.0,
-        min_timeout_s=_UPDATE_DEPLOYMENT_MIN_S,
-    ),
-    _b(
-        "/dms/node/deployment/list",
-        "deployment.list",
-        DeploymentListRequest,
-        DeploymentListResponse,
-        "Deployments, filtered, paged and sorted.",
-    ),
-    _b(
-        "/dms/node/deployment/status",
-        "deployment.status",
-        DeploymentStatusRequest,
-        DeploymentStatusResponse,
-        "A deployment's status (and its allocations' state and usage while it runs).",
-        timeout_s=60.0,
-    ),
-    _b(
-        "/dms/node/deployment/manifest",
-        "deployment.manifest",
-        DeploymentManifestRequest,
-        DeploymentManifestResponse,
-        "What was deployed where: the ensemble manifest.",
-    ),
-    _b(
-        "/dms/node/deployment/info",
-        "deployment.info",
-        DeploymentInfoRequest,
-        DeploymentInfoResponse,
-        "Status, manifest, allocation details, usage and log paths in one call.",
-        timeout_s=60.0,
-    ),
-    _b(
-        "/dms/node/deployment/logs",
-        "deployment.logs",
-        DeploymentLogsRequest,
-        DeploymentLogsResponse,
-        "Write an allocation's logs on the DMS host; replies with the directory.",
-        timeout_s=60.0,
-    ),
-    _b(
-        "/dms/node/deployment/shutdown",
-        "deployment.shutdown",
-        DeploymentShutdownRequest,
-        DeploymentShutdownResponse,
-        "Shut a running deployment down.",
-    ),
-    _b(
-        "/dms/node/deployment/prune",
-        "deployment.prune",
-        DeploymentPruneRequest,
-        DeploymentPruneResponse,
-        "Forget finished deployments older than a cutoff (or all).",
-    ),
-    _b(
-        "/dms/node/deployment/delete",
-        "deployment.delete",
-        DeploymentDeleteRequest,
-        DeploymentDeleteResponse,
-        "Forget one deployment.",
-    ),
-    # this DMS as a compute provider
-    _b(
-        "/dms/node/allocations/list",
-        "allocations.list",
-        None,
-        AllocationsListResponse,
-        "The allocations running on this DMS.",
-    ),
-    _b(
-        "/dms/node/resources/free",
-        "resources.free",
-        None,
-        ResourcesResponse,
-        "Resources free for new allocations (bytes, Hz).",
-    ),
-    _b(
-        "/dms/node/resources/allocated",
-        "resources.allocated",
-        None,
-        ResourcesResponse,
-        "Resources held by running allocations (bytes, Hz).",
-    ),
-    _b(
-        "/dms/node/resources/onboarded",
-        "resources.onboarded",
-        None,
-        ResourcesResponse,
-        "Resources offered to the network (bytes, Hz).",
-    ),
-    _b(
-        "/dms/node/hardware/spec",
-        "hardware.spec",
-        None,
-        ResourcesResponse,
-        "The machine's hardware (bytes, Hz).",
-    ),
-    _b(
-        "/dms/node/hardware/usage",
-        "hardware.usage",
-        None,
-        ResourcesResponse,
-        "The machine's current resource usage (bytes, Hz).",
-    ),
-    _b(
-        "/dms/node/logger/config",
-        "logger.config",
-        LoggerConfigRequest,
-        LoggerConfigResponse,
-        "Change log level, flush interval or Elasticsearch/APM settings.",
-    ),
-    # capabilities
-    _b(
-        "/dms/cap/list",
-        "cap.list",
-        CapListRequest,
-        CapListResponse,
-        "The DMS's capability anchors.",
-    ),
-    _b(
-        "/dms/cap/anchor",
-        "cap.anchor",
-        CapAnchorRequest,
-        CapAnchorResponse,
-        "Add root DIDs and tokens to the DMS's anchors (v0.5).",
-    ),
-    _b(
-        "/dms/cap/provide/anchor",
-        "cap.provide_anchor",
-        CapTokenAnchorRequest,
-        CapAnchorResponse,
-        "Add tokens to the DMS's provide anchor.",
-    ),
-    _b(
-        "/dms/cap/require/anchor",
-        "cap.require_anchor",
-        CapTokenAnchorRequest,
-        CapAnchorResponse,
-        "Add tokens to the DMS's require anchor.",
-    ),
-    _b(
-        "/dms/cap/revoke/anchor",
-        "cap.revoke_anchor",
-        CapTokenAnchorRequest,
-        CapAnchorResponse,
-        "Add revocation tokens to the DMS's revoke anchor.",
-    ),
-    # volumes
-    _b(
-        "/dms/volume/create",
-        "volume.create",
-        CreateVolumeRequest,
-        CreateVolumeResponse,
-        "Create a GlusterFS volume; replies with its CA certificate.",
-    ),
-    _b(
-        "/dms/volume/start",
-        "volume.start",
-        StartVolumeRequest,
-        StartVolumeResponse,
-        "Start a GlusterFS volume.",
-    ),
-    _b(
-        "/dms/volume/delete",
-        "volume.delete",
-        DeleteVolumeRequest,
-        DeleteVolumeResponse,
-        "Delete a GlusterFS volume (its creator only).",
-    ),
+def _plain(
+    name: str, namespace: str, reply: type[Rep], doc: str, *, topic: str = ""
+) -> Behavior[None, Rep]:
+    """A behavior invoked without a payload (a broadcast, when ``topic`` is set)."""
+    return Behavior(name, tuple(namespace.split(".")), None, reply, doc, topic=topic)
+
+
+# public and broadcast
+PUBLIC_HELLO = _plain(
+    "/public/hello",
+    "public.hello",
+    HelloResponse,
+    "The DMS's DID, for a polite introduction.",
+)
+PUBLIC_STATUS = _plain(
+    "/public/status",
+    "public.status",
+    PublicStatusResponse,
+    "Status and the machine's total resources.",
+)
+BROADCAST_HELLO = _plain(
+    "/broadcast/hello",
+    "broadcast.hello",
+    HelloResponse,
+    "Say hello on the hello topic; every DMS that hears it replies with its DID.",
+    topic="/nunet/hello",
+)
+NODE_STATUS = _plain(
+    "/dms/node/status",
+    "node.status",
+    DiscoveryStatusResponse,
+    "Host, network, onboarding and resources of the DMS (fleet discovery).",
+)
+BROADCAST_STATUS = _plain(
+    "/broadcast/dms/status",
+    "broadcast.status",
+    DiscoveryStatusResponse,
+    "Ask every DMS on the status topic for its discovery status.",
+    topic="/nunet/status",
+)
+
+# peers
+PEERS_LIST = _plain(
+    "/dms/node/peers/list",
+    "peers.list",
+    PeersListResponse,
+    "Peer IDs of the DMS's pubsub peers.",
+)
+PEERS_SELF = _plain(
+    "/dms/node/peers/self",
+    "peers.self",
+    PeerAddrInfoResponse,
+    "The DMS's peer ID and listen addresses.",
+)
+PEERS_PING = _b(
+    "/dms/node/peers/ping",
+    "peers.ping",
+    PingRequest,
+    PingResponse,
+    "Ping a peer; round-trip time in ms.",
+)
+PEERS_DHT = _plain(
+    "/dms/node/peers/dht",
+    "peers.dht",
+    PeerDHTResponse,
+    "The peers in the DMS's DHT routing table.",
+)
+PEERS_CONNECT = _b(
+    "/dms/node/peers/connect",
+    "peers.connect",
+    PeerConnectRequest,
+    PeerConnectResponse,
+    "Connect to a peer by multiaddress.",
+)
+PEERS_SCORE = _plain(
+    "/dms/node/peers/score",
+    "peers.score",
+    PeerScoreResponse,
+    "Gossipsub scores of the DMS's peers.",
+)
+
+# onboarding
+ONBOARDING_ONBOARD = _b(
+    "/dms/node/onboarding/onboard",
+    "onboarding.onboard",
+    OnboardRequest,
+    OnboardResponse,
+    "Offer resources to the network as a compute provider.",
+)
+ONBOARDING_OFFBOARD = _b(
+    "/dms/node/onboarding/offboard",
+    "onboarding.offboard",
+    OffboardRequest,
+    OffboardResponse,
+    "Stop being a compute provider.",
+)
+ONBOARDING_STATUS = _plain(
+    "/dms/node/onboarding/status",
+    "onboarding.status",
+    OnboardStatusResponse,
+    "Whether the DMS is onboarded.",
+)
+
+# deployments orchestrated by this DMS
+DEPLOYMENT_NEW = _b(
+    "/dms/node/deployment/new",
+    "deployment.new",
+    NewDeploymentRequest,
+    NewDeploymentResponse,
+    "Deploy an ensemble; replies at once with its ID, then deploys until expiry.",
+    timeout_s=120.0,
+    min_timeout_s=_NEW_DEPLOYMENT_MIN_S,
+)
+DEPLOYMENT_UPDATE = _b(
+    "/dms/node/deployment/update",
+    "deployment.update",
+    UpdateDeploymentRequest,
+    UpdateDeploymentResponse,
+    "Change a running deployment's ensemble.",
+    timeout_s=180.0,
+    min_timeout_s=_UPDATE_DEPLOYMENT_MIN_S,
+)
+DEPLOYMENT_LIST = _b(
+    "/dms/node/deployment/list",
+    "deployment.list",
+    DeploymentListRequest,
+    DeploymentListResponse,
+    "Deployments, filtered, paged and sorted.",
+)
+DEPLOYMENT_STATUS = _b(
+    "/dms/node/deployment/status",
+    "deployment.status",
+    DeploymentStatusRequest,
+    DeploymentStatusResponse,
+    "A deployment's status (and its allocations' state and usage while it runs).",
+    timeout_s=60.0,
+)
+DEPLOYMENT_MANIFEST = _b(
+    "/dms/node/deployment/manifest",
+    "deployment.manifest",
+    DeploymentManifestRequest,
+    DeploymentManifestResponse,
+    "What was deployed where: the ensemble manifest.",
+)
+DEPLOYMENT_INFO = _b(
+    "/dms/node/deployment/info",
+    "deployment.info",
+    DeploymentInfoRequest,
+    DeploymentInfoResponse,
+    "Status, manifest, allocation details, usage and log paths in one call.",
+    timeout_s=60.0,
+)
+DEPLOYMENT_LOGS = _b(
+    "/dms/node/deployment/logs",
+    "deployment.logs",
+    DeploymentLogsRequest,
+    DeploymentLogsResponse,
+    "Write an allocation's logs on the DMS host; replies with the directory.",
+    timeout_s=60.0,
+)
+DEPLOYMENT_SHUTDOWN = _b(
+    "/dms/node/deployment/shutdown",
+    "deployment.shutdown",
+    DeploymentShutdownRequest,
+    DeploymentShutdownResponse,
+    "Shut a running deployment down.",
+)
+DEPLOYMENT_PRUNE = _b(
+    "/dms/node/deployment/prune",
+    "deployment.prune",
+    DeploymentPruneRequest,
+    DeploymentPruneResponse,
+    "Forget finished deployments older than a cutoff (or all).",
+)
+DEPLOYMENT_DELETE = _b(
+    "/dms/node/deployment/delete",
+    "deployment.delete",
+    DeploymentDeleteRequest,
+    DeploymentDeleteResponse,
+    "Forget one deployment.",
+)
+
+# this DMS as a compute provider
+ALLOCATIONS_LIST = _plain(
+    "/dms/node/allocations/list",
+    "allocations.list",
+    AllocationsListResponse,
+    "The allocations running on this DMS.",
+)
+RESOURCES_FREE = _plain(
+    "/dms/node/resources/free",
+    "resources.free",
+    ResourcesResponse,
+    "Resources free for new allocations (bytes, Hz).",
+)
+RESOURCES_ALLOCATED = _plain(
+    "/dms/node/resources/allocated",
+    "resources.allocated",
+    ResourcesResponse,
+    "Resources held by running allocations (bytes, Hz).",
+)
+RESOURCES_ONBOARDED = _plain(
+    "/dms/node/resources/onboarded",
+    "resources.onboarded",
+    ResourcesResponse,
+    "Resources offered to the network (bytes, Hz).",
+)
+HARDWARE_SPEC = _plain(
+    "/dms/node/hardware/spec",
+    "hardware.spec",
+    ResourcesResponse,
+    "The machine's hardware (bytes, Hz).",
+)
+HARDWARE_USAGE = _plain(
+    "/dms/node/hardware/usage",
+    "hardware.usage",
+    ResourcesResponse,
+    "The machine's current resource usage (bytes, Hz).",
+)
+LOGGER_CONFIG = _b(
+    "/dms/node/logger/config",
+    "logger.config",
+    LoggerConfigRequest,
+    LoggerConfigResponse,
+    "Change log level, flush interval or Elasticsearch/APM settings.",
+)
+
+# capabilities
+CAP_LIST = _b(
+    "/dms/cap/list",
+    "cap.list",
+    CapListRequest,
+    CapListResponse,
+    "The DMS's capability anchors.",
+)
+CAP_ANCHOR = _b(
+    "/dms/cap/anchor",
+    "cap.anchor",
+    CapAnchorRequest,
+    CapAnchorResponse,
+    "Add root DIDs and tokens to the DMS's anchors (v0.5).",
+)
+CAP_PROVIDE_ANCHOR = _b(
+    "/dms/cap/provide/anchor",
+    "cap.provide_anchor",
+    CapTokenAnchorRequest,
+    CapAnchorResponse,
+    "Add tokens to the DMS's provide anchor.",
+)
+CAP_REQUIRE_ANCHOR = _b(
+    "/dms/cap/require/anchor",
+    "cap.require_anchor",
+    CapTokenAnchorRequest,
+    CapAnchorResponse,
+    "Add tokens to the DMS's require anchor.",
+)
+CAP_REVOKE_ANCHOR = _b(
+    "/dms/cap/revoke/anchor",
+    "cap.revoke_anchor",
+    CapTokenAnchorRequest,
+    CapAnchorResponse,
+    "Add revocation tokens to the DMS's revoke anchor.",
+)
+
+# volumes
+VOLUME_CREATE = _b(
+    "/dms/volume/create",
+    "volume.create",
+    CreateVolumeRequest,
+    CreateVolumeResponse,
+    "Create a GlusterFS volume; replies with its CA certificate.",
+)
+VOLUME_START = _b(
+    "/dms/volume/start",
+    "volume.start",
+    StartVolumeRequest,
+    StartVolumeResponse,
+    "Start a GlusterFS volume.",
+)
+VOLUME_DELETE = _b(
+    "/dms/volume/delete",
+    "volume.delete",
+    DeleteVolumeRequest,
+    DeleteVolumeResponse,
+    "Delete a GlusterFS volume (its creator only).",
+)
+
+_BEHAVIORS: tuple[Behavior[Any, Any], ...] = (
+    PUBLIC_HELLO,
+    PUBLIC_STATUS,
+    BROADCAST_HELLO,
+    NODE_STATUS,
+    BROADCAST_STATUS,
+    PEERS_LIST,
+    PEERS_SELF,
+    PEERS_PING,
+    PEERS_DHT,
+    PEERS_CONNECT,
+    PEERS_SCORE,
+    ONBOARDING_ONBOARD,
+    ONBOARDING_OFFBOARD,
+    ONBOARDING_STATUS,
+    DEPLOYMENT_NEW,
+    DEPLOYMENT_UPDATE,
+    DEPLOYMENT_LIST,
+    DEPLOYMENT_STATUS,
+    DEPLOYMENT_MANIFEST,
+    DEPLOYMENT_INFO,
+    DEPLOYMENT_LOGS,
+    DEPLOYMENT_SHUTDOWN,
+    DEPLOYMENT_PRUNE,
+    DEPLOYMENT_DELETE,
+    ALLOCATIONS_LIST,
+    RESOURCES_FREE,
+    RESOURCES_ALLOCATED,
+    RESOURCES_ONBOARDED,
+    HARDWARE_SPEC,
+    HARDWARE_USAGE,
+    LOGGER_CONFIG,
+    CAP_LIST,
+    CAP_ANCHOR,
+    CAP_PROVIDE_ANCHOR,
+    CAP_REQUIRE_ANCHOR,
+    CAP_REVOKE_ANCHOR,
+    VOLUME_CREATE,
+    VOLUME_START,
+    VOLUME_DELETE,
 )
 
 
-def _index() -> tuple[Mapping[str, Behavior], Mapping[tuple[str, ...], Behavior]]:
+def _index() -> tuple[
+    Mapping[str, Behavior[Any, Any]], Mapping[tuple[str, ...], Behavior[Any, Any]]
+]:
     by_name = {b.name: b for b in _BEHAVIORS}
     by_namespace = {b.namespace: b for b in _BEHAVIORS}
     if len(by_name) != len(_BEHAVIORS) or len(by_namespace) != len(_BEHAVIORS):
@@ -491,7 +588,7 @@ def _index() -> tuple[Mapping[str, Behavior], Mapping[tuple[str, ...], Behavior]
 CATALOG, BY_NAMESPACE = _index()
 
 
-def get_behavior(name: str) -> Behavior:
+def get_behavior(name: str) -> Behavior[Any, Any]:
     """The behavior called ``name``; :class:`UnknownBehaviorError` names close matches."""
     behavior = CATALOG.get(name)
     if behavior is not None:

@@ -28,7 +28,17 @@ from typing import Any, Protocol, TypeVar
 
 from ..errors import DmsgwError
 from ..gojson import GoDecodeError, encode_any
-from .catalog import BY_NAMESPACE, Behavior, WireModel, get_behavior
+from .catalog import (
+    BY_NAMESPACE,
+    DEPLOYMENT_LOGS,
+    DEPLOYMENT_MANIFEST,
+    Behavior,
+    Rep,
+    Req,
+    WireModel,
+    get_behavior,
+)
+from .deployment import DeploymentLogsRequest, DeploymentManifestRequest
 from .ensemble import EnsembleConfig, EnsembleConfigV1
 from .status import AllocationManifest
 
@@ -50,16 +60,16 @@ class Invoker(Protocol):
 
     async def invoke(
         self,
-        behavior: Behavior,
-        payload: WireModel | None,
+        behavior: Behavior[Req, Rep],
+        payload: Req | None,
         *,
         to: str | None,
         timeout_s: float | None,
-    ) -> Any: ...
+    ) -> Rep: ...
 
     async def broadcast(
-        self, behavior: Behavior, payload: WireModel | None, *, timeout_s: float | None
-    ) -> list[Any]: ...
+        self, behavior: Behavior[Req, Rep], payload: Req | None, *, timeout_s: float | None
+    ) -> list[Rep]: ...
 
 
 class Pending(Awaitable[Any]):
@@ -130,7 +140,9 @@ def _field_type(model: type[Any], attr: str) -> type | None:
     return hint if isinstance(hint, type) else None
 
 
-def build_request(b: Behavior, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WireModel | None:
+def build_request(
+    b: Behavior[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> WireModel | None:
     """The request model for ``b`` from positional/keyword field values, a model instance,
     or a dict in the wire's shape."""
     model = b.request
@@ -174,7 +186,7 @@ def _is_single_field_value(model: type[Any], value: Mapping[str, Any]) -> bool:
     return len(fields) == 1 and _field_type(model, fields[0].name) in _COERCE
 
 
-def _timeout(b: Behavior, value: Any) -> float | None:
+def _timeout(b: Behavior[Any, Any], value: Any) -> float | None:
     """``timeout=``: seconds the message lives, a positive number (or None: the default)."""
     if value is None:
         return None
@@ -190,7 +202,7 @@ def _timeout(b: Behavior, value: Any) -> float | None:
 # --- the facade ---------------------------------------------------------------------------
 
 
-def _signature(b: Behavior) -> inspect.Signature:
+def _signature(b: Behavior[Any, Any]) -> inspect.Signature:
     params = []
     if b.request is not None:
         for f in dataclasses.fields(b.request):  # type: ignore[arg-type]
@@ -209,7 +221,7 @@ def _signature(b: Behavior) -> inspect.Signature:
     return inspect.Signature(params)
 
 
-def _method(invoker: Invoker, b: Behavior) -> Callable[..., Any]:
+def _method(invoker: Invoker, b: Behavior[Any, Any]) -> Callable[..., Any]:
     def call(*args: Any, to: str | None = None, timeout: float | None = None, **kwargs: Any) -> Any:
         payload = build_request(b, args, kwargs)
         seconds = _timeout(b, timeout)
@@ -223,7 +235,7 @@ def _method(invoker: Invoker, b: Behavior) -> Callable[..., Any]:
     return call
 
 
-def _describe(call: Callable[..., Any], b: Behavior, returns: str, doc: str = "") -> None:
+def _describe(call: Callable[..., Any], b: Behavior[Any, Any], returns: str, doc: str = "") -> None:
     """Name, signature and ``help()`` text of the facade method for ``b``."""
     call.__name__ = b.namespace[-1]
     call.__qualname__ = ".".join(b.namespace)
@@ -293,15 +305,15 @@ def _read_logs(key: str, written_to: str) -> AllocationLogs:
     return AllocationLogs(key, stdout, stderr, written_to)
 
 
-def _deployment_logs(invoker: Invoker, b: Behavior) -> Callable[..., Any]:
-    manifest = get_behavior("/dms/node/deployment/manifest")
-
-    async def fetch(ensemble_id: str, name: str, to: str | None, seconds: float | None) -> Any:
-        where = build_request(manifest, (ensemble_id,), {})
-        deployed = await invoker.invoke(manifest, where, to=to, timeout_s=seconds)
+def _deployment_logs(invoker: Invoker, b: Behavior[Any, Any]) -> Callable[..., Any]:
+    async def fetch(
+        ensemble_id: str, name: str, to: str | None, seconds: float | None
+    ) -> AllocationLogs:
+        where = DeploymentManifestRequest(ensemble_id)
+        deployed = await invoker.invoke(DEPLOYMENT_MANIFEST, where, to=to, timeout_s=seconds)
         key = allocation_key(ensemble_id, name, deployed.manifest.allocations)
-        request = build_request(b, (ensemble_id, key), {})
-        reply = await invoker.invoke(b, request, to=to, timeout_s=seconds)
+        request = DeploymentLogsRequest(ensemble_id, key)
+        reply = await invoker.invoke(DEPLOYMENT_LOGS, request, to=to, timeout_s=seconds)
         return await asyncio.to_thread(_read_logs, key, reply.logs_written_to)
 
     def call(*args: Any, to: str | None = None, timeout: float | None = None, **kwargs: Any) -> Any:
@@ -322,8 +334,8 @@ def _deployment_logs(invoker: Invoker, b: Behavior) -> Callable[..., Any]:
     return call
 
 
-_FRIENDLY: dict[str, Callable[[Invoker, Behavior], Callable[..., Any]]] = {
-    "/dms/node/deployment/logs": _deployment_logs,
+_FRIENDLY: dict[str, Callable[[Invoker, Behavior[Any, Any]], Callable[..., Any]]] = {
+    DEPLOYMENT_LOGS.name: _deployment_logs,
 }
 """Facade methods that do more than their behavior (see the module's doc)."""
 

@@ -27,7 +27,7 @@ import logging
 import math
 import shlex
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..actors.aio import AsyncActor, AsyncActorRef
 from ..clock import NS_PER_SECOND, Clock, system_clock
@@ -39,9 +39,9 @@ from ..keys.ucan.token import Action, Token, format_ns
 from ..transport import envelope as env
 from ..transport.envelope import Address, Envelope, Handle
 from ..transport.preflight import preflight
-from ..transport.rest import DMSTimeoutError, Transport, TransportError
+from ..transport.rest import DMSError, DMSErrorKind, DMSTimeoutError, Transport, TransportError
 from ..transport.security import SecurityContext
-from .catalog import Behavior, WireModel, get_behavior
+from .catalog import Behavior, Rep, Req, WireModel
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +54,46 @@ GRANT_WARNINGS_S = (7 * 24 * 3600.0, 24 * 3600.0, 3600.0)
 """The log warns once when the grant has less than each of these left (a week, a day, an hour)."""
 
 
-class DMSBehaviorError(DmsgwError):
-    """The DMS handled the request and answered with an error."""
+class DMSBehaviorError(DMSError):
+    """The DMS handled the request and answered with an error; ``kind`` is what that error
+    means (:func:`dms_error_kind`)."""
 
     def __init__(self, behavior: str, message: str, reply: Any = None) -> None:
         super().__init__(f"{behavior}: the DMS answered: {message}")
         self.behavior = behavior
         self.reply = reply
+        self.kind = dms_error_kind(message)
+
+
+_NOT_FOUND = (
+    "deployment not found",
+    "orchestrator with id not found",
+    "failed to find deployment by id: %!w(<nil>)",
+)
+
+
+def dms_error_kind(error: str) -> DMSErrorKind:
+    """The kind of the ``Error`` text of a DMS reply: the one place that text is read.
+
+    A DMS handler answers an error with ``err.Error()`` and nothing else, often wrapped in
+    context (``fmt.Errorf("failed to get deployment: %s", err)``), so its kind can only be
+    read from Go's sentinel texts. For an ensemble the DMS does not know, the handlers of
+    ``dms/node/behaviors_deployment.go`` answer:
+
+    - ``ErrDeploymentNotFound`` ("deployment not found"): ``status`` on older DMSs;
+    - ``ErrOrchestratorNotFound`` ("orchestrator with ID not found", returned by
+      ``GetOrchestrator`` of ``dms/orchestrator/registry.go``): ``logs`` and ``shutdown``,
+      and ``status``/``manifest`` on older DMSs, bare or after "failed to get orchestrator: ";
+    - on the newest DMS, ``status``, ``manifest`` and ``info`` read the deployment store,
+      whose ``Get`` (``dms/orchestrator/deployments_store.go``) wraps a nil error when no
+      document matches: "failed to get deployment: failed to find deployment by ID:
+      %!w(<nil>)" (a store that fails carries its own error there instead, which is not a
+      not-found).
+
+    Any other text is ``OTHER`` (``REFUSED`` and ``TIMEOUT`` are the silence of a DMS,
+    :class:`DMSTimeoutError`, not an answer)."""
+    text = error.lower()
+    return DMSErrorKind.NOT_FOUND if any(s in text for s in _NOT_FOUND) else DMSErrorKind.OTHER
 
 
 class ReplyError(TransportError):
@@ -75,14 +108,30 @@ class NotGrantedError(DmsgwError):
     """No capability delegated to the gateway covers the behavior: refused before sending."""
 
 
-GrantHint = Callable[[Behavior], str]
+class Invoke(Protocol):
+    """How code reaches the DMS: a behavior of the catalog and its request in, the decoded
+    reply out, checked by the type checker end to end (``Req`` must be the behavior's
+    request model, the result is its reply model). :meth:`NodeClient.invoke` is one; the
+    gateway's actors take one, so that tests can stand in for the DMS."""
+
+    async def __call__(
+        self,
+        behavior: Behavior[Req, Rep],
+        payload: Req | None = None,
+        *,
+        to: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Rep: ...
+
+
+GrantHint = Callable[[Behavior[Any, Any]], str]
 """Where the capability for a behavior comes from, as a sentence naming the command."""
 
 
 def dms_grant_hint(did: str) -> GrantHint:
     """The hint for a real DMS: its operator runs ``nunet cap grant`` on the DMS host."""
 
-    def hint(b: Behavior) -> str:
+    def hint(b: Behavior[Any, Any]) -> str:
         topic = f" --topic {b.topic}" if b.broadcast else ""
         return (
             "the DMS operator grants it with "
@@ -92,7 +141,7 @@ def dms_grant_hint(did: str) -> GrantHint:
     return hint
 
 
-def covers(token: Token, b: Behavior) -> bool:
+def covers(token: Token, b: Behavior[Any, Any]) -> bool:
     """Whether a delegated capability (a provide anchor) lets the gateway call ``b``."""
     if not implies_any(token.capability(), b.capability):
         return False
@@ -141,7 +190,7 @@ class NodeActor(AsyncActor):
 
     async def prepare_invoke(
         self,
-        behavior: Behavior,
+        behavior: Behavior[Any, Any],
         payload: WireModel | None = None,
         *,
         to: Handle | None = None,
@@ -154,7 +203,7 @@ class NodeActor(AsyncActor):
 
     async def prepare_broadcast(
         self,
-        behavior: Behavior,
+        behavior: Behavior[Any, Any],
         payload: WireModel | None = None,
         *,
         timeout_s: float | None = None,
@@ -184,7 +233,11 @@ class NodeActor(AsyncActor):
     # --- building requests --------------------------------------------------------------
 
     async def _request(
-        self, b: Behavior, payload: WireModel | None, to: Handle | None, timeout_s: float | None
+        self,
+        b: Behavior[Any, Any],
+        payload: WireModel | None,
+        to: Handle | None,
+        timeout_s: float | None,
     ) -> Envelope:
         dms = await self.transport.handle()
         target = to or dms
@@ -208,7 +261,7 @@ class NodeActor(AsyncActor):
         inbox per request (the API waits for the reply on that inbox)."""
         return Handle(self.security.id, self.security.did, Address(dms.addr.host, f"user-{nonce}"))
 
-    def _expiry(self, b: Behavior, timeout_s: float | None) -> int:
+    def _expiry(self, b: Behavior[Any, Any], timeout_s: float | None) -> int:
         seconds = timeout_s if timeout_s is not None else b.timeout_s
         if seconds < b.min_timeout_s:
             raise DmsgwError(
@@ -322,45 +375,48 @@ class NodeClient:
 
     async def invoke(
         self,
-        behavior: str | Behavior,
-        payload: WireModel | None = None,
+        behavior: Behavior[Req, Rep],
+        payload: Req | None = None,
         *,
-        to: Handle | None = None,
+        to: Handle | str | None = None,
         timeout_s: float | None = None,
-    ) -> Any:
-        """Invoke ``behavior`` and return the decoded reply; a reply carrying an error
-        raises :class:`DMSBehaviorError`, a refusal the explained :class:`DMSTimeoutError`."""
-        b = behavior if isinstance(behavior, Behavior) else get_behavior(behavior)
-        self._refuse_ungranted(b)
+    ) -> Rep:
+        """Invoke ``behavior`` (on the DMS, or on ``to`` through it: a handle, or a peer ID,
+        DID or handle JSON) and return the decoded reply; a reply carrying an error raises
+        :class:`DMSBehaviorError`, a refusal the explained :class:`DMSTimeoutError`. This is
+        :class:`Invoke`, the one way both the REPL's facade and the gateway call the DMS."""
+        target = Handle.parse(to) if isinstance(to, str) else to
+        self._refuse_ungranted(behavior)
         async with self._room:
             request = await self.actor.proxy().prepare_invoke(
-                b, payload, to=to, timeout_s=timeout_s
+                behavior, payload, to=target, timeout_s=timeout_s
             )
         try:
             reply = await self.transport.invoke(request)
         except DMSTimeoutError as exc:
-            raise self._explain_timeout(exc, b, request) from None
-        return self._accept_reply(b, request, reply)
+            raise self._explain_timeout(exc, behavior, request) from None
+        return self._accept_reply(behavior, request, reply)
 
     async def broadcast(
         self,
-        behavior: str | Behavior,
-        payload: WireModel | None = None,
+        behavior: Behavior[Req, Rep],
+        payload: Req | None = None,
         *,
         timeout_s: float | None = None,
-    ) -> list[Any]:
+    ) -> list[Rep]:
         """Every reply to a broadcast that arrived before it expired."""
-        b = behavior if isinstance(behavior, Behavior) else get_behavior(behavior)
-        self._refuse_ungranted(b)
+        self._refuse_ungranted(behavior)
         async with self._room:
-            request = await self.actor.proxy().prepare_broadcast(b, payload, timeout_s=timeout_s)
+            request = await self.actor.proxy().prepare_broadcast(
+                behavior, payload, timeout_s=timeout_s
+            )
         replies = await self.transport.broadcast(request)
         # The DMS collects replies until the request expires and answers then: each arrived
         # in time, and shares the request's expiry, so it is checked as of that moment.
         arrived_by = min(self.clock(), request.opt.exp)
-        return [self._accept_reply(b, request, r, now_ns=arrived_by) for r in replies]
+        return [self._accept_reply(behavior, request, r, now_ns=arrived_by) for r in replies]
 
-    def _refuse_ungranted(self, b: Behavior) -> None:
+    def _refuse_ungranted(self, b: Behavior[Any, Any]) -> None:
         """Refuse at once what the DMS would drop silently after the caller waited for the
         message's expiry: a gateway working by delegation holding nothing that covers ``b``.
         A gateway with no grant at all may be a root of the DMS, so it is let through unless
@@ -378,7 +434,7 @@ class NodeClient:
             f"\n  hint: {self.grant_hint(b)}"
         )
 
-    def _holdings(self, grants: tuple[Token, ...], b: Behavior) -> str:
+    def _holdings(self, grants: tuple[Token, ...], b: Behavior[Any, Any]) -> str:
         """What the gateway holds, said against what ``b`` needs."""
         did = self.security.did.uri
         if not grants:
@@ -393,8 +449,13 @@ class NodeClient:
     # --- replies ------------------------------------------------------------------------
 
     def _accept_reply(
-        self, b: Behavior, request: Envelope, reply: Envelope, *, now_ns: int | None = None
-    ) -> Any:
+        self,
+        b: Behavior[Req, Rep],
+        request: Envelope,
+        reply: Envelope,
+        *,
+        now_ns: int | None = None,
+    ) -> Rep:
         """Check and decode a reply; ``now_ns`` (a broadcast's: any sender) is when it is
         checked for expiry, default now."""
         if reply.to.id != self.security.id:
@@ -420,7 +481,9 @@ class NodeClient:
             raise DMSBehaviorError(b.name, error, decoded)
         return decoded
 
-    def _explain_timeout(self, exc: DMSTimeoutError, b: Behavior, request: Envelope) -> DmsgwError:
+    def _explain_timeout(
+        self, exc: DMSTimeoutError, b: Behavior[Any, Any], request: Envelope
+    ) -> DmsgwError:
         receiver = request.to
         model = self.dms_model
         if receiver.addr.host != request.from_.addr.host:
@@ -443,7 +506,7 @@ class NodeClient:
         detail = f"the preflight says why: {verdict}{self._delegation_hint(b)}"
         return DMSTimeoutError(exc.behavior, detail=detail, verdict=verdict)
 
-    def _delegation_hint(self, b: Behavior) -> str:
+    def _delegation_hint(self, b: Behavior[Any, Any]) -> str:
         """What the gateway was delegated and how to get what it lacks, when none of its
         grants covers ``b``."""
         _, _, provide, _ = self.security.capabilities.list_roots()

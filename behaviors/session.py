@@ -30,11 +30,10 @@ from ..keys.keystore import KeyStore, read_passphrase
 from ..keys.trust import provider_from_private_key
 from ..keys.ucan.context import CapabilityContext
 from ..keys.ucan.store import default_cap_dir, load_context
-from ..transport.envelope import Handle
 from ..transport.rest import DEFAULT_URL, RestTransport, Transport
 from ..transport.security import SecurityContext
 from . import devnet_record
-from .catalog import Behavior, WireModel
+from .catalog import Behavior, Rep, Req
 from .client import build_namespaces, invoke_by_name, run
 from .devnet_record import RunningDevnet, grant_command
 from .node import GrantHint, NodeActor, NodeClient, dms_grant_hint
@@ -80,18 +79,17 @@ class _Runtime:
 
     async def invoke(
         self,
-        behavior: Behavior,
-        payload: WireModel | None,
+        behavior: Behavior[Req, Rep],
+        payload: Req | None,
         *,
         to: str | None,
         timeout_s: float | None,
-    ) -> Any:
-        target = Handle.parse(to) if to is not None else None
-        return await self.client.invoke(behavior, payload, to=target, timeout_s=timeout_s)
+    ) -> Rep:
+        return await self.client.invoke(behavior, payload, to=to, timeout_s=timeout_s)
 
     async def broadcast(
-        self, behavior: Behavior, payload: WireModel | None, *, timeout_s: float | None
-    ) -> list[Any]:
+        self, behavior: Behavior[Req, Rep], payload: Req | None, *, timeout_s: float | None
+    ) -> list[Rep]:
         return await self.client.broadcast(behavior, payload, timeout_s=timeout_s)
 
 
@@ -278,7 +276,7 @@ def grant_hint(
         seed = devnet.seed
         keep = "" if context else " and add the token list it prints to your context"
 
-        def on_devnet(b: Behavior) -> str:
+        def on_devnet(b: Behavior[Any, Any]) -> str:
             topics = (b.topic,) if b.broadcast else ()
             command = grant_command(
                 seed,

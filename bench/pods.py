@@ -50,6 +50,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from dmsgw.behaviors.catalog import (
+    DEPLOYMENT_LIST,
+    DEPLOYMENT_LOGS,
+    DEPLOYMENT_MANIFEST,
+    DEPLOYMENT_NEW,
+    DEPLOYMENT_SHUTDOWN,
+    DEPLOYMENT_STATUS,
+    Behavior,
+)
 from dmsgw.behaviors.deployment import (
     DeploymentListResponse,
     DeploymentLogsResponse,
@@ -141,23 +150,23 @@ class FakeDMS:
         self._logs = DeploymentLogsResponse(logs_written_to=str(logs))
 
     async def __call__(
-        self, behavior: str, payload: Any = None, *, timeout_s: float | None = None
+        self, behavior: Behavior[Any, Any], payload: Any = None, *, timeout_s: float | None = None
     ) -> Any:
-        self.calls[behavior] = self.calls.get(behavior, 0) + 1
-        if behavior == "/dms/node/deployment/new":
+        self.calls[behavior.name] = self.calls.get(behavior.name, 0) + 1
+        if behavior is DEPLOYMENT_NEW:
             self._next += 1
             return NewDeploymentResponse(status="OK", ensemble_id=f"ens-{self._next}")
-        if behavior == "/dms/node/deployment/status":
+        if behavior is DEPLOYMENT_STATUS:
             return _RUNNING
-        if behavior == "/dms/node/deployment/list":
+        if behavior is DEPLOYMENT_LIST:
             return DeploymentListResponse()
-        if behavior == "/dms/node/deployment/manifest":
+        if behavior is DEPLOYMENT_MANIFEST:
             return DeploymentManifestResponse()
-        if behavior == "/dms/node/deployment/shutdown":
+        if behavior is DEPLOYMENT_SHUTDOWN:
             return DeploymentShutdownResponse()
-        if behavior == "/dms/node/deployment/logs":
+        if behavior is DEPLOYMENT_LOGS:
             return self._logs
-        raise AssertionError(f"the bench's fake DMS does not answer {behavior}")
+        raise AssertionError(f"the bench's fake DMS does not answer {behavior.name}")
 
 
 def _translate(data: RetrievedPodData, generation: int) -> Any:

@@ -28,13 +28,14 @@ from ..actors.base import ActorExit
 from ..actors.registry import Registry
 from ..actors.supervision import Backoff, Intensity, Restart, Strategy
 from ..actors.supervisor import ChildSpec, Supervisor
+from ..behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_MANIFEST, DEPLOYMENT_SHUTDOWN
 from ..behaviors.deployment import (
     DeploymentListRequest,
     DeploymentManifestRequest,
     DeploymentShutdownRequest,
 )
 from ..behaviors.ensemble import EnsembleConfig
-from ..behaviors.node import NodeActor, NodeClient, seconds_until_grant_expiry
+from ..behaviors.node import Invoke, NodeActor, NodeClient, seconds_until_grant_expiry
 from ..behaviors.session import load_capabilities, load_key
 from ..behaviors.status import DeploymentStatus
 from ..clock import NS_PER_SECOND, Clock, system_clock
@@ -44,8 +45,7 @@ from ..keys.did import DID
 from ..keys.keystore import KeyStore
 from ..keys.trust import provider_from_private_key
 from ..keys.ucan.context import CapabilityContext
-from ..transport.envelope import Handle
-from ..transport.rest import RestTransport
+from ..transport.rest import DMSError, DMSErrorKind, RestTransport
 from ..transport.security import SecurityContext
 from . import k8s
 from .bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
@@ -56,7 +56,6 @@ from .parsing import PodRef, in_turns
 from .pod import (
     DEFAULT_POLICY,
     POD_UID_KEY,
-    Invoke,
     Phase,
     PodActor,
     PodPolicy,
@@ -64,7 +63,6 @@ from .pod import (
     Snapshot,
     Translate,
     TranslationNotReadyError,
-    deployment_unknown,
     request_data,
     snapshot_of,
 )
@@ -324,10 +322,10 @@ class Gateway:
         is the client's 404, not the gateway's failure."""
         try:
             reply = await self.parts.invoke(
-                "/dms/node/deployment/manifest", DeploymentManifestRequest(ensemble)
+                DEPLOYMENT_MANIFEST, DeploymentManifestRequest(ensemble)
             )
-        except DmsgwError as exc:
-            if deployment_unknown(exc):
+        except DMSError as exc:
+            if exc.kind is DMSErrorKind.NOT_FOUND:
                 raise UnknownPodError(
                     f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc})"
                 ) from None
@@ -368,7 +366,7 @@ class Gateway:
         wanted = {POD_UID_KEY: uid, OWNER_KEY: self.parts.owner}
         try:
             listing = await self.parts.invoke(
-                "/dms/node/deployment/list", DeploymentListRequest(metadata=wanted)
+                DEPLOYMENT_LIST, DeploymentListRequest(metadata=wanted)
             )
         except DmsgwError:
             return ""
@@ -409,9 +407,7 @@ class Gateway:
         for ensemble_id in strays:
             log.warning("ensemble %s belongs to no known pod: shutting it down", ensemble_id)
             try:
-                await self.parts.invoke(
-                    "/dms/node/deployment/shutdown", DeploymentShutdownRequest(ensemble_id)
-                )
+                await self.parts.invoke(DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id))
             except DmsgwError as exc:
                 log.info("shutdown of stray ensemble %s: %s", ensemble_id, exc)
         return list(gone)
@@ -430,8 +426,7 @@ class Gateway:
             return []
         try:
             listing = await self.parts.invoke(
-                "/dms/node/deployment/list",
-                DeploymentListRequest(metadata={OWNER_KEY: self.parts.owner}),
+                DEPLOYMENT_LIST, DeploymentListRequest(metadata={OWNER_KEY: self.parts.owner})
             )
         except DmsgwError:
             return []
@@ -630,20 +625,14 @@ async def start_backend(
 
     closers.append(stop_node)
 
-    async def invoke(
-        behavior: str, payload: Any = None, *, to: str | None = None, timeout_s: float | None = None
-    ) -> Any:
-        target = Handle.parse(to) if to else None
-        return await client.invoke(behavior, payload, to=target, timeout_s=timeout_s)
-
     catalog = GpuCatalog()
-    resources = ResourceActor.start(invoke, catalog=catalog, loop=loop)
+    resources = ResourceActor.start(client.invoke, catalog=catalog, loop=loop)
 
     async def load_catalog() -> None:
         await resources.proxy().free_resources()
 
     parts = GatewayParts(
-        invoke=invoke,
+        invoke=client.invoke,
         store=PodStore(config.state_path),
         translate=catalog_translation(catalog, load_catalog),
         snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),

@@ -20,9 +20,10 @@ import datetime as dt
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
+from ..behaviors.catalog import DEPLOYMENT_LOGS
 from ..behaviors.deployment import DeploymentLogsRequest
+from ..behaviors.node import Invoke
 from ..errors import DmsgwError
 from .bodies import ContainerLogOpts
 from .run_markers import strip_marker
@@ -32,13 +33,9 @@ LOG_FILES = ("stdout.log", STDERR_LOG)
 FOLLOW_INTERVAL_S = 0.2
 
 
-async def log_directory(
-    invoke: Callable[..., Awaitable[Any]], ensemble_id: str, allocation: str
-) -> Path:
+async def log_directory(invoke: Invoke, ensemble_id: str, allocation: str) -> Path:
     """Have the DMS write ``allocation``'s log files (``deployment/logs``); their directory."""
-    reply = await invoke(
-        "/dms/node/deployment/logs", DeploymentLogsRequest(ensemble_id, allocation)
-    )
+    reply = await invoke(DEPLOYMENT_LOGS, DeploymentLogsRequest(ensemble_id, allocation))
     if not reply.logs_written_to:
         raise DmsgwError(f"the DMS wrote no logs for {allocation} of {ensemble_id}")
     return Path(reply.logs_written_to)

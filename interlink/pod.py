@@ -21,9 +21,16 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from ..actors.aio import AsyncActor
+from ..behaviors.catalog import (
+    DEPLOYMENT_LIST,
+    DEPLOYMENT_MANIFEST,
+    DEPLOYMENT_NEW,
+    DEPLOYMENT_SHUTDOWN,
+    DEPLOYMENT_STATUS,
+)
 from ..behaviors.deployment import (
     DeploymentListRequest,
     DeploymentManifestRequest,
@@ -31,13 +38,14 @@ from ..behaviors.deployment import (
     DeploymentStatusRequest,
     DeploymentStatusResponse,
     NewDeploymentRequest,
+    NewDeploymentResponse,
 )
 from ..behaviors.ensemble import EnsembleConfig
-from ..behaviors.node import DMSBehaviorError
+from ..behaviors.node import DMSBehaviorError, Invoke
 from ..behaviors.status import AllocationStatus, DeploymentStatus, EnsembleManifest
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
-from ..transport.rest import TransportError
+from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
 from .bodies import PodStatus, RetrievedPodData
 from .container_runs import Runs
@@ -77,29 +85,6 @@ class TranslationNotReadyError(DmsgwError):
     def __init__(self, message: str, wait: Callable[[], Awaitable[Any]]) -> None:
         super().__init__(message)
         self.wait = wait
-
-
-def deployment_unknown(exc: BaseException) -> bool:
-    """Whether ``exc`` is the DMS saying it does not know the deployment asked about.
-
-    The DMS answers with nothing but text: its handlers put ``err.Error()`` of Go's sentinel
-    errors (``ErrDeploymentNotFound``: "deployment not found"; on older DMSs
-    ``ErrOrchestratorNotFound``: "orchestrator with ID not found") into the reply's ``Error``
-    string, wrapped in context ("failed to get deployment: …"). No error code or kind reaches
-    the wire, so the sentinel texts are matched, here only; a transport failure never counts.
-    """
-    if not isinstance(exc, DMSBehaviorError):
-        return False
-    text = str(exc).lower()
-    return "deployment not found" in text or "orchestrator with id not found" in text
-
-
-class Invoke(Protocol):
-    """How a pod reaches the DMS (the NodeActor's ``invoke``)."""
-
-    async def __call__(
-        self, behavior: str, payload: Any = None, *, timeout_s: float | None = None
-    ) -> Any: ...
 
 
 class Phase:
@@ -255,7 +240,8 @@ class PodActor(AsyncActor):
         self._clock = clock
         self._rng = rng or random.Random()
         self._task: asyncio.Task[None] | None = None
-        self._inflight: asyncio.Future[Any] | None = None  # deployment/new under way
+        # deployment/new under way
+        self._inflight: asyncio.Future[NewDeploymentResponse] | None = None
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -479,7 +465,7 @@ class PodActor(AsyncActor):
                 # be accepted; the delete then waits for its reply (see _shutdown).
                 self._inflight = asyncio.ensure_future(
                     self._invoke(
-                        "/dms/node/deployment/new",
+                        DEPLOYMENT_NEW,
                         NewDeploymentRequest(ensemble),
                         timeout_s=self._policy.deploy_timeout_s,
                     )
@@ -535,7 +521,7 @@ class PodActor(AsyncActor):
         while True:
             try:
                 listing = await self._invoke(
-                    "/dms/node/deployment/list", DeploymentListRequest(metadata=wanted)
+                    DEPLOYMENT_LIST, DeploymentListRequest(metadata=wanted)
                 )
                 break
             except TransportError as exc:
@@ -551,7 +537,7 @@ class PodActor(AsyncActor):
             except DmsgwError:
                 return ""
         for item in listing.deployments or ():
-            meta = getattr(item, "metadata", None) or {}
+            meta = item.metadata or {}
             if all(meta.get(k) == v for k, v in wanted.items()):
                 return str(item.orchestrator_id)
         return ""
@@ -578,11 +564,10 @@ class PodActor(AsyncActor):
         unknown = 0  # status polls in a row that found the deployment unknown to the DMS
         while True:
             try:
-                reply = await self._invoke(
-                    "/dms/node/deployment/status", DeploymentStatusRequest(ensemble_id)
-                )
+                reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
             except DmsgwError as exc:
-                unknown = unknown + 1 if deployment_unknown(exc) else 0
+                lost = isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND
+                unknown = unknown + 1 if lost else 0
                 if unknown >= LOST_AFTER:
                     self.actor_ref.tell(_Lost(ensemble_id, str(exc)))
                     return
@@ -645,11 +630,9 @@ class PodActor(AsyncActor):
                 interval = min(interval * 1.5, self._policy.poll_max_s)
             await asyncio.sleep(interval)
 
-    async def _manifest(self, ensemble_id: str) -> Any:
+    async def _manifest(self, ensemble_id: str) -> EnsembleManifest | None:
         try:
-            reply = await self._invoke(
-                "/dms/node/deployment/manifest", DeploymentManifestRequest(ensemble_id)
-            )
+            reply = await self._invoke(DEPLOYMENT_MANIFEST, DeploymentManifestRequest(ensemble_id))
         except DmsgwError as exc:
             log.info("pod %s: manifest of %s unavailable: %s", self.record.uid, ensemble_id, exc)
             return None
@@ -666,11 +649,11 @@ class PodActor(AsyncActor):
         inflight, self._inflight = self._inflight, None
         if inflight is not None:
             try:
-                reply = await inflight
+                reply: NewDeploymentResponse | None = await inflight
             except Exception:  # refused or lost: the listing tells
                 reply = None
-            if reply is not None and getattr(reply, "ensemble_id", None):
-                return str(reply.ensemble_id)
+            if reply is not None and reply.ensemble_id:
+                return reply.ensemble_id
         return await self._find_existing(self.record.attempt)
 
     async def _restart(self, ensemble_id: str, *, delay_s: float = 0.0) -> None:
@@ -682,18 +665,14 @@ class PodActor(AsyncActor):
         tries = 0
         while ensemble_id:
             try:
-                state = await self._invoke(
-                    "/dms/node/deployment/status", DeploymentStatusRequest(ensemble_id)
-                )
+                state = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
                 status = DeploymentStatus.parse(state.status)
                 if status in TERMINAL_DMS or status == DeploymentStatus.UNKNOWN:
                     break
                 if status == DeploymentStatus.RUNNING:
-                    await self._invoke(
-                        "/dms/node/deployment/shutdown", DeploymentShutdownRequest(ensemble_id)
-                    )
+                    await self._invoke(DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id))
             except DmsgwError as exc:
-                if deployment_unknown(exc):
+                if isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND:
                     break  # the DMS no longer knows it: nothing left to stop
                 log.info("pod %s: shutdown of %s: %s", self.record.uid, ensemble_id, exc)
             tries += 1

@@ -13,18 +13,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..actors.aio import AsyncActor
+from ..behaviors.catalog import PEERS_LIST, PEERS_SELF, RESOURCES_FREE
+from ..behaviors.node import Invoke
 from ..behaviors.resources import GPU, Resources
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
 from .capacity import gpu_catalog
 
 log = logging.getLogger(__name__)
-
-PeerInvoke = Callable[..., Awaitable[Any]]
 
 
 class DMSUnreachableError(DmsgwError):
@@ -58,7 +58,7 @@ class ResourceActor(AsyncActor):
 
     def __init__(
         self,
-        invoke: PeerInvoke,
+        invoke: Invoke,
         *,
         ttl_s: float = 20.0,
         peer_timeout_s: float = 5.0,
@@ -89,8 +89,8 @@ class ResourceActor(AsyncActor):
 
     async def _gather(self) -> list[PeerResources]:
         try:
-            me = await self._invoke("/dms/node/peers/self", timeout_s=self._peer_timeout_s)
-            listing = await self._invoke("/dms/node/peers/list", timeout_s=self._peer_timeout_s)
+            me = await self._invoke(PEERS_SELF, timeout_s=self._peer_timeout_s)
+            listing = await self._invoke(PEERS_LIST, timeout_s=self._peer_timeout_s)
         except DmsgwError as exc:
             raise DMSUnreachableError(f"the DMS does not answer: {exc}") from None
         peer_ids: Sequence[str] = [me.id, *(p for p in listing.peers or () if p != me.id)]
@@ -101,7 +101,7 @@ class ResourceActor(AsyncActor):
         async with self._slots:
             try:
                 reply = await self._invoke(
-                    "/dms/node/resources/free",
+                    RESOURCES_FREE,
                     to=None if local else peer_id,
                     timeout_s=self._peer_timeout_s,
                 )

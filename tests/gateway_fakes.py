@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dmsgw.behaviors.catalog import Behavior
 from dmsgw.behaviors.deployment import (
     DeploymentInfo,
     DeploymentListResponse,
@@ -64,6 +65,9 @@ class FakeDMS:
         self.deployments: dict[str, FakeDeployment] = {}
         self.free = free or Resources()
         self.reachable = True
+        self.unknown_deployment = f"failed to get deployment: {NOT_FOUND}"
+        """What ``status`` and ``manifest`` answer for a deployment the DMS does not know
+        (by default the devnet's answer)."""
         self.asked: Counter[str] = Counter()  # behavior (without /dms/node/) -> times asked
         self._ids = itertools.count(1)
         logs.mkdir(parents=True, exist_ok=True)
@@ -85,17 +89,17 @@ class FakeDMS:
 
     async def __call__(
         self,
-        behavior: str,
+        behavior: Behavior[Any, Any],
         payload: Any = None,
         *,
         to: str | None = None,
         timeout_s: float | None = None,
     ) -> Any:
         await asyncio.sleep(0)  # a round trip yields, as a real one does
-        reply = self._answer(behavior, payload)
+        reply = self._answer(behavior.name, payload)
         error = getattr(reply, "error", "")
         if error:
-            raise DMSBehaviorError(behavior, error, reply)
+            raise DMSBehaviorError(behavior.name, error, reply)
         return reply
 
     def _answer(self, behavior: str, payload: Any) -> Any:
@@ -135,7 +139,7 @@ class FakeDMS:
         found = self.deployments.get(ident)
         if name == "deployment/status":
             if found is None:
-                return DeploymentStatusResponse(error=f"failed to get deployment: {NOT_FOUND}")
+                return DeploymentStatusResponse(error=self.unknown_deployment)
             running = found.status == "Running"
             info = {
                 f"{found.id}_pod.{c}": AllocationInfo(
@@ -148,7 +152,7 @@ class FakeDMS:
             )
         if name == "deployment/manifest":
             if found is None:
-                return DeploymentManifestResponse(error=f"failed to get deployment: {NOT_FOUND}")
+                return DeploymentManifestResponse(error=self.unknown_deployment)
             return DeploymentManifestResponse()
         if name == "deployment/shutdown":
             if found is None:

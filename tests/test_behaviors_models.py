@@ -17,6 +17,7 @@ from dmsgw.behaviors import (
     ResourceError,
     Resources,
     UnknownBehaviorError,
+    catalog,
     get_behavior,
     is_terminal,
 )
@@ -451,3 +452,11 @@ def test_resources_read_like_a_spec_sheet() -> None:
     assert str(_resources(0.5, 0, 0)) == "0.5 cores"
     assert str(Resources()) == "no resources"
     assert GPU(vendor="NVIDIA", model="NVIDIA A100").label() == "NVIDIA A100"
+
+
+def test_each_behavior_is_a_typed_constant_named_after_its_namespace() -> None:
+    """Code invokes ``DEPLOYMENT_STATUS``, not a name string: each constant is the catalog's
+    entry whose namespace it spells, so a constant cannot stand for another behavior."""
+    for b in CATALOG.values():
+        assert getattr(catalog, "_".join(b.namespace).upper()) is b
+    assert catalog.DEPLOYMENT_STATUS.request is DeploymentStatusRequest

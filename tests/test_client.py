@@ -33,7 +33,7 @@ from dmsgw.keys.ucan import CapabilityContext, TokenList
 from dmsgw.keys.ucan.store import save_context
 from dmsgw.transport.envelope import Envelope
 from dmsgw.transport.preflight import Stage
-from dmsgw.transport.rest import DMSTimeoutError, RestTransport
+from dmsgw.transport.rest import DMSErrorKind, DMSTimeoutError, RestTransport
 
 GW_KEY = Ed25519PrivKey(bytes(range(100, 132)))
 GW_DID = DID.from_public_key(GW_KEY.public_key())
@@ -109,6 +109,7 @@ def test_an_unauthorised_call_is_explained_by_the_preflight(devnet: Devnet) -> N
     ):
         ungranted.peers.list()
     assert info.value.verdict is not None and not info.value.verdict.accepted
+    assert info.value.kind is DMSErrorKind.REFUSED
 
 
 def test_a_call_no_grant_covers_is_refused_before_it_is_sent(devnet: Devnet) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dmsgw.behaviors.catalog import DEPLOYMENT_LOGS, Behavior
 from dmsgw.behaviors.deployment import DeploymentLogsResponse
 from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.interlink.bodies import ContainerLogOpts
@@ -161,8 +162,8 @@ def test_lines_after_returns_whole_lines_only(tmp_path: Path) -> None:
 
 
 def _invoke(directory: str | Exception) -> Any:
-    async def invoke(behavior: str, payload: Any = None, **_: Any) -> Any:
-        assert behavior == "/dms/node/deployment/logs"
+    async def invoke(behavior: Behavior[Any, Any], payload: Any = None, **_: Any) -> Any:
+        assert behavior is DEPLOYMENT_LOGS
         assert payload.allocation_name == "pod.main"
         if isinstance(directory, Exception):
             raise directory

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dmsgw.behaviors.catalog import Behavior
 from dmsgw.behaviors.deployment import (
     DeploymentInfo,
     DeploymentListResponse,
@@ -40,7 +41,8 @@ class ScriptedDms:
     followed: asyncio.Queue[str] = dataclasses.field(default_factory=asyncio.Queue)
     shut_down: list[str] = dataclasses.field(default_factory=list)
 
-    async def invoke(self, behavior: str, payload: Any = None, **_: Any) -> Any:
+    async def invoke(self, b: Behavior[Any, Any], payload: Any = None, **_: Any) -> Any:
+        behavior = b.name
         if behavior == "/dms/node/deployment/list":
             if self.list_timeouts:
                 self.list_timeouts -= 1

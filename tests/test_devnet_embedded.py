@@ -32,7 +32,7 @@ from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import CapabilityContext
 from dmsgw.transport import envelope as env
-from dmsgw.transport.rest import DMSTimeoutError, TransportError
+from dmsgw.transport.rest import DMSErrorKind, DMSTimeoutError, TransportError
 from dmsgw.transport.security import SecurityContext
 
 GIB = 1024**3
@@ -372,8 +372,9 @@ def test_dropped_bids_fail_a_deployment_until_healed(embedded_devnet: EmbeddedDe
 def test_a_failing_behavior_is_silent_like_any_refusal(embedded_devnet: EmbeddedDevnet) -> None:
     h = embedded_devnet
     h.faults.fail_behavior(0, "/dms/node/peers/list", "database is locked")
-    with pytest.raises(DMSTimeoutError):
+    with pytest.raises(DMSTimeoutError) as info:
         h.dms.peers.list(timeout=3)
+    assert info.value.kind is DMSErrorKind.TIMEOUT  # the preflight knows of no refusal
     assert h.devnet.nodes[0].node.dropped[-1].reason == "database is locked"
     h.faults.fail_behavior(0, "/dms/node/peers/list", None)
     assert h.dms.peers.list().peers

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import GatewayBackend, job_id, start_backend
 from dmsgw.interlink.pod import PodPolicy
@@ -113,7 +114,7 @@ async def test_create_is_idempotent_on_uid(plugin: Any) -> None:
     ).json()
     assert first == second
     await wait_state(client, spec, "running")
-    listing = await backend.gateway.parts.invoke("/dms/node/deployment/list")
+    listing = await backend.gateway.parts.invoke(DEPLOYMENT_LIST)
     assert len([d for d in listing.deployments or () if d.status == "Running"]) == 1
     await client.post("/delete", data=json.dumps(spec))
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from dmsgw.behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_NEW
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.interlink.config import load_config
@@ -186,7 +187,7 @@ async def test_only_own_stray_ensembles_are_shut_down_and_only_after_the_grace_p
     await running(other, dms, foreign)
     await lost.close()
     unlabelled = await dms(
-        "/dms/node/deployment/new", _ensemble_request({POD_UID_KEY: uid(3)})
+        DEPLOYMENT_NEW, _ensemble_request({POD_UID_KEY: uid(3)})
     )  # deployed by a gateway from before the owner label
     fresh = await gateway_on(dms, tmp_path / "lost-again", owner=ONE, clock=clock)
     gateways.append(fresh)
@@ -289,7 +290,7 @@ async def test_two_gateways_on_one_devnet_keep_each_others_pods(
                 await poll(backend.gateway, spec)
             for backend in backends:
                 assert await backend.gateway.collect_orphans() == []
-        listing = await backends[0].gateway.parts.invoke("/dms/node/deployment/list")
+        listing = await backends[0].gateway.parts.invoke(DEPLOYMENT_LIST)
         owners = {
             d.metadata[POD_UID_KEY]: d.metadata[OWNER_KEY]
             for d in listing.deployments

@@ -29,7 +29,7 @@ from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATO
 from dmsgw.interlink.bodies import PingResponse
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway, GatewayBackend, catalog_translation, start_backend
-from dmsgw.interlink.pod import DEPLOYMENT_LOST, Phase, deployment_unknown
+from dmsgw.interlink.pod import DEPLOYMENT_LOST, Phase
 from dmsgw.interlink.resources import GpuCatalog, ResourceActor
 from dmsgw.interlink.server import (
     BackendGaveUpError,
@@ -40,7 +40,7 @@ from dmsgw.interlink.server import (
     ServeInfo,
     ServerOptions,
 )
-from dmsgw.transport.rest import TransportError
+from dmsgw.transport.rest import DMSError, DMSErrorKind, DMSTimeoutError, TransportError
 from tests.gateway_fakes import FAST, WAIT_S, FakeDMS, create, gateway_on, pod, poll, uid, until
 from tests.test_gateway_passes import _gateway_config
 
@@ -97,16 +97,24 @@ def _logs_body(spec: dict[str, Any]) -> str:
 # --- a deployment the DMS no longer knows --------------------------------------------------
 
 
+NEWEST_NOT_FOUND = "failed to get deployment: failed to find deployment by ID: %!w(<nil>)"
+"""The newest DMS's ``status`` and ``manifest`` for an ensemble it does not know: its
+deployment store's ``Get`` wraps a nil error when no document matches."""
+
+
 @pytest.mark.parametrize(
     "error",
     [
-        f"failed to get deployment: {NOT_FOUND}",  # status and manifest, newest DMS
-        f"failed to get orchestrator: {ORCHESTRATOR_NOT_FOUND}",  # status and logs, v0.5
+        NEWEST_NOT_FOUND,
+        f"failed to get deployment: {NOT_FOUND}",  # status and manifest, the devnet
+        NOT_FOUND,  # status, older DMSs
+        f"failed to get orchestrator: {ORCHESTRATOR_NOT_FOUND}",  # logs; status, v0.5
         ORCHESTRATOR_NOT_FOUND,  # shutdown
     ],
 )
-def test_the_dms_saying_it_does_not_know_a_deployment_is_recognised(error: str) -> None:
-    assert deployment_unknown(DMSBehaviorError("/dms/node/deployment/status", error))
+def test_the_dms_saying_it_does_not_know_a_deployment_is_a_not_found(error: str) -> None:
+    kind = DMSBehaviorError("/dms/node/deployment/status", error).kind
+    assert kind is DMSErrorKind.NOT_FOUND
 
 
 @pytest.mark.parametrize(
@@ -114,11 +122,19 @@ def test_the_dms_saying_it_does_not_know_a_deployment_is_recognised(error: str) 
     [
         DMSBehaviorError("/dms/node/deployment/shutdown", NOT_RUNNING),
         DMSBehaviorError("/dms/node/deployment/new", "node not found for allocation x"),
-        TransportError("/dms/node/deployment/status: 404 Not Found"),
+        DMSBehaviorError(  # a deployment store that fails is not one without the deployment
+            "/dms/node/deployment/status",
+            "failed to get deployment: failed to find deployment by ID: database not open",
+        ),
+        DMSTimeoutError("/dms/node/deployment/status"),
     ],
 )
-def test_other_failures_are_not_a_lost_deployment(exc: Exception) -> None:
-    assert not deployment_unknown(exc)
+def test_other_dms_errors_are_not_a_lost_deployment(exc: DMSError) -> None:
+    assert exc.kind is not DMSErrorKind.NOT_FOUND
+
+
+def test_a_transport_failure_is_no_answer_of_the_dms() -> None:
+    assert not isinstance(TransportError("/dms/node/deployment/status: 404"), DMSError)
 
 
 async def test_a_pod_whose_deployment_the_dms_lost_fails_saying_so(
@@ -160,6 +176,19 @@ async def test_a_pod_whose_deployment_the_dms_lost_is_deployed_again_if_its_poli
     record = gateway._records[uid(2)]
     assert (record.phase, record.restarts, record.attempt) == (Phase.RUNNING, 1, 2)
     assert record.previous_ensemble_id == lost.id
+
+
+async def test_a_pod_whose_deployment_the_newest_dms_lost_fails_too(
+    gateway_and_dms: tuple[Gateway, FakeDMS],
+) -> None:
+    """The newest DMS reads status from its deployment store, which says so differently."""
+    gateway, dms = gateway_and_dms
+    dms.unknown_deployment = NEWEST_NOT_FOUND
+    await create(gateway, pod(uid(5)))
+    await until(lambda: len(dms.live(uid(5))) == 1, "deployed")
+    dms.forget(dms.live(uid(5))[0].id)
+    await until(lambda: gateway._records[uid(5)].phase == Phase.TERMINAL, "ended")
+    assert gateway._records[uid(5)].reason == DEPLOYMENT_LOST
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
 from dmsgw.behaviors.status import DeploymentStatus
 from dmsgw.interlink.translate import METADATA_POD_UID
 from tests.test_gateway_e2e import plugin, wait_state
@@ -118,7 +119,7 @@ async def _logs(client: TestClient[Any, Any], spec: dict[str, Any], container: s
 async def _live_ensembles(plugin: Any, uids: set[str]) -> list[Any]:
     """The deployments on the DMS for these pods that have not ended."""
     _, backend = plugin
-    listing = await backend.gateway.parts.invoke("/dms/node/deployment/list")
+    listing = await backend.gateway.parts.invoke(DEPLOYMENT_LIST)
     return [
         d
         for d in listing.deployments or ()

@@ -14,6 +14,8 @@ from dmsgw.gojson import marshal
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.transport import envelope as env
 from dmsgw.transport.rest import (
+    DMSError,
+    DMSErrorKind,
     DMSRequestError,
     DMSTimeoutError,
     RestTransport,
@@ -88,20 +90,21 @@ async def test_invoke_returns_the_reply_envelope() -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "error", "fragment"),
+    ("status", "error", "fragment", "kind"),
     [
-        (408, DMSTimeoutError, "preflight"),
-        (500, DMSRequestError, "HTTP 500: request timeout"),
+        (408, DMSTimeoutError, "preflight", DMSErrorKind.TIMEOUT),
+        (500, DMSRequestError, "HTTP 500: request timeout", DMSErrorKind.OTHER),
     ],
 )
 async def test_http_errors_become_typed_errors(
-    status: int, error: type[Exception], fragment: str
+    status: int, error: type[DMSError], fragment: str, kind: DMSErrorKind
 ) -> None:
     server, transport = await _transport(_app(invoke_status=status))
     try:
         with pytest.raises(error, match=fragment) as info:
             await transport.invoke(_request("/dms/node/peers/self"))
         assert "/dms/node/peers/self" in str(info.value)
+        assert info.value.kind is kind
         with pytest.raises(DMSRequestError, match="HTTP 400: invalid request data"):
             await transport.send(_request())
     finally:

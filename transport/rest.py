@@ -3,11 +3,14 @@
 The REST API carries envelopes and nothing else: it does no authorization of its own, and an
 envelope the DMS refuses (bad signature, missing capability, expired) is dropped silently, so
 ``/actor/invoke`` answers 408 when the envelope expires. :class:`DMSTimeoutError` says so.
+Every error that is the DMS's answer (or its silence) is a :class:`DMSError`, whose ``kind``
+callers branch on instead of its text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 from collections.abc import Mapping
 from types import TracebackType
@@ -19,6 +22,7 @@ from ..errors import DmsgwError
 from ..gojson import GoDecodeError, marshal
 from . import envelope as env
 from .envelope import Envelope, Handle
+from .preflight import Verdict
 
 DEFAULT_URL = "http://127.0.0.1:9999"
 API_PREFIX = "/api/v1/actor"
@@ -29,12 +33,33 @@ class TransportError(DmsgwError):
     """The DMS could not be reached or answered something that is not the DMS API."""
 
 
-class DMSTimeoutError(TransportError):
+class DMSErrorKind(enum.Enum):
+    """What a DMS error means to its caller: decided once, where the answer is read, so that
+    no caller reads the DMS's text (the DMS sends text only, no code)."""
+
+    NOT_FOUND = "not found"
+    """The DMS does not know what the request names (a deployment it never had, or lost)."""
+    REFUSED = "refused"
+    """The DMS dropped the message unanswered, and the preflight says why it refuses it."""
+    TIMEOUT = "timeout"
+    """No reply before the message expired, and nothing known says the DMS refuses it."""
+    OTHER = "other"
+    """Any other error the DMS answered."""
+
+
+class DMSError(DmsgwError):
+    """An error that is the DMS's answer, or its silence; ``kind`` says which."""
+
+    kind: DMSErrorKind = DMSErrorKind.OTHER
+
+
+class DMSTimeoutError(TransportError, DMSError):
     """HTTP 408: no reply before the envelope expired — which is also how a DMS answers an
-    envelope it refused (it drops those silently). ``verdict`` is the preflight's, when one ran.
+    envelope it refused (it drops those silently). ``verdict`` is the preflight's, when one ran;
+    ``kind`` is ``REFUSED`` when that verdict refuses the message, else ``TIMEOUT``.
     """
 
-    def __init__(self, behavior: str, *, detail: str = "", verdict: Any = None) -> None:
+    def __init__(self, behavior: str, *, detail: str = "", verdict: Verdict | None = None) -> None:
         hint = detail or (
             "The DMS also answers this way when it silently drops a message it does not "
             "accept: run the preflight (`dmsgw cap check`) to see whether it would accept it"
@@ -42,9 +67,11 @@ class DMSTimeoutError(TransportError):
         super().__init__(f"{behavior}: no reply before the message expired (HTTP 408). {hint}")
         self.behavior = behavior
         self.verdict = verdict
+        refused = verdict is not None and not verdict.accepted
+        self.kind = DMSErrorKind.REFUSED if refused else DMSErrorKind.TIMEOUT
 
 
-class DMSRequestError(TransportError):
+class DMSRequestError(TransportError, DMSError):
     """HTTP 400 or 500 from the DMS API, with its ``error`` text."""
 
     def __init__(self, behavior: str, status: int, message: str) -> None:
