@@ -85,7 +85,8 @@ def _inherit(root: dict[str, Any], what: str, config: dict[str, Any]) -> dict[st
 
 
 def _resources(root: dict[str, Any], data: Any, path: str) -> Any:
-    """``TransformResources``: a resource set by name, or a mapping that may extend one."""
+    """``TransformResources``: a resource set by name, or a mapping that may extend one. The
+    ``name`` that picks the set is dropped (the DMS's decoding drops it, as no field's)."""
     if isinstance(data, str):
         found = _inherit(root, "resources", {"name": data})
         if found is None:
@@ -93,9 +94,12 @@ def _resources(root: dict[str, Any], data: Any, path: str) -> Any:
             names = [str(e.get("name")) for e in sets or () if isinstance(e, dict)]
             known = ", ".join(sorted(names)) or "none are defined"
             raise RuleError(f"no resource set named {data!r} (defined: {known})")
+        found.pop("name")
         return found
     if isinstance(data, dict):
-        return _inherit(root, "resources", data) or data
+        resources = _inherit(root, "resources", data) or data
+        resources.pop("name", None)
+        return resources
     raise RuleError(
         "invalid resources configuration: must be a mapping or the name of a resource set, "
         f"not {describe(data)}"

@@ -4,8 +4,8 @@ The rules are those of the newest ``dms/jobs/parser/ensemblev1/validate.go`` (wh
 CLI runs on ensemble files) restated for the typed configuration, plus a few the DMS only
 discovers while deploying: an allocation placed on no node, an allocation type other than
 ``service``/``task``, a private port out of range. Where the Go code tests whether a YAML key
-is present, the typed form can only test for the zero value; "given but empty" checks of that
-kind are done by the YAML loader, which still sees the keys.
+is present, the typed form can only test for the zero value; a YAML file also goes through the
+DMS's own checks on its keys first (:mod:`.ensemble_checks`).
 
 Paths are relative to ``v1``: ``allocations.alloc1.resources.ram.size: must be > 0``.
 """

@@ -165,6 +165,13 @@ def test_every_feature() -> None:
     assert v1.supervisor.children[0].allocations == ("db", "web")
 
 
+def test_a_file_of_known_keys_loads_without_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    # "name" picks a resource set; the DMS drops it when decoding, and so do we, silently.
+    with caplog.at_level(logging.WARNING):
+        load_ensemble_yaml(DATA / "full.yaml", env={"DB_PASSWORD": "s3cret"})
+    assert caplog.text == ""
+
+
 def test_every_feature_on_the_wire() -> None:
     wire = _wire(load_ensemble_yaml(DATA / "full.yaml", env={"DB_PASSWORD": "s3cret"}))
     assert '"scripts":{"setup":"IyEvYmluL3NoCmFwdC1nZXQgdXBkYXRlCg=="}' in wire
