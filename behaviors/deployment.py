@@ -13,16 +13,16 @@ from collections.abc import Mapping
 from typing import Any, Self
 
 from ..gojson import (
-    ANY,
     BOOL,
     INT64,
+    PLAIN,
     STRING,
     GoStruct,
     MapOf,
     Ptr,
     SliceOf,
     StructOf,
-    decode_any,
+    decode_plain,
     go_field,
     unmarshal,
 )
@@ -162,7 +162,7 @@ class DeploymentListResponse(GoStruct):
     @classmethod
     def from_json(cls, data: bytes | str) -> Self:
         """Also accepts the v0.5 reply (a map of ID to status name), sorted by ID."""
-        raw = decode_any(data)
+        raw = decode_plain(data)
         if isinstance(raw, dict) and any(
             key.casefold() == "deployments" and isinstance(value, dict)
             for key, value in raw.items()
@@ -202,7 +202,7 @@ class DeploymentStatusResponse(GoStruct):
         "allocation_info", MapOf(StructOf(AllocationInfo)), omitempty=True, default=None
     )
     allocation_usage: Mapping[str, Any] | None = go_field(
-        "allocation_usage", MapOf(ANY), omitempty=True, default=None
+        "allocation_usage", MapOf(PLAIN), omitempty=True, default=None
     )
 
 
@@ -262,7 +262,7 @@ class AllocationDetails(GoStruct):
     dns_name: str = go_field("dns_name", STRING, default="")
     ip: str = go_field("ip", STRING, default="")
     timestamp: int = go_field("timestamp", INT64, default=0)
-    executor_stats: Any = go_field("executor_stats", ANY, omitempty=True, default=None)
+    executor_stats: Any = go_field("executor_stats", PLAIN, omitempty=True, default=None)
     logs: AllocationLogs | None = go_field(
         "logs", Ptr(StructOf(AllocationLogs)), omitempty=True, default=None
     )
@@ -280,7 +280,7 @@ class DeploymentInfoResponse(GoStruct):
     allocations: Mapping[str, AllocationDetails] | None = go_field(
         "allocations", MapOf(StructOf(AllocationDetails)), omitempty=True, default=None
     )
-    usage: Mapping[str, Any] | None = go_field("usage", MapOf(ANY), omitempty=True, default=None)
+    usage: Mapping[str, Any] | None = go_field("usage", MapOf(PLAIN), omitempty=True, default=None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ The rules are those of the newest ``dms/jobs/parser/ensemblev1/validate.go`` (wh
 CLI runs on ensemble files) restated for the typed configuration, plus a few the DMS only
 discovers while deploying: an allocation placed on no node, an allocation type other than
 ``service``/``task``, a private port out of range. Where the Go code tests whether a YAML key
-is present, the typed form can only test for the zero value; "given but empty" checks of that
-kind are done by the YAML loader, which still sees the keys.
+is present, the typed form can only test for the zero value; a YAML file also goes through the
+DMS's own checks on its keys first (:mod:`.ensemble_checks`).
 
 Paths are relative to ``v1``: ``allocations.alloc1.resources.ram.size: must be > 0``.
 """
@@ -46,17 +46,17 @@ __all__ = [
 ]
 
 # utils/validate/strings.go
-_DNS_NAME = re.compile(
+DNS_NAME = re.compile(
     r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*"
 )
-_DOCKER_IMAGE = re.compile(
+DOCKER_IMAGE = re.compile(
     r"(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
     r"(?::\d+)?)/)?(?:[a-z0-9]+(?:(?:[._-][a-z0-9]+)*)/)*[a-z0-9]+(?:(?:[._-][a-z0-9]+)*)?"
     r"(?::[a-zA-Z0-9]+(?:(?:[._-][a-zA-Z0-9]+)*)?)?",
     re.ASCII,
 )
-_ENV_KEY = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_NAMED_VOLUME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
+ENV_KEY = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+NAMED_VOLUME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 _RESTART_POLICIES = ("no", "on-failure", "always", "unless-stopped")
 _HEALTHCHECK_TYPES = ("http", "command")
 _VOLUME_TYPES = ("glusterfs", "local")
@@ -167,7 +167,7 @@ class _Checker:
         lowered: dict[str, str] = {}
         dns_names: dict[str, str] = {}
         for name in sorted(self.allocations):
-            if not _DNS_NAME.fullmatch(name):
+            if not DNS_NAME.fullmatch(name):
                 yield Problem(f"allocations.{name}", "the name must be a valid hostname")
             other = lowered.setdefault(name.lower(), name)
             if other != name:
@@ -196,7 +196,7 @@ class _Checker:
             yield Problem(f"{path}.type", "required (service or task)")
         elif alloc.type not in _ALLOCATION_TYPES:
             yield Problem(f"{path}.type", _one_of(alloc.type, _ALLOCATION_TYPES))
-        if alloc.dns_name and not _DNS_NAME.fullmatch(alloc.dns_name):
+        if alloc.dns_name and not DNS_NAME.fullmatch(alloc.dns_name):
             yield Problem(f"{path}.dns_name", f"{alloc.dns_name!r} is not a valid DNS name")
         if alloc.failure_recovery and alloc.failure_recovery not in _ALLOCATION_RECOVERY:
             yield Problem(
@@ -342,7 +342,7 @@ def _container_params(path: str, params: Mapping[str, Any], docker: bool) -> Ite
     image = params.get("image")
     if not isinstance(image, str) or not image:
         yield Problem(f"{path}.image", "required")
-    elif docker and not _DOCKER_IMAGE.fullmatch(image):
+    elif docker and not DOCKER_IMAGE.fullmatch(image):
         yield Problem(f"{path}.image", f"{image!r} is not a valid docker image reference")
     for key in ("entrypoint", "cmd"):
         value = params.get(key)
@@ -369,7 +369,7 @@ def _env_entry(path: str, item: object) -> Iterator[Problem]:
     key, sep, _ = item.partition("=")
     if not sep:
         yield Problem(path, f'{item!r} is not in "KEY=VALUE" form')
-    elif not _ENV_KEY.fullmatch(key):
+    elif not ENV_KEY.fullmatch(key):
         yield Problem(path, f"{key!r} is not a valid environment variable name")
 
 
@@ -399,7 +399,7 @@ def _volume(path: str, volume: VolumeConfig) -> Iterator[Problem]:
     elif "/" in volume.src:
         if not volume.src.startswith("/"):
             yield Problem(f"{path}.src", "a local path must be absolute")
-    elif not _NAMED_VOLUME.fullmatch(volume.src):
+    elif not NAMED_VOLUME.fullmatch(volume.src):
         yield Problem(f"{path}.src", f"{volume.src!r} is not a valid volume name")
     if not volume.mount_destination:
         yield Problem(f"{path}.mount_destination", "required")

@@ -1,49 +1,48 @@
-"""Load an ensemble YAML file into the configuration the DMS CLI would send.
+"""Load an ensemble YAML file exactly as the DMS does, into what ``/dms/node/deployment/new``
+takes.
 
-The newest DMS CLI (``cmd/actor/utils.go`` ``ProcessEnsembleYaml`` with the ``ensemblev1``
-parser) reads the file with yaml.v3, resolves ``${...}`` placeholders, transforms the tree,
-validates it and decodes it into ``EnsembleConfig`` with mapstructure (``json`` tags, keys
-matched case-insensitively, unknown keys ignored). This module applies the same steps:
+The newest DMS CLI (``cmd/actor/utils.go`` ``ProcessEnsembleYaml``, the ``ensemblev1`` parser of
+``dms/jobs/parser``) takes a file through these steps, each only if the one before passed:
 
-* placeholders in every string value: ``${env:NAME}`` or ``${NAME}``, ``${file:path}``
-  (the file's content), either with a ``:-default``; ``|modifiers`` are ignored, as by the CLI;
-* ``resources`` at the top level names reusable resource sets; an allocation's ``resources``
-  may be such a name, or a mapping whose ``name`` picks a set to extend;
-* RAM, disk and GPU VRAM sizes become bytes (default unit GiB; ``KiB``/``MiB``/``GiB`` are
-  powers of 1024, ``KB``/``MB``/``GB`` of 1000); CPU and RAM clock speeds become Hz (default
-  unit GHz); ``healthcheck.interval`` is a Go duration (``"30s"``) and becomes nanoseconds;
-* ``execution: {type, image, ...}`` becomes ``{type, params: {image, ...}}``, and a mapping
-  ``environment`` becomes ``["K=V", ...]``; ``scripts`` values become bytes;
-* ``edge_constraints: [{edges: [a, b], rtt, bw}]`` becomes ``edges: [{s: a, t: b, ...}]``;
-* defaults: ``dns_name`` = the allocation's name, ``failure_recovery`` = ``stay_down`` (for
-  allocations and nodes), ``redundancy`` = 0.
+1. yaml.v3 reads it into a map (:mod:`.goyaml`);
+2. ``${...}`` placeholders in string values are resolved: ``${env:NAME}`` or ``${NAME}``,
+   ``${file:path}`` (the file's content), either with a ``:-default``; ``|modifiers`` are
+   ignored, as by the DMS;
+3. the map is transformed (:mod:`.ensemble_transform`): resource sets and volumes resolved,
+   units applied (sizes to bytes, default GiB; clock speeds to Hz, default GHz; the health
+   check's ``interval`` from a Go duration to nanoseconds), ``execution: {type, image, ...}``
+   to ``{type, params: {image, ...}}``, ``edge_constraints`` to ``edges``, defaults set
+   (``dns_name`` = the allocation's name, ``failure_recovery`` = ``stay_down``, ``redundancy``
+   = 0), and the whole wrapped as ``{"v1": ...}``;
+4. the map is checked (:mod:`.ensemble_checks`), reading exact lowercase keys: ``Executor:`` or
+   ``Nodes:`` is refused here with the DMS's reason, though step 5 would match it;
+5. the map is decoded into ``EnsembleConfig`` as mapstructure does on the ``json`` tags: a key
+   matches its field exactly, else under ``strings.EqualFold``; unknown keys are dropped (and
+   logged here as a warning).
 
-Where the CLI is knowingly wrong, this loader is not, and says so here:
+The gateway then runs its own checks (:func:`~.ensemble_validation.validate_ensemble`), which
+add what the DMS only finds out while deploying. Where the DMS is knowingly wrong, this loader
+is not, and says so: in :mod:`.ensemble_transform`, and here:
 
 * ``${file:...}`` paths are relative to the YAML file's directory, so a file means the same
-  wherever it is loaded from; the CLI resolves them against its working directory (pass
+  wherever it is loaded from; the DMS resolves them against its working directory (pass
   ``base_dir=Path.cwd()`` for that). Absolute paths are absolute in both.
-* GPU VRAM is converted under ``gpus`` (the key the DMS decodes); the CLI's conversion is
-  registered under ``gpu`` and never applies, so it sends a bare ``vram: 24`` as 24 bytes.
-* A resource set used by several allocations is copied for each; the CLI shares one map and
-  so converts its sizes once per use (2 GiB used twice becomes 2^61 bytes).
-* Clock units the CLI misreads (``ghz``, ``mhz``: go-humanize's SI prefixes are
-  case-sensitive) are refused, see :func:`~dmsgw.behaviors.units.parse_clock_hz`.
-* Every problem is reported, each with its YAML path, not only the first.
+* A number with a fraction where Go wants a whole one (``redundancy: 1.5`` is caught by the
+  checks, ``rtt: 1.5`` is not) is refused; mapstructure would cut the fraction off.
+* A key that is not a string is refused; yaml.v3 would use its text.
+* Every problem of the failing step is reported, each with its YAML path, not only the first.
 
-Keys the DMS does not know are ignored, as by the CLI, and logged as a warning. An older CLI
-read ``scripts`` values and ``keys[].file`` as file paths itself; the newest sends them as
-written, so use ``${file:...}`` to send a file's content.
+An older DMS read ``scripts`` values and ``keys[].file`` as file paths itself; the newest sends
+them as written, so use ``${file:...}`` to send a file's content.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,22 +62,20 @@ from ..gojson import (
     SliceOf,
     StructOf,
 )
-from .ensemble import (
-    AllocationFailureRecovery,
-    EnsembleConfig,
-    EnsembleConfigV1,
-    NodeFailureRecovery,
-)
+from ..gojson.fold import fold
+from .ensemble import EnsembleConfig, EnsembleConfigV1
+from .ensemble_checks import CHECKS
+from .ensemble_transform import STAGES, describe
+from .ensemble_tree import display_path, walk
 from .ensemble_validation import EnsembleError, Problem, validate_ensemble
 from .goyaml import YamlSyntaxError, load_yaml
-from .units import UnitError, parse_bytes, parse_clock_hz, parse_go_duration
 
 __all__ = ["EnsembleYamlError", "load_ensemble_yaml", "parse_ensemble_yaml"]
 
 log = logging.getLogger(__name__)
 
-# Top-level keys the CLI reads but does not send: the file's version and resource sets.
-_TOP_LEVEL_INPUTS = frozenset({"version", "resources"})
+# Top-level keys the DMS reads but does not send: the file's version, resource sets, volumes.
+_TOP_LEVEL_INPUTS = frozenset({"version", "resources", "volumes"})
 _PLACEHOLDER = re.compile(r"\$\{([^{}]+?)\}")
 _MAX_EXPANSIONS = 1000
 _INT_RANGES = {INT64: (-(1 << 63), (1 << 63) - 1), UINT64: (0, (1 << 64) - 1)}
@@ -125,7 +122,7 @@ def parse_ensemble_yaml(
     except YamlSyntaxError as exc:
         raise EnsembleYamlError([Problem("", str(exc))]) from None
     if not isinstance(raw, dict):
-        what = "empty" if raw is None else f"a {_kind(raw)}"
+        what = "empty" if raw is None else describe(raw)
         raise EnsembleYamlError([Problem("", f"must be a YAML mapping, not {what}")], source)
     loader = _Loader(
         source,
@@ -133,24 +130,10 @@ def parse_ensemble_yaml(
         os.environ if env is None else env,
     )
     config = loader.load(raw)
-    problems = loader.problems or list(validate_ensemble(config))
+    problems = list(validate_ensemble(config))
     if problems:
         raise EnsembleYamlError(problems, source)
     return config
-
-
-def _kind(value: object) -> str:
-    if isinstance(value, dict):
-        return "mapping"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if value is None:
-        return "null"
-    return "number" if isinstance(value, (int, float)) else type(value).__name__
 
 
 def _join(path: str, key: str) -> str:
@@ -158,7 +141,8 @@ def _join(path: str, key: str) -> str:
 
 
 class _Loader:
-    """One file's conversion; problems are collected rather than raised one at a time."""
+    """One file's way through the DMS's steps. Each step reports every problem it finds, and
+    the next one runs only when there were none, as the DMS stops at a failing step."""
 
     def __init__(self, source: str, base_dir: Path, env: Env) -> None:
         self.source = source
@@ -169,19 +153,39 @@ class _Loader:
     def problem(self, path: str, message: str) -> None:
         self.problems.append(Problem(path, message))
 
+    def refused(self, path: str, message: str) -> None:
+        """A transform's refusal at a path of the file's tree."""
+        self.problem(display_path(path), message)
+
+    def refused_in_v1(self, path: str, message: str) -> None:
+        """A check's refusal at a path of the wrapped tree (shown without its ``v1.``)."""
+        self.refused(path.removeprefix("v1").removeprefix("."), message)
+
+    def passed(self) -> None:
+        """Stop here if this step found problems."""
+        if self.problems:
+            raise EnsembleYamlError(self.problems, self.source)
+
     def load(self, raw: dict[str, Any]) -> EnsembleConfig:
         spec = self._resolve_tree(raw, "")
-        v1 = self._transform(spec)
-        self._check_given_values(v1)
-        decoded = self._decode_struct(
-            EnsembleConfigV1, {k: v for k, v in v1.items() if k not in _TOP_LEVEL_INPUTS}, ""
-        )
-        return EnsembleConfig(v1=decoded)
+        self.passed()
+        for stage in STAGES:  # a refused transform leaves its value for the later passes
+            spec = walk(spec, stage, self.refused, transform=True)
+        self.passed()
+        walk(spec, CHECKS, self.refused_in_v1, transform=False)
+        self.passed()
+        sent = {k: v for k, v in spec["v1"].items() if k not in _TOP_LEVEL_INPUTS}
+        config = EnsembleConfig(v1=self._decode_struct(EnsembleConfigV1, sent, ""))
+        self.passed()
+        return config
 
     # --- ${...} placeholders -------------------------------------------------------------
 
     def _resolve_tree(self, value: Any, path: str) -> Any:
         if isinstance(value, dict):
+            for key in value:
+                if not isinstance(key, str):
+                    self.problem(_join(path, str(key)), "keys must be strings")
             return {k: self._resolve_tree(v, _join(path, str(k))) for k, v in value.items()}
         if isinstance(value, list):
             return [self._resolve_tree(v, f"{path}[{i}]") for i, v in enumerate(value)]
@@ -227,206 +231,6 @@ class _Loader:
             return default
         self.problem(path, f"cannot resolve {expression}: {missing}")
         return None
-
-    # --- the CLI's transformations -------------------------------------------------------
-
-    def _transform(self, spec: dict[str, Any]) -> dict[str, Any]:
-        templates = self._resource_templates(spec.get("resources"))
-        allocations = spec.get("allocations")
-        if isinstance(allocations, dict):
-            spec["allocations"] = {
-                name: self._allocation(f"allocations.{name}", name, alloc, templates)
-                for name, alloc in allocations.items()
-            }
-        scripts = spec.get("scripts")
-        if isinstance(scripts, dict):
-            spec["scripts"] = {
-                name: self._script(f"scripts.{name}", script) for name, script in scripts.items()
-            }
-        nodes = spec.get("nodes")
-        if isinstance(nodes, dict):
-            for node in nodes.values():
-                if isinstance(node, dict):
-                    _default(node, "failure_recovery", NodeFailureRecovery.STAY_DOWN.value)
-                    _default(node, "redundancy", 0)
-        if "edge_constraints" in spec:
-            spec["edges"] = self._edge_constraints(spec.pop("edge_constraints"))
-        return spec
-
-    def _resource_templates(self, templates: Any) -> dict[str, dict[str, Any]]:
-        if templates is None:
-            return {}
-        if not isinstance(templates, dict):
-            self.problem(
-                "resources", f"must be a mapping of named resource sets, not a {_kind(templates)}"
-            )
-            return {}
-        named: dict[str, dict[str, Any]] = {}
-        for name, template in templates.items():
-            if isinstance(template, dict):
-                named[str(name)] = {**template, "name": name}
-            elif template is None:
-                named[str(name)] = {"name": name}
-            else:
-                self.problem(f"resources.{name}", f"must be a mapping, not a {_kind(template)}")
-        return named
-
-    def _allocation(
-        self, path: str, name: str, alloc: Any, templates: Mapping[str, dict[str, Any]]
-    ) -> Any:
-        if not isinstance(alloc, dict):
-            return alloc  # the decoder names the type problem
-        alloc = dict(alloc)
-        if "resources" in alloc:
-            alloc["resources"] = self._resources(f"{path}.resources", alloc["resources"], templates)
-        execution = alloc.get("execution")
-        if isinstance(execution, dict):
-            alloc["execution"] = self._execution(execution)
-        healthcheck = alloc.get("healthcheck")
-        if isinstance(healthcheck, dict) and "interval" in healthcheck:
-            healthcheck = dict(healthcheck)
-            interval = healthcheck["interval"]
-            if isinstance(interval, str) and interval:
-                ns = self._convert(f"{path}.healthcheck.interval", interval, parse_go_duration)
-                if ns == 0:
-                    self.problem(f"{path}.healthcheck.interval", "must be greater than 0")
-                healthcheck["interval"] = ns
-            else:
-                self.problem(f"{path}.healthcheck.interval", 'must be a duration such as "30s"')
-            alloc["healthcheck"] = healthcheck
-        _default(alloc, "dns_name", name)
-        _default(alloc, "failure_recovery", AllocationFailureRecovery.STAY_DOWN.value)
-        return alloc
-
-    def _resources(self, path: str, value: Any, templates: Mapping[str, dict[str, Any]]) -> Any:
-        if isinstance(value, str):
-            if value not in templates:
-                known = ", ".join(sorted(templates)) or "none are defined"
-                self.problem(path, f"no resource set named {value!r} (defined: {known})")
-                return None
-            resources = copy.deepcopy(templates[value])
-        elif isinstance(value, dict):
-            template = templates.get(value["name"]) if isinstance(value.get("name"), str) else None
-            resources = {**copy.deepcopy(template or {}), **copy.deepcopy(value)}
-        else:
-            if value is not None:
-                self.problem(
-                    path, f"must be a mapping or the name of a resource set, not a {_kind(value)}"
-                )
-            return None
-        resources.pop("name", None)  # it only picks the resource set
-        cpu, ram, disk = (resources.get(k) for k in ("cpu", "ram", "disk"))
-        if isinstance(cpu, dict):
-            if isinstance(cpu.get("cores"), str):
-                cpu["cores"] = self._convert(f"{path}.cpu.cores", cpu["cores"], _number_text)
-            if "clock_speed" in cpu:
-                cpu["clock_speed"] = self._convert(
-                    f"{path}.cpu.clock_speed", cpu["clock_speed"], parse_clock_hz
-                )
-        if isinstance(ram, dict):
-            if "size" in ram:
-                ram["size"] = self._convert(f"{path}.ram.size", ram["size"], parse_bytes)
-            if "clock_speed" in ram:
-                hz = self._convert(f"{path}.ram.clock_speed", ram["clock_speed"], parse_clock_hz)
-                ram["clock_speed"] = int(hz) if isinstance(hz, float) and math.isfinite(hz) else hz
-        if isinstance(disk, dict) and "size" in disk:
-            disk["size"] = self._convert(f"{path}.disk.size", disk["size"], parse_bytes)
-        gpus = resources.get("gpus")
-        if isinstance(gpus, list):
-            for i, gpu in enumerate(gpus):
-                if isinstance(gpu, dict) and "vram" in gpu:
-                    gpu["vram"] = self._convert(f"{path}.gpus[{i}].vram", gpu["vram"], parse_bytes)
-        return resources
-
-    def _convert(self, path: str, value: Any, parse: Callable[[Any], Any]) -> Any:
-        try:
-            return parse(value)
-        except UnitError as exc:
-            self.problem(path, str(exc))
-            return None
-
-    def _execution(self, execution: dict[str, Any]) -> dict[str, Any]:
-        params = {k: v for k, v in execution.items() if k != "type"}
-        environment = params.get("environment")
-        if isinstance(environment, dict):
-            params["environment"] = [
-                f"{key}={_env_text(value)}" for key, value in environment.items()
-            ]
-        return {"type": execution.get("type"), "params": params}
-
-    def _script(self, path: str, script: Any) -> Any:
-        if isinstance(script, str):
-            return script.encode("utf-8", errors="surrogateescape")
-        self.problem(path, f"must be the script's text, not a {_kind(script)}")
-        return None
-
-    def _edge_constraints(self, constraints: Any) -> Any:
-        if not isinstance(constraints, list):
-            self.problem("edge_constraints", f"must be a list, not a {_kind(constraints)}")
-            return None
-        edges = []
-        for i, constraint in enumerate(constraints):
-            if isinstance(constraint, dict) and "edges" in constraint:
-                constraint = dict(constraint)
-                pair = constraint.pop("edges")
-                if isinstance(pair, list) and len(pair) == 2:
-                    constraint["S"], constraint["T"] = pair
-                else:
-                    self.problem(f"edge_constraints[{i}].edges", "must be a pair of node names")
-            edges.append(constraint)
-        return edges
-
-    # --- what the DMS rejects when given but empty ---------------------------------------
-
-    def _check_given_values(self, v1: Mapping[str, Any]) -> None:
-        for name, alloc in _mapping_items(v1.get("allocations")):
-            path = f"allocations.{name}"
-            self._not_empty(alloc, "dns_name", path)
-            resources = alloc.get("resources")
-            if isinstance(resources, dict):
-                self._not_empty(resources.get("cpu"), "architecture", f"{path}.resources.cpu")
-                self._not_empty(resources.get("disk"), "type", f"{path}.resources.disk")
-                for i, gpu in enumerate(_list(resources.get("gpus"))):
-                    for key in ("vendor", "model"):
-                        self._not_empty(gpu, key, f"{path}.resources.gpus[{i}]")
-            execution = alloc.get("execution")
-            params = execution.get("params") if isinstance(execution, dict) else None
-            for key in ("working_directory", "restart_policy", "kernel_args", "initrd"):
-                self._not_empty(params, key, f"{path}.execution.params")
-            for key in ("healthcheck", "volume"):
-                if key in alloc and alloc[key] in ({}, []):
-                    self.problem(f"{path}.{key}", "must not be empty if given")
-        for name, node in _mapping_items(v1.get("nodes")):
-            path = f"nodes.{name}"
-            self._not_empty(node, "peer", path)
-            for i, port in enumerate(_list(node.get("ports"))):
-                if isinstance(port, dict) and "public" not in port:
-                    self.problem(
-                        f"{path}.ports[{i}].public", "required when a private port is given"
-                    )
-            location = node.get("location")
-            if isinstance(location, dict):
-                for kind in ("accept", "reject"):
-                    for i, place in enumerate(_list(location.get(kind))):
-                        for key in ("country", "city", "isp"):
-                            self._not_empty(place, key, f"{path}.location.{kind}[{i}]")
-        self._check_supervisor(v1.get("supervisor"), "supervisor")
-        subnet = v1.get("subnet")
-        if "subnet" in v1 and (
-            not isinstance(subnet, dict) or not isinstance(subnet.get("join"), bool)
-        ):
-            self.problem("subnet.join", "must be given as true or false when subnet is given")
-
-    def _check_supervisor(self, supervisor: Any, path: str) -> None:
-        if not isinstance(supervisor, dict):
-            return
-        self._not_empty(supervisor, "strategy", path)
-        for i, child in enumerate(_list(supervisor.get("children"))):
-            self._check_supervisor(child, f"{path}.children[{i}]")
-
-    def _not_empty(self, mapping: Any, key: str, path: str) -> None:
-        if isinstance(mapping, dict) and mapping.get(key) == "":
-            self.problem(f"{path}.{key}", "must not be empty if given")
 
     # --- mapstructure: plain values into the Go structs ----------------------------------
 
@@ -492,19 +296,20 @@ class _Loader:
             return self._plain(value, path)
         raise TypeError(f"no YAML decoding for Go type {gotype.go_name}")  # a model bug
 
-    def _decode_struct(self, cls: type[GoStruct], value: dict[Any, Any], path: str) -> Any:
+    def _decode_struct(self, cls: type[GoStruct], value: dict[str, Any], path: str) -> Any:
+        """A key matches its field exactly, else under ``strings.EqualFold`` (an exact match
+        wins, then the first folded one; mapstructure picks among those in map order)."""
         specs = cls.go_specs()
-        by_fold = {spec.json.casefold(): spec for spec in specs}
+        by_fold = {fold(spec.json): spec for spec in specs}
         kwargs: dict[str, Any] = {}
         for key, item in value.items():
-            key_path = _join(path, str(key))
-            if not isinstance(key, str):
-                self.problem(key_path, "keys must be strings")
-                continue
-            spec = next((s for s in specs if s.json == key), None) or by_fold.get(key.casefold())
+            key_path = _join(path, key)
+            spec = next((s for s in specs if s.json == key), None) or by_fold.get(fold(key))
             if spec is None:
                 log.warning("%s: %s is not an ensemble field and is ignored", self.source, key_path)
-            elif spec.attr not in kwargs or key == spec.json:
+            elif key != spec.json and (spec.json in value or spec.attr in kwargs):
+                log.warning("%s: %s is ignored: the DMS uses %s", self.source, key_path, spec.json)
+            else:
                 kwargs[spec.attr] = self._decode(spec.type, item, key_path)
         return cls(**kwargs)
 
@@ -523,44 +328,5 @@ class _Loader:
         return None
 
     def _mismatch(self, gotype: GoType, value: Any, path: str, expected: str) -> Any:
-        self.problem(path, f"must be {expected}, not {_describe(value)}")
+        self.problem(path, f"must be {expected}, not {describe(value)}")
         return gotype.zero()
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return f"{_kind(value)} {value!r}"
-    return f"a {_kind(value)}"
-
-
-def _default(mapping: dict[str, Any], key: str, value: Any) -> None:
-    """The CLI's default: set ``key`` when it is missing or null."""
-    if mapping.get(key) is None:
-        mapping[key] = value
-
-
-def _mapping_items(value: Any) -> list[tuple[str, dict[str, Any]]]:
-    if not isinstance(value, dict):
-        return []
-    return [(str(k), v) for k, v in value.items() if isinstance(v, dict)]
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _number_text(text: str) -> float:
-    """``convert.ToPositiveFloat64`` on a string: cores may be given as ``"0.5"``."""
-    try:
-        return float(text.strip())
-    except ValueError:
-        raise UnitError(f"{text!r} is not a number") from None
-
-
-def _env_text(value: Any) -> str:
-    """A YAML scalar as text in ``KEY=VALUE`` (Go's ``%s`` would garble non-strings)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return ""
-    return str(value)

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from ..gojson import ANY, INT64, STRING, GoStruct, MapOf, SliceOf, StructOf, go_field
+from ..gojson import INT64, PLAIN, STRING, GoStruct, MapOf, SliceOf, StructOf, go_field
 from .gotime import GO_TIME, ZERO_TIME
 
 __all__ = [
@@ -104,4 +104,4 @@ class PeerScoreResponse(GoStruct):
     """Gossipsub scores by peer ID; each snapshot is kept as plain JSON (``network`` type)."""
 
     GO_NAME = "PeerScoreResponse"
-    score: Mapping[str, Any] | None = go_field("Score", MapOf(ANY), default=None)
+    score: Mapping[str, Any] | None = go_field("Score", MapOf(PLAIN), default=None)

@@ -15,15 +15,15 @@ from collections.abc import Mapping
 from typing import Any, Self
 
 from ..gojson import (
-    ANY,
     BOOL,
+    PLAIN,
     STRING,
     GoDecodeError,
     GoStruct,
     MapOf,
     SliceOf,
     StructOf,
-    decode_any,
+    decode_plain,
     encode_any,
     go_field,
 )
@@ -72,7 +72,7 @@ class DiscoveryNetwork(GoStruct):
     interfaces: tuple[NetworkInterfaces, ...] | None = go_field(
         "interfaces", SliceOf(StructOf(NetworkInterfaces)), default=None
     )
-    p2p: Any = go_field("p2p", ANY, default=None)
+    p2p: Any = go_field("p2p", PLAIN, default=None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,7 +98,7 @@ class DiscoveryStatus(GoStruct):
     resources: DiscoveryResources = go_field(
         "resources", StructOf(DiscoveryResources), default=DiscoveryResources()
     )
-    config: Any = go_field("config", ANY, default=None)
+    config: Any = go_field("config", PLAIN, default=None)
     errors: tuple[str, ...] | None = go_field("errors", SliceOf(STRING), default=None)
 
 
@@ -120,7 +120,7 @@ class DiscoveryStatusResponse:
     @classmethod
     def from_json(cls, data: bytes | str) -> Self:
         """``json.Unmarshal`` into the Go map; ``null`` is the nil map."""
-        raw = decode_any(data)
+        raw = decode_plain(data)
         if raw is None:
             return cls()
         if not isinstance(raw, dict):

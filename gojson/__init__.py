@@ -18,7 +18,8 @@ One job per module: :mod:`.strings` (quoting), :mod:`.floats` (float formatting 
 :mod:`.base64` (Go's base64), :mod:`.fold` (``EqualFold`` key matching), :mod:`.scanner` (Go's
 syntax errors), :mod:`.parse` (JSON text to raw values), :mod:`.types` (scalar types),
 :mod:`.containers` (slices, maps, pointers), :mod:`.fields` (struct fields), :mod:`.structs`
-(structs, ``marshal``, ``unmarshal``), :mod:`.interface` (``interface{}``).
+(structs, ``marshal``, ``unmarshal``), :mod:`.interface` (``interface{}``, unmirrored structs,
+``json.RawMessage``).
 """
 
 from .containers import MapOf, Ptr, SliceOf
@@ -30,7 +31,7 @@ from .errors import (
 )
 from .fields import go_field
 from .floats import format_float32, format_float64
-from .interface import ANY, decode_any, encode_any
+from .interface import ANY, PLAIN, RAW, compact_json, decode_any, decode_plain, encode_any
 from .strings import encode_string
 from .structs import (
     GoStruct,
@@ -57,6 +58,8 @@ __all__ = [
     "FLOAT32",
     "FLOAT64",
     "INT64",
+    "PLAIN",
+    "RAW",
     "STRING",
     "UINT64",
     "DecodeContext",
@@ -69,7 +72,9 @@ __all__ = [
     "Ptr",
     "SliceOf",
     "StructOf",
+    "compact_json",
     "decode_any",
+    "decode_plain",
     "encode_any",
     "encode_string",
     "format_float32",

@@ -148,7 +148,7 @@ def marshal(value: GoStruct) -> bytes:
     """``json.Marshal`` of a Go struct value."""
     out: list[str] = []
     encode_struct(value, out)
-    return "".join(out).encode("utf-8")
+    return _utf8(out)
 
 
 def marshal_without(value: GoStruct, attr: str) -> bytes:
@@ -157,7 +157,14 @@ def marshal_without(value: GoStruct, attr: str) -> bytes:
     writes it without building that copy of the struct."""
     out: list[str] = []
     _encode_fields(value, out, struct_info(type(value)).encoders_without(attr))
-    return "".join(out).encode("utf-8")
+    return _utf8(out)
+
+
+def _utf8(out: list[str]) -> bytes:
+    """The written text as bytes. Strings are written valid (Go writes U+FFFD for an invalid
+    code point), so only a ``json.RawMessage`` holds escaped bytes, which go out as they came
+    (Go copies its bytes unchecked)."""
+    return "".join(out).encode("utf-8", errors="surrogateescape")
 
 
 # --- decoding ------------------------------------------------------------------------------

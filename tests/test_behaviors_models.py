@@ -31,6 +31,7 @@ from dmsgw.behaviors.deployment import (
     DeploymentStatusResponse,
     NewDeploymentResponse,
 )
+from dmsgw.behaviors.ensemble import EnsembleConfig
 from dmsgw.behaviors.logger import LoggerConfigRequest
 from dmsgw.behaviors.onboarding import OffboardRequest, OnboardRequest, OnboardResponse
 from dmsgw.behaviors.peers import PeersListResponse, PingRequest, PingResponse
@@ -252,6 +253,31 @@ def test_bad_json_is_a_go_decode_error() -> None:
 
 
 # --- the catalog ------------------------------------------------------------------------
+
+
+def test_execution_params_are_go_interface_values() -> None:
+    # SpecConfig.Params is a Go map[string]interface{}: a DMS reads every number in it as a
+    # float64 and writes it back so; one beyond float64 is its decode error.
+    def config(number: str) -> bytes:
+        params = '{"type":"docker","params":{"n":' + number + "}}"
+        return ('{"v1":{"allocations":{"a":{"execution":' + params + "}}}}").encode()
+
+    params = EnsembleConfig.from_json(config("[9007199254740993,1]"))
+    assert params.v1 is not None and params.v1.allocations is not None
+    assert params.v1.allocations["a"].execution.params == {"n": [9007199254740992.0, 1.0]}
+    assert b'"params":{"n":[9007199254740992,1]}' in params.to_json()
+    with pytest.raises(GoDecodeError, match=r"cannot unmarshal number 1000+ into .* float64$"):
+        EnsembleConfig.from_json(config("1" + "0" * 400))
+
+
+def test_structs_kept_as_plain_json_keep_their_integers_exact() -> None:
+    # Executor stats and network statistics are Go structs with integer fields: exact in Go.
+    wire = '{"status":"Running","error":"","allocation_usage":{"a":{"bytes":9007199254740993}}}'
+    assert DeploymentStatusResponse.from_json(wire).to_json().decode() == wire
+    status = DiscoveryStatusResponse.from_json(
+        '{"p":{"network":{"interfaces":null,"p2p":{"in":9007199254740993}}}}'
+    )
+    assert status.peers is not None and status.peers["p"].network.p2p == {"in": 9007199254740993}
 
 
 def test_every_behavior_has_a_consistent_entry() -> None:

@@ -165,6 +165,13 @@ def test_every_feature() -> None:
     assert v1.supervisor.children[0].allocations == ("db", "web")
 
 
+def test_a_file_of_known_keys_loads_without_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    # "name" picks a resource set; the DMS drops it when decoding, and so do we, silently.
+    with caplog.at_level(logging.WARNING):
+        load_ensemble_yaml(DATA / "full.yaml", env={"DB_PASSWORD": "s3cret"})
+    assert caplog.text == ""
+
+
 def test_every_feature_on_the_wire() -> None:
     wire = _wire(load_ensemble_yaml(DATA / "full.yaml", env={"DB_PASSWORD": "s3cret"}))
     assert '"scripts":{"setup":"IyEvYmluL3NoCmFwdC1nZXQgdXBkYXRlCg=="}' in wire
@@ -303,25 +310,71 @@ nodes: {n: {allocations: [a]}}
     }
 
 
-def test_keys_match_case_insensitively_and_unknown_ones_are_logged(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    with caplog.at_level(logging.WARNING):
-        config = _load(
-            """
+# --- keys: the DMS's checks read exact keys, its decoding folds them ---------------------
+
+ONE_ALLOCATION = """
 allocations:
   a:
-    Executor: docker
-    TYPE: task
-    dnsname: typo
+    executor: docker
+    type: task
     resources: {cpu: {cores: 1}, ram: {size: 1}, disk: {size: 1}}
     execution: {type: docker, image: x}
-Nodes: {n: {allocations: [a]}}
+nodes: {n: {allocations: [a]}}
 """
-        )
-    assert config.v1 is not None and config.v1.allocations is not None
-    assert config.v1.allocations["a"].executor == "docker"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problems"),
+    [
+        ("executor:", "Executor:", ["allocations.a: allocation must have an executor"]),
+        ("nodes:", "Nodes:", ["Nodes.n: failure_recovery must be specified for node"]),
+        (
+            "type: task",
+            "TYPE: task",
+            ["allocations.a: allocation must have a type (service or task)"],
+        ),
+        (
+            "{type: docker,",
+            "{Type: docker,",
+            [
+                "allocations.a: execution must have a type",
+                "allocations.a.execution: execution must have a type",
+            ],
+        ),
+        ("{cores: 1}", "{Cores: 1}", ["allocations.a.resources: cpu must have cores value"]),
+        (
+            "allocations:\n  a:",
+            "Allocations:\n  a:",
+            [
+                "at least one allocation must be defined",
+                "Allocations.a: failure_recovery must be specified for allocation",
+                "nodes.n: allocations must be defined when node is defined",
+            ],
+        ),
+    ],
+)
+def test_keys_the_dms_checks_are_refused_in_another_case_as_the_dms_refuses_them(
+    old: str, new: str, problems: list[str]
+) -> None:
+    assert ONE_ALLOCATION.count(old) == 1
+    assert _errors(ONE_ALLOCATION.replace(old, new)) == problems
+
+
+def test_other_keys_match_case_insensitively_and_unknown_ones_are_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    text = ONE_ALLOCATION.replace("type: task", "type: task\n    dnsname: typo\n    Depends_On: []")
+    text = text.replace("[a]}", f"[a], Peer: {PEER}, Redundancy: 2}}")
+    with caplog.at_level(logging.WARNING):
+        config = _load(text)
+    assert config.v1 is not None and config.v1.nodes is not None
+    assert config.v1.allocations is not None
+    assert config.v1.allocations["a"].depends_on == ()
+    node = config.v1.nodes["n"]
+    # The DMS sets the default under the exact key, and its decoding prefers an exact match.
+    assert (node.peer, node.redundancy) == (PEER, 0)
     assert "allocations.a.dnsname is not an ensemble field and is ignored" in caplog.text
+    assert "nodes.n.Redundancy is ignored: the DMS uses redundancy" in caplog.text
 
 
 def test_placeholders(tmp_path: Path) -> None:
@@ -408,35 +461,77 @@ def test_missing_placeholder_sources_are_named(tmp_path: Path) -> None:
     ]
 
 
-def test_conversion_and_type_errors_name_their_paths() -> None:
+def test_every_transform_problem_is_named_and_stops_the_checks() -> None:
     text = """
 allocations:
   a:
-    executor: docker
-    type: [task]
-    resources: {cpu: {cores: lots, clock_speed: 2.4ghz}, ram: {size: "4 gigs"}, disk: {size: 1}}
-    execution: {type: docker, image: x}
+    Executor: docker
+    type: task
+    resources: {cpu: {cores: 1, clock_speed: 2.4ghz}, ram: {size: "4 gigs"}, disk: {size: 1}}
+    execution: {type: docker, image: x, environment: null}
     healthcheck: {type: command, exec: [true], interval: 30}
   b:
     executor: docker
     type: task
     resources: medium
-    execution: {type: docker, image: x}
-nodes: {n: {allocations: [a, b], redundancy: 1.5}}
+    execution: [docker]
+nodes: {n: {allocations: [a, b]}}
 edge_constraints: [{edges: [n]}]
 """
+    # The DMS stops at its first failing step: no check runs (Executor: is not reported).
     assert _errors(text) == [
-        "allocations.a.resources.cpu.cores: 'lots' is not a number",
+        "allocations.a.execution.environment: invalid environment configuration: must be a list "
+        "or a mapping, not null",
+        "allocations.b.resources: no resource set named 'medium' (defined: none are defined)",
         "allocations.a.resources.cpu.clock_speed: '2.4ghz': write the unit as GHz; the DMS reads "
         "the SI prefix case-sensitively and would take 'ghz' as 1 Hz per unit",
         "allocations.a.resources.ram.size: '4 gigs': unknown size unit 'gigs' (use B, KiB, MiB, "
         "GiB, \u2026)",
         'allocations.a.healthcheck.interval: must be a duration such as "30s"',
-        "allocations.b.resources: no resource set named 'medium' (defined: none are defined)",
-        "edge_constraints[0].edges: must be a pair of node names",
-        "allocations.a.type: must be a string, not a list",
-        "allocations.a.healthcheck.exec[0]: must be a string, not a boolean",
-        "nodes.n.redundancy: must be a whole number, not number 1.5",
+        "allocations.b.execution: invalid execution configuration: must be a mapping, not a list",
+        "edge_constraints[0]: invalid edges parameter: must be a pair of node names",
+    ]
+
+
+def test_every_check_problem_is_named_with_the_dms_reason() -> None:
+    text = """
+allocations:
+  a:
+    executor: docker
+    type: task
+    resources: {cpu: {cores: lots}, ram: {size: 1}, disk: {size: 1}}
+    execution: {type: docker, image: x, restart_policy: sometimes}
+    depends_on: [a]
+  b:
+    executor: firecracker
+    type: task
+    resources: {cpu: {cores: 1}, ram: {size: 1}, disk: {size: 1}}
+    execution: {type: docker, image: x}
+nodes: {n: {allocations: [a, b], redundancy: 1.5, ports: [{private: 80}]}}
+"""
+    # One problem per check, as each DMS check stops at its first (the node's ports are fine
+    # for it until its redundancy is).
+    assert _errors(text) == [
+        "cyclic dependencies detected in allocations",
+        "allocations.a: depends_on must not refer to itself",
+        "allocations.a.resources: cpu cores must be a valid number",
+        "allocations.a.execution: invalid docker restart_policy: sometimes",
+        "allocations.b: allocation executor type (firecracker) must match execution type (docker)",
+        "nodes.n: redundancy must be a number",
+    ]
+
+
+def test_decoding_problems_name_their_paths() -> None:
+    text = ONE_ALLOCATION.replace(
+        "execution:", "healthcheck: {type: command, exec: [true]}\n    execution:"
+    )
+    text += "keys: {k: 1}\nmetadata: [x]\nedge_constraints: [{edges: [n, m], rtt: 1.5}]\n"
+    text = text.replace("nodes: {n: {allocations: [a]}}", "nodes: {n: {allocations: [a]}, m: {}}")
+    assert _errors(text) == [
+        "allocations.a.healthcheck.exec[0]: must be a string, not boolean true",
+        "keys.k: must be a string, not number 1",
+        "metadata: must be a mapping, not a list",
+        "edges[0].rtt: must be a whole number >= 0, not number 1.5",
     ]
 
 
@@ -447,10 +542,10 @@ def test_values_given_empty_are_refused() -> None:
         "execution:", "healthcheck: {type: command, exec: [a], interval: 0s}\n    execution:"
     )
     assert _errors(text) == [
-        "allocations.a.healthcheck.interval: must be greater than 0",
-        "allocations.a.dns_name: must not be empty if given",
-        "allocations.a.execution.params.working_directory: must not be empty if given",
-        "subnet.join: must be given as true or false when subnet is given",
+        "allocations.a: dns_name cannot be empty if specified",
+        "allocations.a.healthcheck: healthcheck interval must be greater than 0",
+        "allocations.a.execution: docker working directory cannot be empty if specified",
+        "subnet: subnet can not be empty if specified",
     ]
 
 
@@ -460,6 +555,127 @@ def test_validation_problems_carry_the_source() -> None:
         _load(text)
     assert str(caught.value) == (
         "test.yaml: 2 problems:\n"
-        "  allocations.a.resources.cpu.cores: must be > 0\n"
-        "  nodes.n.allocations[1]: allocation 'ghost' is not defined"
+        "  allocations.a.resources: cpu cores must be positive\n"
+        "  nodes.n: referenced allocation 'ghost' not found"
     )
+
+
+def test_the_gateways_own_checks_run_last() -> None:
+    # Passes the DMS's checks; the DMS would only find out while deploying.
+    text = ONE_ALLOCATION.replace("type: task", "type: job")
+    assert _errors(text) == ["allocations.a.type: 'job' is not one of service, task"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        (
+            "executor: docker",
+            "executor: containerd",
+            "allocations.a: allocation executor type (containerd) must match execution type "
+            "(docker)",
+        ),
+        (
+            "    execution:",
+            "    volume: [{type: glusterfs, servers: [s1], mount_destination: /data}]\n"
+            "    execution:",
+            "allocations.a.volume: glusterfs type volume must define one or more servers",
+        ),
+    ],
+)
+def test_what_the_dms_cannot_load_is_refused_as_it_refuses_it(
+    old: str, new: str, problem: str
+) -> None:
+    assert _errors(ONE_ALLOCATION.replace(old, new)) == [problem]
+
+
+def test_a_containerd_execution_is_unsupported_by_the_dms_loader() -> None:
+    text = ONE_ALLOCATION.replace("executor: docker", "executor: containerd").replace(
+        "{type: docker,", "{type: containerd,"
+    )
+    assert _errors(text) == ["allocations.a.execution: unsupported execution type: containerd"]
+
+
+# --- the ensembles NuNet ships ------------------------------------------------------------
+
+APPLIANCE = DATA / "appliance"
+
+
+def test_the_appliance_ensembles_load_as_the_dms_loads_them() -> None:
+    loaded = {p.stem: load_ensemble_yaml(p) for p in sorted(APPLIANCE.glob("*.yaml"))}
+    assert sorted(loaded) == [
+        "hello_world",
+        "relay_service",
+        "task_with_contract",
+        "two_services_gpu",
+        "web_ui_gpu",
+    ]
+    for config in loaded.values():
+        assert config.v1 is not None and config.v1.allocations is not None
+        for name, alloc in config.v1.allocations.items():
+            assert (alloc.dns_name, alloc.failure_recovery) == (name, "stay_down")
+
+
+def test_the_appliance_hello_world() -> None:
+    wire = _wire(load_ensemble_yaml(APPLIANCE / "hello_world.yaml"))
+    assert wire == (
+        '{"Ensemble":{"v1":{"escalation_strategy":"","allocations":{"alloc1":{"executor":"docker",'
+        '"type":"task","resources":{"cpu":{"cores":1},"ram":{"size":1073741824},'
+        '"disk":{"size":1073741824}},"execution":{"type":"docker","params":{"image":"hello-world"}},'
+        f'"dns_name":"alloc1",{NO_HEALTHCHECK},"failure_recovery":"stay_down"}}}},'
+        f'"nodes":{{"node1":{{"allocations":["alloc1"],"location":{{}},"peer":"{PEER}",'
+        '"failure_recovery":"stay_down"}},"supervisor":{},"subnet":{}}}}'
+    )
+
+
+def test_the_appliance_services_with_gpus_volumes_and_ports() -> None:
+    config = load_ensemble_yaml(APPLIANCE / "two_services_gpu.yaml")
+    assert config.v1 is not None and config.v1.allocations is not None
+    assert config.v1.nodes is not None
+    model, flows = config.v1.allocations["model"], config.v1.allocations["flows"]
+    assert model.resources.gpus is not None and model.resources.gpus[0].vendor == "NVIDIA"
+    assert (model.resources.ram.size, model.resources.disk.size) == (16 * GIB, 40 * GIB)
+    assert model.volume is not None
+    assert (model.volume[0].src, model.volume[0].mount_destination) == (
+        "/srv/volumes/model",
+        "/root/.model",
+    )
+    assert flows.execution.params is not None
+    assert flows.execution.params["environment"][0] == "MODEL_HOST=http://model.internal:11434"
+    ports = config.v1.nodes["big-node"].ports or ()
+    assert [(p.public, p.private, p.allocation) for p in ports] == [
+        (31434, 11434, "model"),
+        (35678, 5678, "flows"),
+    ]
+
+
+def test_the_appliance_keys_the_dms_does_not_know_are_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        relay = load_ensemble_yaml(APPLIANCE / "relay_service.yaml")
+    assert relay.v1 is not None and relay.v1.allocations is not None
+    assert relay.v1.allocations["alloc1"].dns_name == "alloc1"  # dnsname is no field
+    for key in ("dnsname", "forwardStdout", "stdoutLabels", "stdoutPrefix"):
+        assert f"allocations.alloc1.{key} is not an ensemble field" in caplog.text
+    web = load_ensemble_yaml(APPLIANCE / "web_ui_gpu.yaml")
+    assert web.v1 is not None and web.v1.allocations is not None and web.v1.nodes is not None
+    params = web.v1.allocations["alloc1"].execution.params or {}
+    assert params["volumes"][0] == {"source": "models", "target": "/root/.models"}
+    assert web.v1.nodes["node1"].peer == "<peer id goes here>"
+    contract = load_ensemble_yaml(APPLIANCE / "task_with_contract.yaml")
+    assert contract.v1 is not None and contract.v1.contracts is not None
+    assert contract.v1.contracts["contract1"].host.startswith("did:key:z6Mkh")
+
+
+def test_a_dotted_allocation_name_escapes_the_dms_steps_as_in_the_dms(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The DMS's paths join keys with dots, so "allocations.web.app.execution" has one part too
+    # many for its patterns: the allocation is neither transformed nor checked there (its
+    # flat execution is not wrapped, so the image is dropped). The gateway's own checks catch it.
+    text = ONE_ALLOCATION.replace("  a:", "  web.app:").replace("[a]", "[web.app]")
+    with caplog.at_level(logging.WARNING):
+        problems = _errors(text)
+    assert problems == ["allocations.web.app.execution.params.image: required"]
+    assert "allocations.web.app.execution.image is not an ensemble field" in caplog.text

@@ -11,6 +11,7 @@ import dataclasses
 import math
 import re
 import struct
+import sys
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from dmsgw.gojson import (
     FLOAT32,
     FLOAT64,
     INT64,
+    RAW,
     STRING,
     UINT64,
     DecodeContext,
@@ -33,7 +35,9 @@ from dmsgw.gojson import (
     Ptr,
     SliceOf,
     StructOf,
+    compact_json,
     decode_any,
+    decode_plain,
     encode_any,
     encode_string,
     format_float32,
@@ -889,19 +893,51 @@ def test_surrogate_escapes_decode_like_go() -> None:
     assert decode_any(b'{"\\ud800":1}') == {"\ufffd": 1}
 
 
-def test_decode_any_keeps_integers_exact_and_reads_other_numbers_as_float64() -> None:
+def test_decode_any_reads_every_number_as_float64_like_go() -> None:
     value = decode_any(b'{"a":18446744073709551615,"b":-9223372036854775808,"c":1.5,"d":1e2}')
-    assert value == {"a": UINT64_MAX, "b": INT64_MIN, "c": 1.5, "d": 100.0}
-    assert isinstance(value["d"], float)
+    assert value == {"a": 18446744073709551616.0, "b": -9223372036854775808.0, "c": 1.5, "d": 100.0}
+    assert all(isinstance(v, float) for v in value.values())
     zero = decode_any(b"-0")
     assert zero == 0 and math.copysign(1, zero) == -1
     assert encode_any(decode_any(b"[-0,0,-0.0]")) == b"[-0,0,-0]"
+
+
+def test_decode_any_rounds_integers_above_2_53_as_go_does() -> None:
+    # Go: json.Unmarshal into interface{} then json.Marshal.
+    assert encode_any(decode_any(b"[9007199254740993]")) == b"[9007199254740992]"
+    assert encode_any(decode_any(b"[9007199254740995]")) == b"[9007199254740996]"  # ties to even
+    assert encode_any(decode_any(b"[18446744073709551615]")) == b"[18446744073709552000]"
+    assert encode_any(decode_any(b"[100000000000000000000000]")) == b"[1e+23]"
+
+
+def test_decode_plain_keeps_the_integers_of_a_go_struct_exact() -> None:
+    value = decode_plain(b'{"a":18446744073709551615,"b":-9223372036854775808,"c":1.5,"d":1e2}')
+    assert value == {"a": UINT64_MAX, "b": INT64_MIN, "c": 1.5, "d": 100.0}
+    assert isinstance(value["d"], float)
+    assert encode_any(decode_plain(b"[9007199254740993]")) == b"[9007199254740993]"
 
 
 def test_decode_any_rejects_numbers_beyond_float64_like_go() -> None:
     with pytest.raises(GoDecodeError) as info:
         decode_any(b"[1e309]")
     assert str(info.value) == "json: cannot unmarshal number 1e309 into Go value of type float64"
+    big = "1" + "0" * 400
+    with pytest.raises(GoDecodeError) as info:
+        decode_any(big)
+    assert str(info.value) == f"json: cannot unmarshal number {big} into Go value of type float64"
+    # Exactly where Go's ParseFloat stops rounding down to MaxFloat64:
+    below = (1 << 1024) - (1 << 970) - 1
+    assert decode_any(str(below)) == sys.float_info.max
+    with pytest.raises(GoDecodeError):
+        decode_any(str(below + 1))
+
+
+def test_an_interface_field_reports_the_number_go_refuses_with_its_path() -> None:
+    with pytest.raises(GoDecodeError) as info:
+        unmarshal(Everything, b'{"any":{"k":[1e400]}}')
+    assert str(info.value) == (
+        "json: cannot unmarshal number 1e400 into Go struct field Everything.any.k of type float64"
+    )
 
 
 def test_syntax_errors_are_decode_errors() -> None:
@@ -910,3 +946,47 @@ def test_syntax_errors_are_decode_errors() -> None:
     for bad in (b"NaN", b"[Infinity]", b"{'a':1}", b"[1,]", b"01", b'"\x01"', b"\xef\xbb\xbf{}"):
         with pytest.raises(GoDecodeError):
             decode_any(bad)
+
+
+# --- json.RawMessage ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WithRaw(GoStruct):
+    GO_NAME = "WithRaw"
+    raw: bytes | None = go_field("raw", RAW, default=None)
+    raw_o: bytes | None = go_field("raw_o", RAW, omitempty=True, default=None)
+
+
+def test_a_raw_message_is_remarshalled_as_go_does() -> None:
+    # Go: json.Marshal of a json.RawMessage runs appendCompact(b, escapeHTML=true).
+    text = b' {"b" : 1.0, "a":[ 1e2 ,-0, "\\u0041<&>\xe2\x80\xa8\\/"],\n "a" : null ,"bad":"\xff"} '
+    assert compact_json(text) == (
+        b'{"b":1.0,"a":[1e2,-0,"\\u0041\\u003c\\u0026\\u003e\\u2028\\/"],"a":null,"bad":"\xff"}'
+    )
+    assert marshal(WithRaw(raw=text)) == b'{"raw":' + compact_json(text) + b"}"
+    assert marshal(WithRaw()) == b'{"raw":null}'  # nil is "null"; omitempty leaves out nil
+
+
+def test_a_raw_message_that_is_not_json_is_gos_marshal_error() -> None:
+    for text, error in (
+        (b"", "unexpected end of JSON input"),
+        (b"{", "unexpected end of JSON input"),
+        (b"[1,]", "invalid character ']' looking for beginning of value"),
+    ):
+        with pytest.raises(GoEncodeError) as info:
+            marshal(WithRaw(raw=text))
+        assert (
+            str(info.value) == f"json: error calling MarshalJSON for type json.RawMessage: {error}"
+        )
+
+
+def test_a_raw_message_decodes_to_its_compact_text_with_key_order_and_literals() -> None:
+    decoded = unmarshal(
+        WithRaw,
+        b'{"raw": {"z": 1.50, "a": [1e400, 123456789012345678901234567890],'
+        b' "z": "<"}, "raw_o": null}',
+    )
+    assert decoded.raw == b'{"z":1.50,"a":[1e400,123456789012345678901234567890],"z":"\\u003c"}'
+    assert decoded.raw_o == b"null"  # Go's UnmarshalJSON keeps the text of a null
+    assert marshal(decoded) == b'{"raw":' + decoded.raw + b',"raw_o":null}'

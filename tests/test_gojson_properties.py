@@ -7,21 +7,24 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import decimal
 import json
 import math
 import struct
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dmsgw.gojson import (
-    ANY,
     BOOL,
     BYTES,
     FLOAT32,
     FLOAT64,
     INT64,
+    PLAIN,
+    RAW,
     STRING,
     UINT64,
     GoDecodeError,
@@ -30,7 +33,9 @@ from dmsgw.gojson import (
     Ptr,
     SliceOf,
     StructOf,
+    compact_json,
     decode_any,
+    decode_plain,
     encode_any,
     format_float32,
     format_float64,
@@ -103,35 +108,91 @@ def same(a: Any, b: Any, signed_zero: bool = True) -> bool:
     return type(a) is type(b) and a == b
 
 
+HTML_ESCAPES = (
+    ("<", "\\u003c"),
+    (">", "\\u003e"),
+    ("&", "\\u0026"),
+    ("\u2028", "\\u2028"),
+    ("\u2029", "\\u2029"),
+)
+
+
 def reference_go_json(value: Any) -> bytes:
     """The ``go_json()`` recipe of runtime-notes section 3.4, verified against Go for values
     without floats: compact ``json.dumps`` with sorted keys, then Go's HTML-safe escapes."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
-    for raw, escaped in (
-        ("<", "\\u003c"),
-        (">", "\\u003e"),
-        ("&", "\\u0026"),
-        ("\u2028", "\\u2028"),
-        ("\u2029", "\\u2029"),
-    ):
+    for raw, escaped in HTML_ESCAPES:
         text = text.replace(raw, escaped)
     return text.encode()
 
 
-# --- plain values through encode_any / decode_any ------------------------------------------
+# --- plain values through encode_any / decode_plain / decode_any ---------------------------
 
 
 @PROPERTY
 @given(json_values(with_floats=True))
 def test_plain_values_round_trip(value: Any) -> None:
-    assert same(decode_any(encode_any(value)), value)
+    assert same(decode_plain(encode_any(value)), value)
 
 
 @PROPERTY
 @given(json_values(with_floats=True))
 def test_reencoding_decoded_go_output_is_the_identity_on_bytes(value: Any) -> None:
     encoded = encode_any(value)
-    assert encode_any(decode_any(encoded)) == encoded
+    assert encode_any(decode_plain(encoded)) == encoded
+
+
+def go_float64_of_integer(n: int) -> float | None:
+    """Go's ``strconv.ParseFloat`` of an integer literal, by integer arithmetic alone: round to
+    53 significant bits, ties to even; ``None`` where the result overflows (``ErrRange``)."""
+    magnitude, shift = abs(n), max(abs(n).bit_length() - 53, 0)
+    kept, rest = divmod(magnitude, 1 << shift)
+    half = (1 << shift) >> 1
+    if shift and (rest > half or (rest == half and kept & 1)):
+        kept += 1
+    rounded = kept << shift
+    if rounded >= 1 << 1024:
+        return None
+    return math.copysign(float(rounded), n) if n else 0.0
+
+
+wide_ints = st.one_of(
+    ints,
+    st.integers(-(10**25), 10**25),
+    st.integers(2**1023, 2**1025),
+    st.sampled_from([(1 << 1024) - (1 << 970) - 1, (1 << 1024) - (1 << 970), 10**400]),
+)
+
+
+@PROPERTY
+@given(wide_ints)
+def test_interface_numbers_are_go_float64s(n: int) -> None:
+    expected = go_float64_of_integer(n)
+    if expected is None:
+        with pytest.raises(GoDecodeError) as info:
+            decode_any(str(n))
+        assert str(info.value) == f"json: cannot unmarshal number {n} into Go value of type float64"
+        return
+    decoded = decode_any(f"[{n}]")
+    assert decoded == [expected] and isinstance(decoded[0], float)
+    if abs(expected) < 1e21:  # Go writes the float's shortest digits, zero-padded ('f' format)
+        text = format(decimal.Decimal(repr(expected)), "f").removesuffix(".0")
+        assert encode_any(decoded) == f"[{text}]".encode()
+
+
+@PROPERTY
+@given(json_values(with_floats=True), st.booleans())
+def test_raw_messages_are_remarshalled_compact_and_html_safe(value: Any, ascii_only: bool) -> None:
+    # Go's appendCompact with HTML escaping: the same text without the whitespace between
+    # tokens, and <, >, &, U+2028, U+2029 escaped; escapes and literals as written.
+    pretty = json.dumps(value, indent=2, ensure_ascii=ascii_only).encode()
+    compact = json.dumps(value, separators=(",", ":"), ensure_ascii=ascii_only).encode()
+    for raw, escaped in HTML_ESCAPES:
+        compact = compact.replace(raw.encode(), escaped.encode())
+    assert compact_json(pretty) == compact
+    assert marshal(Record(literal=pretty)) == marshal(Record(literal=compact))
+    if not ascii_only:  # decoding writes strings in Go's spelling, which is Python's here
+        assert unmarshal(Record, marshal(Record(literal=pretty))).literal == compact
 
 
 @PROPERTY
@@ -192,7 +253,8 @@ class Record(GoStruct):
     leaf: Leaf = go_field("leaf", StructOf(Leaf), default_factory=Leaf)
     parent: Leaf | None = go_field("parent", Ptr(StructOf(Leaf)), omitempty=True, default=None)
     leaves: tuple[Leaf, ...] | None = go_field("leaves", SliceOf(StructOf(Leaf)), default=None)
-    extra: Any = go_field("extra", ANY, omitempty=True, default=None)
+    extra: Any = go_field("extra", PLAIN, omitempty=True, default=None)
+    literal: bytes | None = go_field("literal", RAW, omitempty=True, default=None)
 
 
 leaves = st.builds(Leaf, name=texts, tag=texts)
@@ -213,6 +275,7 @@ records = st.builds(
     parent=st.none() | leaves,
     leaves=st.none() | st.lists(leaves, max_size=3).map(tuple),
     extra=json_values(with_floats=False),
+    literal=st.none() | json_values(with_floats=True).map(encode_any),
 )
 
 
@@ -248,7 +311,9 @@ def test_key_order_case_and_whitespace_do_not_change_the_remarshalled_bytes(
     record: Record,
 ) -> None:
     # A Go receiver decodes reordered, re-cased (struct field names) and pretty-printed input
-    # to the same struct, and re-marshals it in struct order again.
+    # to the same struct, and re-marshals it in struct order again (a RawMessage keeps its
+    # own key order, see test_raw_messages_are_remarshalled_compact_and_html_safe).
+    record = dataclasses.replace(record, literal=None)
     encoded = marshal(record)
     reordered = _reversed_objects(json.loads(encoded, object_pairs_hook=_Object))
     recased = {key.upper(): item for key, item in reordered.items()}

@@ -425,6 +425,12 @@ SCENARIOS: dict[str, tuple[Reason, Callable[[], bytes], Callable[[], TokenList |
         lambda: b'{"tok":[{"ucan":{"v":"1.0"}}]}',
         lambda: None,
     ),
+    # Go decodes nothing of a standard UCAN (an empty struct), so no number in it is refused.
+    "standard UCAN with a number beyond float64": (
+        Reason.UNSUPPORTED_TOKEN,
+        lambda: b'{"tok":[{"ucan":{"v":1e400,"n":' + b"9" * 400 + b"}}]}",
+        lambda: None,
+    ),
     "empty token": (Reason.UNSUPPORTED_TOKEN, lambda: b'{"tok":[{}]}', lambda: None),
     "side chain does not cover": (
         Reason.NOT_IMPLIED,

@@ -21,7 +21,7 @@ from ..gojson import (
     GoDecodeError,
     GoStruct,
     StructOf,
-    decode_any,
+    decode_plain,
     encode_any,
     go_field,
     marshal,
@@ -164,7 +164,7 @@ class Envelope(GoStruct):
 
     def payload(self) -> Any:
         """The JSON payload as plain Python values (``None`` for an empty ``msg``)."""
-        return decode_any(self.msg) if self.msg else None
+        return decode_plain(self.msg) if self.msg else None
 
 
 def encode_payload(payload: Any) -> bytes:

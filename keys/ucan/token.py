@@ -23,8 +23,8 @@ from typing import Any
 
 from ...errors import DmsgwError
 from ...gojson import (
-    ANY,
     BYTES,
+    RAW,
     STRING,
     UINT64,
     DecodeContext,
@@ -34,7 +34,6 @@ from ...gojson import (
     Ptr,
     SliceOf,
     StructOf,
-    encode_any,
     encode_string,
     go_field,
     marshal_without,
@@ -678,7 +677,8 @@ def _chain_refusal(granting: DMSToken, t: DMSToken) -> str:
 @dataclasses.dataclass(frozen=True, slots=True)
 class BYOToken:
     """A standard-UCAN ("bring your own") envelope: the DMS defines it but supports nothing of
-    it, and re-marshals it as ``{}``. ``raw`` keeps what was received (Go JSON, sorted keys)."""
+    it, and re-marshals it as ``{}``. ``raw`` keeps what was received, compacted (Go decodes
+    nothing of it, so it refuses no number in it either)."""
 
     raw: bytes = b"{}"
 
@@ -701,7 +701,7 @@ class _BYOType(GoType):
 
     def decode(self, raw: Any, current: Any, ctx: DecodeContext) -> Any:
         _BYO_VIEW.decode(raw, _BYOTokenView(), ctx)
-        return BYOToken(encode_any(ANY.decode(raw, None, ctx)))
+        return BYOToken(RAW.decode(raw, None, ctx))
 
     def zero(self) -> Any:
         return BYOToken()
