@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import threading
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -453,8 +455,8 @@ class Orchestrator:
 
         def write() -> None:
             directory.mkdir(parents=True, exist_ok=True)
-            (directory / "stdout.log").write_bytes(logs.stdout or b"")
-            (directory / "stderr.log").write_bytes(logs.stderr or b"")
+            _replace(directory / "stdout.log", logs.stdout or b"")
+            _replace(directory / "stderr.log", logs.stderr or b"")
 
         await asyncio.to_thread(write)
         return str(directory)
@@ -470,3 +472,12 @@ async def _all(steps: Iterable[Any]) -> None:
     for result in results:
         if isinstance(result, BaseException):
             raise result
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``path`` whole, in one step: the gateway's readers (a ``/getLogs`` and a pod
+    actor's marker reader) may fetch the same allocation's logs at once, and a file truncated
+    by one fetch while the other reads it would read as empty."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
