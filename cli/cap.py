@@ -22,12 +22,9 @@ Contexts live in ``--cap-dir``, ``$DMSGW_CAP_DIR`` or ``~/.nunet/cap``; keys in 
 from __future__ import annotations
 
 import argparse
-import calendar
 import json
-import re
 import sys
-from collections.abc import Callable, Collection, Sequence
-from datetime import UTC, datetime
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +35,7 @@ from ..errors import DmsgwError
 from ..gojson import GoDecodeError
 from ..gojson.scanner import go_syntax_error
 from ..keys.crypto import generate_key_pair, marshal_private_key
-from ..keys.did import DID
+from ..keys.did import DID, DIDError, from_string
 from ..keys.id import ID
 from ..keys.keystore import KeyStore, read_passphrase, validate_key_name
 from ..keys.trust import Provider, provider_from_private_key
@@ -55,9 +52,17 @@ from ..keys.ucan import (
     save_context,
     unmarshal_token_list,
 )
-from ..keys.ucan.cap import Capability, implies_any
+from ..keys.ucan.cap import Capability, CapabilityError, check_capability
+from ..keys.ucan.expiry import (
+    EXPIRY_FORMATS,
+    ExpiryError,
+    check_revocable,
+    expiry_after,
+    future_expiry,
+    parse_expiry,
+)
 from ..keys.ucan.store import CAP_DIR_ENV
-from ..keys.ucan.token import format_ns
+from ..keys.ucan.token import Reason, format_second
 from ..transport.envelope import Handle
 from ..transport.preflight import Stage, Verdict, preflight
 from .key import DEFAULT_GATEWAY_KEY
@@ -68,7 +73,6 @@ __all__ = [
     "DMSGW_CAP_DIR_ENV",
     "CapCliError",
     "clock",
-    "parse_expiry",
     "register",
 ]
 
@@ -107,18 +111,10 @@ def _note(text: str) -> None:
 
 
 def _did(text: str, what: str) -> DID:
-    """``did.FromString``'s three non-empty parts; a ``did:key`` must also hold a key, since a
-    typo there yields tokens nobody can ever use."""
-    parts = text.split(":")
-    if len(parts) != 3 or parts[0] != "did" or not all(parts):
-        raise CapCliError(f"invalid {what} DID {text!r}: expected did:<method>:<identifier>")
-    did = DID(text)
-    if did.method() == "key":
-        try:
-            did.public_key()
-        except DmsgwError as exc:
-            raise CapCliError(f"invalid {what} DID: {exc}") from None
-    return did
+    try:
+        return from_string(text)
+    except DIDError as exc:
+        raise CapCliError(f"invalid {what} DID {exc}") from None
 
 
 def _audience(text: str | None) -> DID:
@@ -129,10 +125,10 @@ def _capabilities(values: Sequence[str] | None, flag: str) -> tuple[Capability, 
     """Repeatable and comma-separated, like cobra's string slices."""
     caps = tuple(c.strip() for value in values or () for c in value.split(","))
     for c in caps:
-        if not c.startswith("/"):
-            raise CapCliError(
-                f"{flag} {c!r}: a capability is a path starting with '/', such as /dms/node"
-            )
+        try:
+            check_capability(c)
+        except CapabilityError as exc:
+            raise CapCliError(f"{flag} {c!r}: {exc}") from None
     return caps
 
 
@@ -149,91 +145,22 @@ def _depth(value: int) -> int:
     return value
 
 
-def _instant(fields: Sequence[str | None], fraction: str | None, offset_s: int) -> int:
-    year, month, day, hour, minute, second = (int(f or 0) for f in fields)
-    moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)  # checks the ranges
-    seconds = calendar.timegm(moment.timetuple()) - offset_s
-    return seconds * NS_PER_SECOND + int((fraction or "").ljust(9, "0"))
-
-
-def _offset(text: str) -> int:
-    """``Z``, ``UTC``, ``GMT``, ``+hh:mm`` or ``+hhmm``, in seconds east of UTC."""
-    if text in ("Z", "UTC", "GMT"):
-        return 0
-    digits = text[1:].replace(":", "")
-    seconds = int(digits[:2]) * 3600 + int(digits[2:]) * 60
-    return -seconds if text[0] == "-" else seconds
-
-
-def _from_rfc3339(m: re.Match[str]) -> int:
-    return _instant(m.groups()[:6], m[7], _offset(m[8]))
-
-
-def _from_date_time(m: re.Match[str]) -> int:
-    return _instant(m.groups(), None, 0)
-
-
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-
-
-def _from_rfc822(m: re.Match[str]) -> int:
-    year = int(m[3]) + (1900 if int(m[3]) >= 69 else 2000)  # Go's two-digit year rule
-    month = _MONTHS.index(m[2]) + 1
-    return _instant((str(year), str(month), m[1], m[4], m[5], None), None, _offset(m[6]))
-
-
-_EXPIRY_LAYOUTS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], int]], ...] = (
-    (
-        re.compile(
-            r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})"
-        ),
-        _from_rfc3339,
-    ),
-    (re.compile(r"(\d{4})-(\d{2})-(\d{2})(?: (\d{2}):(\d{2}):(\d{2}))?"), _from_date_time),
-    (
-        re.compile(
-            rf"(\d{{2}}) ({'|'.join(_MONTHS)}) (\d{{2}}) (\d{{2}}):(\d{{2}}) (UTC|GMT|[+-]\d{{4}})"
-        ),
-        _from_rfc822,
-    ),
-)
-_EXPIRY_FORMATS = (
-    "2025-12-31, '2025-12-31 23:59:59' (both UTC), RFC 3339 (2025-12-31T23:59:59Z, "
-    "2025-12-31T23:59:59.5+01:00) or RFC 822 ('31 Dec 25 23:59 +0100')"
-)
-
-
-def parse_expiry(text: str) -> int:
-    """An ``--expiry`` in Unix ns: the layouts ``nunet`` accepts (RFC 3339, date and time,
-    date, RFC 822), a missing zone meaning UTC as in Go's ``time.Parse``. Named zones other
-    than UTC/GMT are refused: Go would silently read them as UTC."""
-    value = text.strip()
-    for pattern, build in _EXPIRY_LAYOUTS:
-        match = pattern.fullmatch(value)
-        if match is not None:
-            try:
-                return build(match)
-            except ValueError as exc:
-                raise CapCliError(f"--expiry {text!r}: {exc}") from None
-    raise CapCliError(f"--expiry {text!r}: use {_EXPIRY_FORMATS}")
-
-
 def _expiry(args: argparse.Namespace) -> int:
-    """The token's expiry from ``--expiry`` or ``--duration``; one in the past is refused,
-    since the token would be dead on arrival."""
+    """The token's expiry from ``--expiry`` or ``--duration``."""
     now = clock()
     if args.expiry is not None:
-        expire = parse_expiry(args.expiry)
-        if expire <= now:
-            raise CapCliError(f"--expiry {args.expiry!r} is in the past ({_moment(expire)})")
-        return expire
+        try:
+            return future_expiry(parse_expiry(args.expiry), now)
+        except ExpiryError as exc:
+            raise CapCliError(f"--expiry {args.expiry!r}: {exc}") from None
     try:
         duration = parse_go_duration(args.duration)
     except DmsgwError as exc:
         raise CapCliError(f"--duration: {exc}") from None
-    if duration <= 0:
-        raise CapCliError(f"--duration {args.duration!r}: must be positive, e.g. 8760h or 30m")
-    return now + duration
+    try:
+        return expiry_after(now, duration)
+    except ExpiryError as exc:
+        raise CapCliError(f"--duration {args.duration!r}: {exc}") from None
 
 
 # --- reading token JSON --------------------------------------------------------------------
@@ -390,13 +317,8 @@ def _span(ns: int) -> str:
     return " ".join(parts[:2]) or "0s"
 
 
-def _moment(ns: int) -> str:
-    """An instant to the second: humans need no nanoseconds (the JSON keeps them)."""
-    return format_ns(ns - ns % NS_PER_SECOND)
-
-
 def _when(expire: int, now: int) -> str:
-    moment = _moment(expire)
+    moment = format_second(expire)
     if expire >= now:
         return f"{moment} (in {_span(expire - now)})"
     return f"{moment} (expired {_span(now - expire)} ago)"
@@ -495,19 +417,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _check_provide_anchors(ctx: CapabilityContext, provide: TokenList | None) -> None:
-    """A provide anchor is only ever used to delegate from, so it must be a delegation to
-    this context's DID; anything else is a token pasted into the wrong context."""
     for t in provide.present() if provide is not None else ():
-        if t.action() != Action.DELEGATE:
-            raise CapCliError(
-                f"provide anchor {t.describe()} is not a delegation: only a delegate token "
-                "can be delegated from"
-            )
-        if t.subject() != ctx.did:
-            raise CapCliError(
-                f"provide anchor {t.describe()} delegates to {t.subject().uri}, not to this "
-                f"context's DID {ctx.did.uri} (wrong --context?)"
-            )
+        refusal = ctx.explain_provide_anchor(t)
+        if refusal is not None:
+            hint = " (wrong --context?)" if refusal.reason == Reason.WRONG_SUBJECT else ""
+            raise CapCliError(refusal.message + hint)
 
 
 def cmd_anchor(args: argparse.Namespace) -> int:
@@ -551,31 +465,6 @@ def cmd_grant(args: argparse.Namespace) -> int:
     return 0
 
 
-def _anchor_refusal(
-    t: Token,
-    own: DID,
-    audience: DID,
-    topics: Sequence[Capability],
-    expire: int,
-    caps: Sequence[Capability],
-) -> str:
-    """The first rule of ``allowDelegation`` that provide anchor ``t`` breaks."""
-    text = t.describe()
-    if t.action() != Action.DELEGATE or t.subject() != own:
-        return f"{text} is not a delegation to {own.uri}"
-    if not t.verify_depth(2):
-        return f"{text} allows no further delegation (its depth limit is reached)"
-    if t.expire_before(expire):
-        return f"{text} expires before {_moment(expire)}"
-    if not t.audience().empty() and t.audience() != audience:
-        return f"{text} is restricted to audience {t.audience().uri}"
-    outside = [topic for topic in topics if not implies_any(t.topic(), topic)]
-    if outside:
-        return f"{text} does not cover topics {_caps_text(outside)}"
-    missing = [c for c in caps if not implies_any(t.capability(), c)]
-    return f"{text} does not cover {_caps_text(missing)}"
-
-
 def _no_anchor_allows(
     ctx: CapabilityContext,
     audience: DID,
@@ -590,9 +479,7 @@ def _no_anchor_allows(
             f"`dmsgw cap anchor --context {ctx.name} --provide …`, or issue your own token "
             "with --self-sign only)"
         )
-    why = "; ".join(
-        _anchor_refusal(t, ctx.did, audience, topics, expire or t.expire(), caps) for t in anchors
-    )
+    why = "; ".join(r.message for r in ctx.explain_delegate(audience, topics, expire, caps))
     return CapCliError(f"no provide anchor of context {ctx.name!r} allows this delegation: {why}")
 
 
@@ -624,8 +511,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     now = clock()
     revocations = []
     for t in tokens.present():
-        if t.expire_before(now):
-            raise CapCliError(f"{t.describe()} has already expired: there is nothing to revoke")
+        check_revocable(t, now)
         revocations.append(ctx.revoke(t))
     ctx.add_roots(revoke=TokenList.of(revocations))
     path = save_context(ctx, directory=_cap_dir(args), clock=clock)
@@ -842,7 +728,7 @@ def _issue_options(parser: argparse.ArgumentParser, *, auto_expire: bool) -> Non
         help="how many tokens may be chained below it (default: 0, unlimited)",
     )
     when = parser.add_mutually_exclusive_group(required=True)
-    when.add_argument("-e", "--expiry", metavar="TIME", help=f"expiry: {_EXPIRY_FORMATS}")
+    when.add_argument("-e", "--expiry", metavar="TIME", help=f"expiry: {EXPIRY_FORMATS}")
     when.add_argument(
         "--duration", metavar="DURATION", help="lifetime, a Go duration such as 8760h or 30m"
     )

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from ...clock import NS_PER_SECOND
 from ...errors import DmsgwError
 from ...gojson import (
     ANY,
@@ -61,6 +62,7 @@ __all__ = [
     "UcanError",
     "describe",
     "format_ns",
+    "format_second",
     "random_nonce",
     "unmarshal_token_list",
 ]
@@ -147,9 +149,14 @@ def random_nonce() -> bytes:
 
 def format_ns(ns: int) -> str:
     """A Unix-ns instant as UTC ISO 8601, for messages (to the ns when not a whole second)."""
-    seconds, fraction = divmod(ns, 1_000_000_000)
+    seconds, fraction = divmod(ns, NS_PER_SECOND)
     text = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{text}.{fraction:09d}Z" if fraction else f"{text}Z"
+
+
+def format_second(ns: int) -> str:
+    """An instant to the second, for people: they need no nanoseconds (the JSON keeps them)."""
+    return format_ns(ns - ns % NS_PER_SECOND)
 
 
 def _caps_text(caps: Sequence[Capability] | None) -> str:
