@@ -1,8 +1,8 @@
 """``dmsgw cap …`` through the real entry point (``dmsgw.cli.main``).
 
-The CLI's clock is pinned (``cli_cap.clock``) so expiries are exact and "later" needs no sleep;
-scrypt runs with N=16 through ``$DMSGW_TEST_SCRYPT_N``. Keys and contexts live in ``tmp_path``
-through ``$DMSGW_KEY_DIR`` and ``$DMSGW_CAP_DIR``.
+The CLI's clock is pinned (``cli.cap.common.clock``) so expiries are exact and "later" needs
+no sleep; scrypt runs with N=16 through ``$DMSGW_TEST_SCRYPT_N``. Keys and contexts live in
+``tmp_path`` through ``$DMSGW_KEY_DIR`` and ``$DMSGW_CAP_DIR``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from dmsgw import cli
 from dmsgw.cli import cap as cli_cap
 from dmsgw.cli import key as cli_key
+from dmsgw.cli.cap import common as cap_common
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.gojson import marshal
 from dmsgw.keys import keystore
@@ -49,7 +50,7 @@ def clock() -> FixedClock:
 @pytest.fixture(autouse=True)
 def _environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clock: FixedClock) -> None:
     monkeypatch.setattr(cli, "_families", lambda: [cli_key.register, cli_cap.register])
-    monkeypatch.setattr(cli_cap, "clock", clock)
+    monkeypatch.setattr(cap_common, "clock", clock)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # never touch the real ~/.nunet
     monkeypatch.setenv("DMSGW_KEY_DIR", str(tmp_path / "keys"))
     monkeypatch.setenv("DMSGW_CAP_DIR", str(tmp_path / "cap"))
