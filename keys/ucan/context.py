@@ -6,10 +6,17 @@ anchors), the tokens it has revoked, and the tokens other parties have presented
 (consumed, per subject). An actor checks every incoming message with :meth:`consume` then
 :meth:`require`, and attaches :meth:`provide` tokens to every outgoing one.
 
-The verdicts are the DMS's. The DMS only ever says "not authorized"; this context also keeps,
-for every token it refused, a :class:`~dmsgw.keys.ucan.token.Rejection` saying why
-(:meth:`consume`'s report, :meth:`explain_require`, ``NotAuthorizedError.rejections``), which
-is what lets the gateway tell its user what to fix before the DMS silently drops a message.
+Mirrors ``lib/ucan/context.go``: every method of its ``CapabilityContext`` interface, as
+``BasicCapabilityContext`` implements it, has its counterpart here under the Go name in snake
+case (``Trust`` aside: trust is :mod:`~dmsgw.keys.trust`'s; the garbage collection that ``Start``
+schedules is :meth:`gc`, which the owner calls), and so do its helpers (``getTokens`` is
+:meth:`_live`, ``consumeAnchorToken`` :func:`_add_anchor_token`), so the verdicts are the DMS's.
+
+Added to it: the DMS only ever says "not authorized"; this context also keeps, for every token
+it refused, a :class:`~dmsgw.keys.ucan.token.Rejection` saying why (:meth:`consume`'s report,
+:meth:`explain_require`, ``NotAuthorizedError.rejections``), which is what lets the gateway
+tell its user what to fix before the DMS silently drops a message; and the ``explain_*``
+methods, each beside the rule it explains, word the refusals of the ``cap`` commands.
 """
 
 from __future__ import annotations

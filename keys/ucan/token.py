@@ -5,9 +5,13 @@ A token says: ``iss`` lets ``sub`` ``act`` (invoke, delegate, broadcast, revoke)
 it derives its authority from (``chain``), down to a root issuer the verifier trusts. The issuer
 signs ``b"dms:token:"`` + the Go JSON of the token without ``sig``; the chain keeps its own.
 
-The rules mirror the DMS's method by method, so that a verdict here is the DMS's verdict. Where
-the DMS only says "not authorized", :class:`TokenError` also carries a :class:`Reason` code and a
-sentence naming the offending token, for the gateway's preflight explanations.
+Mirrors ``lib/ucan/token.go``: each of its types (``Token``, ``DMSToken``, ``BYOToken``,
+``TokenList``, ``RevocationSet``) and each of their methods has its counterpart here, under the
+Go name in snake case and with the checks in Go's order, so that a verdict here is the DMS's
+verdict (``Size`` and ``Expired``, which nothing needs, are left out; the errors are those of
+``errors.go``). Added to it: where the DMS only says "not authorized", :class:`TokenError` also
+carries a :class:`Reason` code and a sentence naming the offending token, for the gateway's
+preflight explanations; and a hand-written encoder for the JSON every signature covers.
 """
 
 from __future__ import annotations
