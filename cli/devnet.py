@@ -37,6 +37,8 @@ from ..keys.did import DID, DIDError
 from ..keys.keystore import KeyStore, read_passphrase, validate_key_name
 from ..keys.trust import provider_from_private_key
 from ..keys.ucan import CapabilityContext, TokenList, load_context, save_context
+from ..keys.ucan.cap import CapabilityError, check_capability
+from ..keys.ucan.expiry import ExpiryError, expiry_after
 from ..keys.ucan.store import CAP_DIR_ENV, default_cap_dir
 
 MAX_NODES = 64
@@ -241,9 +243,11 @@ def _grant_scope(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if not args.cap:
         return list(GATEWAY_CAPABILITIES), args.topic or list(GATEWAY_TOPICS)
     caps = [c for value in args.cap for c in value.split(",") if c]
-    bad = [c for c in caps if not c.startswith("/")]
-    if bad:
-        raise DevnetCliError(f"a capability is a path such as /dms/node, not {bad[0]!r}")
+    for c in caps:
+        try:
+            check_capability(c)
+        except CapabilityError as exc:
+            raise DevnetCliError(f"--cap {c!r}: {exc}") from None
     return caps, args.topic or []
 
 
@@ -255,13 +259,11 @@ def cmd_grant(args: argparse.Namespace) -> int:
     subject = _subject(args, cap_dir)
     caps, topics = _grant_scope(args)
     try:
-        lifetime = parse_go_duration(args.duration)
-    except UnitError as exc:
+        expire = expiry_after(system_clock(), parse_go_duration(args.duration))
+    except (UnitError, ExpiryError) as exc:
         raise DevnetCliError(f"--duration {args.duration!r}: {exc}") from None
-    if lifetime <= 0:
-        raise DevnetCliError(f"--duration {args.duration!r}: must be positive, e.g. 8760h")
     issuer = CapabilityContext(provider_from_private_key(node_key(seed, node)))
-    tokens = grant_token(issuer, subject, caps, topics=topics, expire=system_clock() + lifetime)
+    tokens = grant_token(issuer, subject, caps, topics=topics, expire=expire)
     if args.anchor:  # saved before anything is printed: a closed pipe cannot lose it
         path = _anchor(tokens, subject, args.anchor, cap_dir)
         print(f"dmsgw: added to {path} as a provide anchor", file=sys.stderr, flush=True)

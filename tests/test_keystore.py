@@ -12,23 +12,25 @@ from typing import Any
 
 import pytest
 
-from dmsgw.keys import keystore
+from dmsgw.keys import keyfile, keystore
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
-from dmsgw.keys.keystore import (
+from dmsgw.keys.keyfile import (
     EmptyPassphraseError,
     Key,
-    KeyExistsError,
     KeyFileFormatError,
-    KeyNameError,
-    KeyNotFoundError,
-    KeyStore,
     KeystoreError,
     PassphraseError,
     ScryptParams,
     WrongPassphraseError,
     marshal_to_json,
-    read_passphrase,
     unmarshal_key,
+)
+from dmsgw.keys.keystore import (
+    KeyExistsError,
+    KeyNameError,
+    KeyNotFoundError,
+    KeyStore,
+    read_passphrase,
 )
 from tests.conftest import VECTORS, load_vector
 
@@ -39,12 +41,12 @@ PLAINTEXT = bytes.fromhex(VECTOR["plaintext_priv_protobuf_hex"])
 SMALL = ScryptParams(16)
 
 # The N=2^18 file costs a second of scrypt; derive each (passphrase, salt, params) only once.
-_derive_once = functools.lru_cache(maxsize=None)(keystore._derive_key)
+_derive_once = functools.lru_cache(maxsize=None)(keyfile._derive_key)
 
 
 @pytest.fixture(autouse=True)
 def _memoised_scrypt(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(keystore, "_derive_key", _derive_once)
+    monkeypatch.setattr(keyfile, "_derive_key", _derive_once)
 
 
 def _text(name: str) -> bytes:
@@ -341,7 +343,7 @@ def test_each_file_version_is_unlocked_once(
         calls.append(params)
         return _derive_once(passphrase, salt, params)
 
-    monkeypatch.setattr(keystore, "_derive_key", counting)
+    monkeypatch.setattr(keyfile, "_derive_key", counting)
     first = store.get("gw", "pw")
     assert KeyStore(store.keys_dir).get("gw", "pw") is first  # shared across stores
     assert len(calls) == 1
@@ -361,7 +363,7 @@ def test_a_saved_key_needs_no_unlock(store: KeyStore, monkeypatch: pytest.Monkey
     def no_scrypt(*args: object) -> bytes:
         raise AssertionError("unlocked a key this process just wrote")
 
-    monkeypatch.setattr(keystore, "_derive_key", no_scrypt)
+    monkeypatch.setattr(keyfile, "_derive_key", no_scrypt)
     assert store.get("gw", "pw").data == data
 
 

@@ -27,7 +27,8 @@ from dmsgw.interlink.pod import PodPolicy
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.store import PodStore
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
-from dmsgw.keys.keystore import KeyStore, ScryptParams, WrongPassphraseError
+from dmsgw.keys.keyfile import ScryptParams, WrongPassphraseError
+from dmsgw.keys.keystore import KeyStore
 from dmsgw.keys.trust import provider_from_private_key
 from dmsgw.keys.ucan import CapabilityContext, save_context
 

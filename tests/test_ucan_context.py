@@ -195,6 +195,85 @@ def test_delegate_refuses_to_widen_or_to_invent() -> None:
     assert ctx.delegate(THIRD.did, DID(), None, EXP, 0, [], SelfSign.NO) == TokenList()
 
 
+DELEGATION_REFUSALS: dict[str, tuple[DMSToken, dict[str, Any], Reason, str]] = {
+    "not a delegation": (
+        make(DMS, Action.INVOKE, GW, ["/dms/node"]),
+        {},
+        Reason.CHAIN_NOT_DELEGATE,
+        f"is not a delegation to {GW.did.uri}",
+    ),
+    "to someone else": (
+        make(DMS, Action.DELEGATE, OTHER, ["/dms/node"]),
+        {},
+        Reason.WRONG_SUBJECT,
+        f"is not a delegation to {GW.did.uri}",
+    ),
+    "depth reached": (
+        make(DMS, Action.DELEGATE, GW, ["/dms/node"], depth=1),
+        {},
+        Reason.DEPTH_EXCEEDED,
+        "allows no further delegation (its depth limit is reached)",
+    ),
+    "outlived": (
+        GRANT,
+        {"expire": EXP + 1},
+        Reason.CHAIN_OUTLIVED,
+        "expires before 2026-01-01T01:00:00Z",
+    ),
+    "audience": (
+        make(DMS, Action.DELEGATE, GW, ["/dms/node"], aud=DMS.did),
+        {"audience": THIRD.did},
+        Reason.WRONG_AUDIENCE,
+        f"is restricted to audience {DMS.did.uri}",
+    ),
+    "topics": (GRANT, {"topics": ["/nunet"]}, Reason.NOT_IMPLIED, "does not cover topics /nunet"),
+    "capabilities": (
+        GRANT,
+        {"caps": ["/dms/node/x", "/dms/x", "/public"]},
+        Reason.NOT_IMPLIED,
+        "does not cover /dms/x, /public",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DELEGATION_REFUSALS))
+def test_explain_delegate_names_the_rule_each_anchor_breaks(name: str) -> None:
+    """One rejection per refusing anchor, and only when ``delegate`` refuses it too."""
+    anchor, asked, reason, words = DELEGATION_REFUSALS[name]
+    request: dict[str, Any] = {"audience": DID(), "topics": None, "expire": EXP, "caps": PEERS}
+    request |= asked
+    ctx = ctx_of(GW, provide=TokenList.of([Token(dms=anchor)]))
+    (rejection,) = ctx.explain_delegate(**request)
+    assert (rejection.reason, rejection.token) == (reason, Token(dms=anchor))
+    assert rejection.message == f"{Token(dms=anchor).describe()} {words}"
+    with pytest.raises(NotAuthorizedError):
+        ctx.delegate(THIRD.did, depth=0, self_sign=SelfSign.NO, **request)
+
+
+def test_explain_delegate_has_nothing_to_say_when_an_anchor_allows_it() -> None:
+    ctx = ctx_of(GW, provide=TokenList.of([Token(dms=GRANT)]))
+    assert ctx.explain_delegate(DID(), None, 0, ["/dms/node"]) == ()  # 0: the anchor's expiry
+    assert ctx_of(GW).explain_delegate(DID(), None, EXP, PEERS) == ()  # no anchor at all
+
+
+def test_a_provide_anchor_must_be_a_delegation_to_the_context() -> None:
+    ctx = ctx_of(GW)
+    assert ctx.explain_provide_anchor(Token(dms=GRANT)) is None
+    invoke = Token(dms=make(DMS, Action.INVOKE, GW, ["/dms/node"]))
+    refusal = ctx.explain_provide_anchor(invoke)
+    assert refusal is not None and refusal.reason == Reason.CHAIN_NOT_DELEGATE
+    assert refusal.message.endswith(
+        "is not a delegation: only a delegate token can be delegated from"
+    )
+    elsewhere = Token(dms=make(DMS, Action.DELEGATE, OTHER, ["/dms/node"]))
+    refusal = ctx.explain_provide_anchor(elsewhere)
+    assert refusal is not None and refusal.reason == Reason.WRONG_SUBJECT
+    assert refusal.message == (
+        f"provide anchor {elsewhere.describe()} delegates to {OTHER.did.uri}, not to this "
+        f"context's DID {GW.did.uri}"
+    )
+
+
 def test_delegate_invocation_chains_on_consumed_delegations() -> None:
     ctx = ctx_of(GW)
     ctx.consume(DMS.did, blob(GRANT))  # a delegation to us, presented by the DMS

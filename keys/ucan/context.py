@@ -6,10 +6,17 @@ anchors), the tokens it has revoked, and the tokens other parties have presented
 (consumed, per subject). An actor checks every incoming message with :meth:`consume` then
 :meth:`require`, and attaches :meth:`provide` tokens to every outgoing one.
 
-The verdicts are the DMS's. The DMS only ever says "not authorized"; this context also keeps,
-for every token it refused, a :class:`~dmsgw.keys.ucan.token.Rejection` saying why
-(:meth:`consume`'s report, :meth:`explain_require`, ``NotAuthorizedError.rejections``), which
-is what lets the gateway tell its user what to fix before the DMS silently drops a message.
+Mirrors ``lib/ucan/context.go``: every method of its ``CapabilityContext`` interface, as
+``BasicCapabilityContext`` implements it, has its counterpart here under the Go name in snake
+case (``Trust`` aside: trust is :mod:`~dmsgw.keys.trust`'s; the garbage collection that ``Start``
+schedules is :meth:`gc`, which the owner calls), and so do its helpers (``getTokens`` is
+:meth:`_live`, ``consumeAnchorToken`` :func:`_add_anchor_token`), so the verdicts are the DMS's.
+
+Added to it: the DMS only ever says "not authorized"; this context also keeps, for every token
+it refused, a :class:`~dmsgw.keys.ucan.token.Rejection` saying why (:meth:`consume`'s report,
+:meth:`explain_require`, ``NotAuthorizedError.rejections``), which is what lets the gateway
+tell its user what to fix before the DMS silently drops a message; and the ``explain_*``
+methods, each beside the rule it explains, word the refusals of the ``cap`` commands.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from .token import (
     TokenList,
     UcanError,
     describe,
+    format_second,
     random_nonce,
     unmarshal_token_list,
 )
@@ -216,6 +224,29 @@ class CapabilityContext:
                 _add_anchor_token(self._provide.setdefault(t.issuer(), []), t)
                 self._given[t.revocation_key()] = t
             self._drop_invalid(now)
+
+    def explain_provide_anchor(self, t: Token) -> Rejection | None:
+        """Why ``t`` can never serve as one of our provide anchors (``None`` if it can).
+
+        The DMS takes any token that verifies, but a provide anchor is only ever chained on
+        (:meth:`delegate`, :meth:`delegate_invocation`, :meth:`delegate_broadcast`), which
+        needs a delegate token whose subject is our DID: anything else is a token given to
+        the wrong context.
+        """
+        text = f"provide anchor {t.describe()}"
+        if t.action() != Action.DELEGATE:
+            return Rejection(
+                Reason.CHAIN_NOT_DELEGATE,
+                f"{text} is not a delegation: only a delegate token can be delegated from",
+                t,
+            )
+        if t.subject() != self._did:
+            return Rejection(
+                Reason.WRONG_SUBJECT,
+                f"{text} delegates to {t.subject().uri}, not to this context's DID {self._did.uri}",
+                t,
+            )
+        return None
 
     def _verify_anchor(self, kind: str, t: Token, now: int) -> None:
         try:
@@ -431,6 +462,23 @@ class CapabilityContext:
             Action.DELEGATE, subject, audience, topics, expire, depth, caps
         ).present()
         return TokenList.of(result)
+
+    def explain_delegate(
+        self,
+        audience: DID,
+        topics: Sequence[Capability] | None,
+        expire: int,
+        caps: Sequence[Capability],
+    ) -> tuple[Rejection, ...]:
+        """Why :meth:`delegate` chains nothing on our provide anchors: for each live anchor
+        that refuses, the first rule of ``AllowDelegation`` it breaks (``expire`` 0 meaning
+        each anchor's own expiry, as in :meth:`delegate`)."""
+        anchors = self.list_roots()[2].present()
+        refusals = (
+            _delegation_refusal(t, self._did, audience, topics, expire or t.expire(), caps)
+            for t in anchors
+        )
+        return tuple(r for r in refusals if r is not None)
 
     def delegate_invocation(
         self,
@@ -797,6 +845,50 @@ def _side_chain_refusal(rt: Token, t: Token) -> Rejection:
             Reason.WRONG_AUDIENCE, f"{side} is restricted to audience {rt.audience().uri}", t
         )
     return Rejection(Reason.NOT_IMPLIED, f"{side} does not cover {text}", t)
+
+
+def _delegation_refusal(
+    t: Token,
+    issuer: DID,
+    audience: DID,
+    topics: Sequence[Capability] | None,
+    expire: int,
+    caps: Sequence[Capability],
+) -> Rejection | None:
+    """The first rule of ``AllowDelegation`` that provide anchor ``t`` breaks when ``issuer``
+    delegates ``caps`` on it (``None`` when it allows them all).
+
+    Whom it delegates to is told first: a token that is not a delegation to ``issuer`` is the
+    wrong token altogether, whatever its depth or expiry say.
+    """
+    text = t.describe()
+    if t.action() != Action.DELEGATE:
+        return Rejection(
+            Reason.CHAIN_NOT_DELEGATE, f"{text} is not a delegation to {issuer.uri}", t
+        )
+    if t.subject() != issuer:
+        return Rejection(Reason.WRONG_SUBJECT, f"{text} is not a delegation to {issuer.uri}", t)
+    if not t.verify_depth(2):
+        return Rejection(
+            Reason.DEPTH_EXCEEDED,
+            f"{text} allows no further delegation (its depth limit is reached)",
+            t,
+        )
+    if t.expire_before(expire):
+        return Rejection(Reason.CHAIN_OUTLIVED, f"{text} expires before {format_second(expire)}", t)
+    if not t.audience().empty() and t.audience() != audience:
+        return Rejection(
+            Reason.WRONG_AUDIENCE, f"{text} is restricted to audience {t.audience().uri}", t
+        )
+    outside = [topic for topic in topics or () if not implies_any(t.topic(), topic)]
+    if outside:
+        return Rejection(
+            Reason.NOT_IMPLIED, f"{text} does not cover topics {', '.join(outside)}", t
+        )
+    missing = [c for c in caps if not implies_any(t.capability(), c)]
+    if missing:
+        return Rejection(Reason.NOT_IMPLIED, f"{text} does not cover {', '.join(missing)}", t)
+    return None
 
 
 def _decode_blob(data: bytes) -> TokenList:

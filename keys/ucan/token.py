@@ -5,9 +5,13 @@ A token says: ``iss`` lets ``sub`` ``act`` (invoke, delegate, broadcast, revoke)
 it derives its authority from (``chain``), down to a root issuer the verifier trusts. The issuer
 signs ``b"dms:token:"`` + the Go JSON of the token without ``sig``; the chain keeps its own.
 
-The rules mirror the DMS's method by method, so that a verdict here is the DMS's verdict. Where
-the DMS only says "not authorized", :class:`TokenError` also carries a :class:`Reason` code and a
-sentence naming the offending token, for the gateway's preflight explanations.
+Mirrors ``lib/ucan/token.go``: each of its types (``Token``, ``DMSToken``, ``BYOToken``,
+``TokenList``, ``RevocationSet``) and each of their methods has its counterpart here, under the
+Go name in snake case and with the checks in Go's order, so that a verdict here is the DMS's
+verdict (``Size`` and ``Expired``, which nothing needs, are left out; the errors are those of
+``errors.go``). Added to it: where the DMS only says "not authorized", :class:`TokenError` also
+carries a :class:`Reason` code and a sentence naming the offending token, for the gateway's
+preflight explanations; and a hand-written encoder for the JSON every signature covers.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from ...clock import NS_PER_SECOND
 from ...errors import DmsgwError
 from ...gojson import (
     BYTES,
@@ -60,6 +65,7 @@ __all__ = [
     "UcanError",
     "describe",
     "format_ns",
+    "format_second",
     "random_nonce",
     "unmarshal_token_list",
 ]
@@ -146,9 +152,14 @@ def random_nonce() -> bytes:
 
 def format_ns(ns: int) -> str:
     """A Unix-ns instant as UTC ISO 8601, for messages (to the ns when not a whole second)."""
-    seconds, fraction = divmod(ns, 1_000_000_000)
+    seconds, fraction = divmod(ns, NS_PER_SECOND)
     text = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{text}.{fraction:09d}Z" if fraction else f"{text}Z"
+
+
+def format_second(ns: int) -> str:
+    """An instant to the second, for people: they need no nanoseconds (the JSON keeps them)."""
+    return format_ns(ns - ns % NS_PER_SECOND)
 
 
 def _caps_text(caps: Sequence[Capability] | None) -> str:
