@@ -35,13 +35,13 @@ from ..behaviors.deployment import (
 )
 from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import NodeActor, NodeClient, seconds_until_grant_expiry
-from ..behaviors.session import load_capabilities, load_key
 from ..behaviors.status import DeploymentStatus
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
 from ..keys.crypto import Ed25519PrivKey, PrivKey
 from ..keys.did import DID
 from ..keys.keystore import KeyStore
+from ..keys.loading import load_capabilities, load_key
 from ..keys.trust import provider_from_private_key
 from ..keys.ucan.context import CapabilityContext
 from ..transport.envelope import Handle
