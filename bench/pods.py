@@ -68,8 +68,8 @@ from dmsgw.interlink.gateway import (
     GatewayParts,
     unknown_pod_status,
 )
-from dmsgw.interlink.pod import PodPolicy, snapshot_of
 from dmsgw.interlink.pod_ensemble import TranslationOptions, pod_to_ensemble
+from dmsgw.interlink.pod_record import PodPolicy, snapshot_of
 from dmsgw.interlink.resources import ResourceActor
 from dmsgw.interlink.run_markers import STARTED_MARKER
 from dmsgw.interlink.server import Metrics, PluginServer

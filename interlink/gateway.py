@@ -60,25 +60,23 @@ from .bodies import (
 from .capacity import GPU_RESOURCE_PREFIX, consolidate_capacity
 from .config import GatewayConfig
 from .logs import log_directory, read_logs
-from .pod import (
+from .pod import PodActor
+from .pod_ensemble import PodTranslationError, TranslationOptions, pod_to_ensemble
+from .pod_follower import Invoke, deployment_unknown
+from .pod_record import (
     DEFAULT_POLICY,
     POD_UID_KEY,
-    Invoke,
     Phase,
-    PodActor,
     PodPolicy,
     PodRecord,
     Snapshot,
-    Translate,
-    TranslationNotReadyError,
-    deployment_unknown,
     request_data,
     snapshot_of,
 )
-from .pod_ensemble import PodTranslationError, TranslationOptions, pod_to_ensemble
 from .resources import DMSUnreachableError, GpuCatalog, ResourceActor
 from .server import BackendUnavailable, Metrics, UnknownPodError
 from .store import PodStore
+from .translation import Translate, TranslationNotReadyError
 
 log = logging.getLogger(__name__)
 

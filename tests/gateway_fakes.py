@@ -36,9 +36,10 @@ from dmsgw.clock import FixedClock
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
 from dmsgw.interlink.bodies import RetrievedPodData, parse_create_body, read_status_body
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id, unknown_pod_status
-from dmsgw.interlink.pod import POD_UID_KEY, PodPolicy, Translate, snapshot_of
 from dmsgw.interlink.pod_ensemble import TranslationOptions, pod_to_ensemble
+from dmsgw.interlink.pod_record import POD_UID_KEY, PodPolicy, snapshot_of
 from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.translation import Translate
 from dmsgw.transport.rest import TransportError
 
 FAST = PodPolicy(poll_min_s=0.02, poll_max_s=0.1, retry_min_s=0.02, restart_min_s=0.02)
@@ -176,13 +177,14 @@ async def gateway_on(
     owner: str,
     clock: FixedClock,
     translate: Translate = plain_translation,
+    store: PodStore | None = None,
     **parts: Any,
 ) -> Gateway:
-    """A started gateway over ``dms`` keeping its pods in ``state``."""
+    """A started gateway over ``dms`` keeping its pods in ``state`` (or in ``store``)."""
     gateway = Gateway(
         GatewayParts(
             invoke=dms,
-            store=PodStore(state),
+            store=store or PodStore(state),
             translate=translate,
             snapshot=lambda record: snapshot_of(record, now_ns=clock()),
             unknown_pod=unknown_pod_status,

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import GatewayBackend, job_id, start_backend
-from dmsgw.interlink.pod import PodPolicy
+from dmsgw.interlink.pod_record import PodPolicy
 from dmsgw.interlink.server import Metrics, PluginServer
 
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"

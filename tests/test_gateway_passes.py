@@ -22,7 +22,7 @@ from dmsgw.devnet.devnet import Devnet
 from dmsgw.interlink.bodies import parse_create_body
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import ORPHAN_GRACE_S, OWNER_KEY, Gateway, start_backend
-from dmsgw.interlink.pod import POD_UID_KEY, Phase
+from dmsgw.interlink.pod_record import POD_UID_KEY, Phase
 from dmsgw.interlink.server import Metrics
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID

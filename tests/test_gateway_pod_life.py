@@ -29,7 +29,8 @@ from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATO
 from dmsgw.interlink.bodies import PingResponse
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway, GatewayBackend, catalog_translation, start_backend
-from dmsgw.interlink.pod import DEPLOYMENT_LOST, Phase, deployment_unknown
+from dmsgw.interlink.pod_follower import deployment_unknown
+from dmsgw.interlink.pod_record import DEPLOYMENT_LOST, Phase
 from dmsgw.interlink.resources import GpuCatalog, ResourceActor
 from dmsgw.interlink.server import (
     BackendGaveUpError,
@@ -40,6 +41,7 @@ from dmsgw.interlink.server import (
     ServeInfo,
     ServerOptions,
 )
+from dmsgw.interlink.store import PodStore
 from dmsgw.transport.rest import TransportError
 from tests.gateway_fakes import FAST, WAIT_S, FakeDMS, create, gateway_on, pod, poll, uid, until
 from tests.test_gateway_passes import _gateway_config
@@ -207,6 +209,43 @@ async def test_a_pod_whose_devnet_deployment_vanished_fails_and_its_logs_are_404
         await client.close()
         await backend.close()
         await devnet.stop()
+
+
+# --- the actor alone changes its record -----------------------------------------------------
+
+
+class _WriterRecordingStore(PodStore):
+    """A store that notes which task wrote each record, and the phase written."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.writers: list[tuple[str, str]] = []
+
+    async def put(self, uid: str, record: dict[str, Any]) -> None:
+        task = asyncio.current_task()
+        self.writers.append((task.get_name() if task else "", record["phase"]))
+        await super().put(uid, record)
+
+
+async def test_only_the_pod_actor_changes_and_saves_its_record(
+    dms: FakeDMS, clock: FixedClock, tmp_path: Path
+) -> None:
+    """Decision 8: the follower task does the DMS I/O and only reports back; the actor alone
+    changes the pod's record and saves it, one message at a time (here through a first
+    deployment, a deployment the DMS lost, and the deployment again that ``Always`` asks)."""
+    store = _WriterRecordingStore(tmp_path / "state")
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock, store=store)
+    try:
+        await asyncio.create_task(create(gateway, pod(uid(7), policy="Always")), name="interLink")
+        await until(lambda: len(dms.live(uid(7))) == 1, "deployed")
+        (lost,) = dms.live(uid(7))
+        dms.forget(lost.id)
+        record = gateway._records[uid(7)]
+        await until(lambda: (record.attempt, record.phase) == (2, Phase.RUNNING), "redeployed")
+    finally:
+        await gateway.close()
+    assert {task for task, _ in store.writers} == {"interLink", "actor:PodActor"}
+    assert store.writers.count(("actor:PodActor", Phase.DEPLOYING)) == 2
 
 
 # --- the GPU catalog, before the first ping ------------------------------------------------

@@ -16,7 +16,8 @@ import pytest
 
 from dmsgw.clock import NS_PER_SECOND
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS
-from dmsgw.interlink.pod import PodActor, PodPolicy, PodRecord
+from dmsgw.interlink.pod import PodActor
+from dmsgw.interlink.pod_record import PodPolicy, PodRecord
 from tests.test_gateway_e2e import plugin
 from tests.test_gateway_pods import _container, _create, _pod
 

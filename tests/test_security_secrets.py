@@ -23,7 +23,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.interlink.config import ConfigError, configure_logging, load_config
 from dmsgw.interlink.gateway import GatewayBackend, start_backend
-from dmsgw.interlink.pod import PodPolicy
+from dmsgw.interlink.pod_record import PodPolicy
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.store import PodStore
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
