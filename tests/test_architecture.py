@@ -27,6 +27,10 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"gojson", "keys", "transport", "actors", "behaviors", "devnet", "interlink"},
 }
 SOCKET_MODULES = {"socket", "aiohttp", "asyncio.streams", "http.server", "urllib.request"}
+WIRING: set[tuple[str, ...]] = {("interlink", "config"), ("devnet",)}
+"""The gateway's configuration and the devnet: what only the wiring may import."""
+WIRED_BY: set[tuple[str, ...]] = {("interlink", "app"), ("cli",)}
+"""The wiring: ``dmsgw serve``'s assembly, and the commands."""
 MAX_LINES = 600
 
 
@@ -120,3 +124,16 @@ def test_behaviors_open_no_sockets() -> None:
     for path in (ROOT / "behaviors").rglob("*.py"):
         opened = {t[0][1:] for t in _imports(path) if t[0].startswith("!")} & SOCKET_MODULES
         assert opened == set(), f"{path.relative_to(ROOT)} imports {sorted(opened)}"
+
+
+def test_only_the_app_and_the_commands_import_the_configuration_and_the_devnet() -> None:
+    offenders = []
+    for path in _sources():
+        module = tuple(_module(path))
+        if any(module[: len(w)] == w for w in WIRED_BY):
+            continue
+        for target in _imports(path):
+            for wired in WIRING:
+                if target[: len(wired)] == wired and module[: len(wired)] != wired:
+                    offenders.append(f"{path.relative_to(ROOT)} imports {'.'.join(target)}")
+    assert offenders == [], "only interlink/app.py and cli/ may: " + "; ".join(sorted(offenders))
