@@ -126,6 +126,18 @@ class PodFollower:
     docstring. One per actor: a delete that cancels a deployment under way shuts down what that
     deployment's request may still create (:meth:`shut_down`)."""
 
+    # One per pod, kept as long as the pod: no __dict__ (10,000 pods are the target).
+    __slots__ = (
+        "_inflight",
+        "_invoke",
+        "_policy",
+        "_report",
+        "_request",
+        "_rng",
+        "_translate",
+        "_uid",
+    )
+
     def __init__(
         self,
         uid: str,
