@@ -65,7 +65,7 @@ def deployment_unknown(exc: BaseException) -> bool:
 
 
 class Invoke(Protocol):
-    """How a pod reaches the DMS (the NodeActor's ``invoke``)."""
+    """How a pod reaches the DMS (``DmsConnection.invoke`` of :mod:`~dmsgw.interlink.app`)."""
 
     async def __call__(
         self, behavior: str, payload: Any = None, *, timeout_s: float | None = None
