@@ -26,10 +26,8 @@ from urllib.parse import urlsplit
 from ..clock import Clock, system_clock
 from ..errors import DmsgwError
 from ..keys.crypto import PrivKey
-from ..keys.keystore import KeyStore, read_passphrase
-from ..keys.trust import provider_from_private_key
+from ..keys.loading import load_capabilities, load_dms_model, load_key
 from ..keys.ucan.context import CapabilityContext
-from ..keys.ucan.store import default_cap_dir, load_context
 from ..transport.rest import DEFAULT_URL, RestTransport, Transport
 from ..transport.security import SecurityContext
 from . import devnet_record
@@ -38,7 +36,6 @@ from .client import build_namespaces, invoke_by_name, run
 from .devnet_record import RunningDevnet, grant_command
 from .node import GrantHint, NodeActor, NodeClient, dms_grant_hint
 
-DEFAULT_KEY_NAME = "dmsgw"
 URL_ENV = "DMSGW_DMS_URL"
 
 
@@ -202,46 +199,6 @@ class Node:
             {*self.__dict__, "did", "invoke", "handle", "close", "aclose", "url"}
             - {k for k in self.__dict__ if k.startswith("_")}
         )
-
-
-def load_key(
-    key: str | PrivKey | None, key_dir: Path | None, passphrase: str | None
-) -> tuple[str, PrivKey]:
-    if isinstance(key, PrivKey):
-        return DEFAULT_KEY_NAME, key
-    name = key or DEFAULT_KEY_NAME
-    store = KeyStore(key_dir)
-    secret = passphrase if passphrase is not None else read_passphrase(name, confirm=False)
-    return name, store.priv_key(name, secret)
-
-
-def load_capabilities(
-    context: str | CapabilityContext | None,
-    name: str,
-    key: PrivKey,
-    cap_dir: Path | None,
-    clock: Clock,
-) -> CapabilityContext:
-    if isinstance(context, CapabilityContext):
-        return context
-    provider = provider_from_private_key(key)
-    context_name = context or name
-    path = (cap_dir or default_cap_dir()) / f"{context_name}.cap"
-    if context is None and not path.exists():
-        return CapabilityContext(provider, name=context_name, clock=clock)
-    return load_context(context_name, provider, directory=cap_dir, clock=clock)
-
-
-def load_dms_model(
-    dms_context: str | CapabilityContext | None, cap_dir: Path | None, clock: Clock
-) -> CapabilityContext | None:
-    if isinstance(dms_context, CapabilityContext):
-        return dms_context
-    name = dms_context or "dms"
-    path = (cap_dir or default_cap_dir()) / f"{name}.cap"
-    if dms_context is None and not path.exists():
-        return None
-    return load_context(name, None, directory=cap_dir, clock=clock)
 
 
 def resolve_url(url: str | None) -> tuple[str, RunningDevnet | None]:

@@ -1,13 +1,13 @@
 """10,000 live pods in one gateway: RSS per pod, create throughput, and ``/status`` latency
 under interLink-style polling, against an aiohttp handler that returns a fixed body.
 
-The gateway is the real one (``Gateway`` + ``GatewayBackend``, pod actors under the supervisor,
+The gateway is the real one (``Gateway``, the plugin backend, with pod actors under the supervisor,
 ``PodStore`` on a temporary SQLite file, the real translator and snapshots) over an in-process
 fake DMS that answers at once (deployment/new with an ID, deployment/status "Running" with a
 fixed allocation, an empty deployment/list), so that what is measured is the gateway, not a DMS.
 Pods are followed with a long poll interval, as live pods are once they settle.
 
-1. Create: ``--pods`` pods through ``backend.create``, one pod per call as interLink sends them
+1. Create: ``--pods`` pods through ``gateway.create``, one pod per call as interLink sends them
    (the ``/create`` body parsed as the server does), ``--batch`` calls in flight at a time.
    Reported: pods/s, the time until every pod's ``/status`` snapshot says Running, and the
    process RSS grown per pod (``/proc/self/statm``, after a GC, over a baseline taken with the
@@ -71,15 +71,10 @@ from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.clock import system_clock
 from dmsgw.interlink.bodies import RetrievedPodData
 from dmsgw.interlink.config import load_config
-from dmsgw.interlink.gateway import (
-    Gateway,
-    GatewayBackend,
-    GatewayParts,
-    unknown_pod_status,
-)
+from dmsgw.interlink.gateway import Gateway, GatewayParts
 from dmsgw.interlink.parsing import parse_create_body
-from dmsgw.interlink.pod import PodPolicy, snapshot_of
-from dmsgw.interlink.resources import ResourceActor
+from dmsgw.interlink.pod_record import PodPolicy, snapshot_of
+from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.run_markers import STARTED_MARKER
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.store import PodStore
@@ -301,30 +296,27 @@ async def main(pods: int, rate: float, seconds: float, batch: int) -> None:
             store=PodStore(Path(tmp) / "state.sqlite3"),
             translate=_translate,
             snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
-            unknown_pod=unknown_pod_status,
+            capacity=Capacity(ResourceActor.start(dms, loop=loop), pods_capacity=pods * 2),
             loop=loop,
             policy=POLICY,
         )
         gateway = Gateway(parts)
         await gateway.start()
-        resources = ResourceActor.start(dms, loop=loop)
-        backend = GatewayBackend(gateway, resources, pods_capacity=pods * 2, closers=[])
         metrics = Metrics()
         config = load_config(env={"DMSGW_STATE_PATH": str(Path(tmp) / "unused.sqlite3")})
         runners: list[web.AppRunner] = []
         try:
-            await _run(backend, gateway, dms, metrics, config, runners, pods, rate, seconds, batch)
+            await _run(gateway, dms, metrics, config, runners, pods, rate, seconds, batch)
         finally:
             for runner in runners:
                 await runner.cleanup()
             closing = time.perf_counter()
-            await backend.close()
+            await gateway.close()
             took = time.perf_counter() - closing
             print(f"shutdown of {len(gateway.snapshots):,} pods: {took:.1f} s")
 
 
 async def _run(
-    backend: GatewayBackend,
     gateway: Gateway,
     dms: FakeDMS,
     metrics: Metrics,
@@ -337,7 +329,7 @@ async def _run(
 ) -> None:
     # Warm the code paths (imports, caches) with a throwaway pod, then take the baseline.
     warm = pods  # an index outside 0..pods-1
-    await backend.create(parse_create_body(create_body(warm)))
+    await gateway.create(parse_create_body(create_body(warm)))
     while not _running(gateway.snapshots[uid_of(warm)]):
         await asyncio.sleep(0.01)
     gc.collect()
@@ -347,7 +339,7 @@ async def _run(
     started = time.perf_counter()
     for first in range(0, pods, batch):
         calls = [
-            backend.create(parse_create_body(create_body(i)))
+            gateway.create(parse_create_body(create_body(i)))
             for i in range(first, min(first + batch, pods))
         ]
         await asyncio.gather(*calls)
@@ -367,7 +359,7 @@ async def _run(
     grown = _rss_bytes() - baseline
     per_pod_kib = grown / pods / 1024
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{pods:,} pods, one per backend.create call, {batch} calls in flight")
+    print(f"{pods:,} pods, one per gateway.create call, {batch} calls in flight")
     print(f"  create:      {pods / created_s:8,.0f} pods/s ({created_s:.1f} s)")
     print(f"  all Running: {all_running_s:8.1f} s after the first create")
     print(
@@ -383,7 +375,7 @@ async def _run(
     print(f"  fake DMS calls: {calls}")
 
     # 2. /status under polling
-    server = PluginServer(backend, config.server_options(), metrics)
+    server = PluginServer(gateway, config.server_options(), metrics)
     runner, project_url = await _serve(server.app())
     runners.append(runner)
     one = json.dumps([pod_of(0)]).encode()

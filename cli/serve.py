@@ -1,9 +1,8 @@
 """``dmsgw serve``: the gateway as interLink's plugin (sidecar), until SIGTERM or Ctrl-C.
 
 It reads the configuration (:mod:`dmsgw.interlink.config`: flags, ``$DMSGW_*``, a TOML
-file), sets up the JSON-lines log on stderr, starts the backend, i.e. the gateway actors'
-``dmsgw.interlink.gateway.start_backend(config, metrics=…)``, imported only now so that the rest of
-the ``dmsgw`` command works without them, and runs :class:`~dmsgw.interlink.server.Serve`.
+file), sets up the JSON-lines log on stderr, and runs :class:`~dmsgw.interlink.server.Serve`
+over the gateway that :func:`dmsgw.interlink.app.start_backend` assembles.
 Where it listens goes to stdout, one line each, as soon as both servers accept connections;
 ``dmsgw serve: stopped`` follows a clean shutdown.
 """
@@ -12,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, TextIO
 
-from ..errors import DmsgwError
 from ..interlink.config import CONFIG_ENV, SETTINGS, GatewayConfig, configure_logging, load_config
 from ..interlink.server import (
     BackendFactory,
@@ -28,32 +25,7 @@ from ..interlink.server import (
     ServeInfo,
 )
 
-BACKEND_MODULE = "dmsgw.interlink.gateway"
-StartBackend = Callable[..., Awaitable[PluginBackend]]
-
 log = logging.getLogger("dmsgw.serve")
-
-
-class ServeCliError(DmsgwError):
-    """``dmsgw serve`` cannot run (no backend in this build)."""
-
-
-def backend_starter() -> StartBackend:
-    """``start_backend`` of the gateway actors, or one clear line if this build lacks them."""
-    try:
-        module = importlib.import_module(BACKEND_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name == BACKEND_MODULE:
-            raise ServeCliError(
-                f"serve: this build has no gateway backend ({BACKEND_MODULE} is missing)"
-            ) from None
-        raise ServeCliError(
-            f"serve: cannot load the gateway backend: module {exc.name!r} is not installed"
-        ) from None
-    start: StartBackend | None = getattr(module, "start_backend", None)
-    if start is None:
-        raise ServeCliError(f"serve: {BACKEND_MODULE} has no start_backend()")
-    return start
 
 
 def serve(config: GatewayConfig, factory: BackendFactory, *, out: TextIO | None = None) -> int:
@@ -86,7 +58,9 @@ def _announce(info: ServeInfo, config: GatewayConfig, out: TextIO) -> None:
 def _run(args: argparse.Namespace) -> int:
     flags: dict[str, Any] = {setting.key: getattr(args, setting.key) for setting in SETTINGS}
     config = load_config(config_file=args.config, flags=flags)
-    start_backend = backend_starter()
+    # Imported here, not above: `dmsgw serve --help` and a configuration refused need none of
+    # the gateway, its DMS client or the devnet (~0.3 s of imports).
+    from ..interlink.app import start_backend
 
     def factory(metrics: Metrics) -> Awaitable[PluginBackend]:
         return start_backend(config, metrics=metrics)

@@ -1,13 +1,13 @@
-"""The ``Gateway``: root of the actor tree and the interLink plugin's backend.
+"""The ``Gateway``: root of the actor tree, and the interLink plugin's backend.
 
 It owns the pod registry (pod UID → ``PodActor``, supervised one-for-one: a crashed pod actor
 restarts from its stored record), creates pod actors idempotently, answers ``/status`` from the
 snapshots the pod actors publish (no round trip to the DMS), relays deletes, finds log files,
-and asks the ``ResourceActor`` for node capacity. On start it resumes every stored pod and
-reconciles with the DMS: pods it knows are followed again, and two background passes collect
-what interLink has demonstrably forgotten (see :meth:`Gateway.collect_orphans`). Every ensemble
-carries its gateway's owner label, and a gateway only ever collects or re-adopts its own, so
-that several gateways can share one DMS. When the root supervisor gives up, the gateway says so
+and answers the ping with the peers' capacity (:class:`~dmsgw.interlink.resources.Capacity`).
+On start it resumes every stored pod and reconciles with the DMS: pods it knows are followed
+again, and two background passes collect what interLink has demonstrably forgotten (see
+:meth:`Gateway.collect_orphans`, and :mod:`~dmsgw.interlink.recovery` for the owner label and
+the ledger of polls they rely on). When the root supervisor gives up, the gateway says so
 through :attr:`Gateway.gave_up`, and ``dmsgw serve`` ends (crash-only).
 """
 
@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,59 +28,36 @@ from ..actors.base import ActorExit
 from ..actors.registry import Registry
 from ..actors.supervision import Backoff, Intensity, Restart, Strategy
 from ..actors.supervisor import ChildSpec, Supervisor
-from ..behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_MANIFEST, DEPLOYMENT_SHUTDOWN
-from ..behaviors.deployment import (
-    DeploymentListRequest,
-    DeploymentManifestRequest,
-    DeploymentShutdownRequest,
-)
+from ..behaviors.catalog import DEPLOYMENT_MANIFEST
+from ..behaviors.deployment import DeploymentManifestRequest
 from ..behaviors.ensemble import EnsembleConfig
-from ..behaviors.node import Invoke, NodeActor, NodeClient, seconds_until_grant_expiry
-from ..behaviors.session import load_capabilities, load_key
-from ..behaviors.status import DeploymentStatus
+from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
-from ..keys.crypto import Ed25519PrivKey, PrivKey
-from ..keys.did import DID
-from ..keys.keystore import KeyStore
-from ..keys.trust import provider_from_private_key
-from ..keys.ucan.context import CapabilityContext
-from ..transport.rest import DMSError, DMSErrorKind, RestTransport
-from ..transport.security import SecurityContext
+from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
-from .bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
-from .capacity import GPU_RESOURCE_PREFIX, consolidate_capacity
-from .config import GatewayConfig
+from .bodies import (
+    CreateStruct,
+    LogStruct,
+    PingResponse,
+    PodStatus,
+    RetrievedPodData,
+)
 from .logs import log_directory, read_logs
 from .parsing import PodRef, in_turns
-from .pod import (
-    DEFAULT_POLICY,
-    POD_UID_KEY,
-    Phase,
-    PodActor,
-    PodPolicy,
-    PodRecord,
-    Snapshot,
-    Translate,
-    TranslationNotReadyError,
-    request_data,
-    snapshot_of,
-)
-from .resources import DMSUnreachableError, GpuCatalog, ResourceActor
-from .server import BackendUnavailable, Metrics, UnknownPodError
+from .pod import PodActor
+from .pod_record import DEFAULT_POLICY, Phase, PodPolicy, PodRecord, Snapshot, request_data
+from .recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_status
+from .resources import Capacity
+from .server import BackendUnavailable, UnknownPodError
 from .store import PodStore
-from .translate import PodTranslationError, TranslationOptions, pod_to_ensemble
+from .translation import Translate
 
 log = logging.getLogger(__name__)
 
 JID_PREFIX = "dmsgw-"
-ORPHAN_GRACE_S = 300.0
-"""How long interLink must have gone on polling other pods without naming a pod before that
-pod counts as deleted (see :meth:`Gateway.collect_orphans`)."""
-OWNER_KEY = "dmsgw.io/owner"
-"""Ensemble metadata: the gateway that deployed it (its DID). A gateway collects and re-adopts
-only ensembles that carry its own; older ensembles without the label are never collected."""
-
+ORPHAN_PASS_EVERY_S = 60.0
+"""How often :meth:`Gateway.start_orphan_collection` runs a pass."""
 ROOT_INTENSITY = Intensity(max_restarts=100, period_s=60.0)
 """Pod actor restarts the root supervisor allows before it gives up (and the process ends)."""
 ROOT_BACKOFF = Backoff(min_s=0.5, max_s=30.0)
@@ -94,40 +71,45 @@ def job_id(uid: str) -> str:
 
 @dataclasses.dataclass
 class GatewayParts:
-    """What the gateway is made of (built by :func:`start_backend`, or by tests)."""
+    """What the gateway is made of (built by :func:`dmsgw.interlink.app.start_backend`, or by
+    tests)."""
 
     invoke: Invoke
     store: PodStore
     translate: Translate
     snapshot: Snapshot
-    unknown_pod: Callable[[k8s.Pod], PodStatus]
+    capacity: Capacity
     loop: asyncio.AbstractEventLoop
     policy: PodPolicy = DEFAULT_POLICY
     clock: Clock = system_clock
     orphan_grace_s: float = ORPHAN_GRACE_S
     owner: str = ""
-    """Stamped on every ensemble as :data:`OWNER_KEY`; a gateway without one (``""``) collects
-    and re-adopts nothing."""
+    """Stamped on every ensemble (:data:`~dmsgw.interlink.recovery.OWNER_KEY`); a gateway
+    without one (``""``) collects and re-adopts nothing."""
     intensity: Intensity = ROOT_INTENSITY
     backoff: Backoff = ROOT_BACKOFF
+    close_dms: Callable[[], Awaitable[None]] | None = None
+    """Closes what ``invoke`` goes through (the DMS client, the embedded devnet), last of all
+    when the gateway closes."""
 
 
 class Gateway:
-    """Implements the plugin backend (create, delete, status, ping, logs)."""
+    """The plugin backend (create, delete, status, ping, logs, close) over supervised pod
+    actors."""
 
     def __init__(self, parts: GatewayParts) -> None:
         self.parts = parts
         self.registry = Registry()
         self.snapshots: dict[str, PodStatus] = {}
         self._records: dict[str, PodRecord] = {}
-        self._named: dict[str, int] = {}  # UID -> when interLink last named it (or we took it)
-        self._polled_ns: int | None = None  # when interLink last asked about any pod
+        self._polls = PollLedger(parts.clock, parts.orphan_grace_s)
+        self._owned = OwnedEnsembles(parts.invoke, parts.owner)
         # One generator for every pod's retry jitter: a Random is 2.5 KiB, a tenth of a pod.
         self._jitter = random.Random()
-        self._started_ns = parts.clock()
         self.gave_up: asyncio.Future[str] = parts.loop.create_future()
         """Completes with the reason when the root supervisor has given up: every pod actor
-        is stopped, so the process must end and start again (crash-only)."""
+        is stopped, so the process must end and start again (crash-only). ``dmsgw serve``
+        awaits it besides its stop signal."""
         self._supervisor = Supervisor.start(
             strategy=Strategy.ONE_FOR_ONE,
             intensity=parts.intensity,
@@ -139,6 +121,7 @@ class Gateway:
         self._creating: dict[str, asyncio.Future[None]] = {}  # UID -> its create under way
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
         self._supervisor_proxy = self._supervisor.proxy()
+        self._orphans: asyncio.Task[None] | None = None
 
     # --- start-up and shutdown ------------------------------------------------------------
 
@@ -153,9 +136,32 @@ class Gateway:
             await self._spawn(record)
         log.info("gateway resumed %d pods from %s", len(records), self.parts.store.path)
 
+    def start_orphan_collection(self, every_s: float = ORPHAN_PASS_EVERY_S) -> None:
+        """Run :meth:`collect_orphans` every ``every_s``; a failing pass is logged and the
+        next one runs all the same."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(every_s)
+                try:
+                    await self.collect_orphans()
+                except DmsgwError as exc:
+                    log.warning("orphan collection: %s", exc)
+                except Exception:
+                    log.exception("bug in the orphan collection")
+
+        self._orphans = asyncio.get_running_loop().create_task(loop())
+
     async def close(self) -> None:
+        """Stop the passes, the capacity's actor and every pod actor; close the store, then
+        what reaches the DMS."""
+        if self._orphans is not None:
+            self._orphans.cancel()
+        await self.parts.capacity.close()
         await asyncio.get_running_loop().run_in_executor(None, self._supervisor.stop)
         await self.parts.store.close()
+        if self.parts.close_dms is not None:
+            await self.parts.close_dms()
 
     def _supervisor_ended(self, event: ActorExit) -> None:
         """The root supervisor ended (in its own thread). Past its restart intensity it has
@@ -170,7 +176,7 @@ class Gateway:
 
     async def _spawn(self, record: PodRecord) -> None:
         self._records[record.uid] = record
-        self._named[record.uid] = self.parts.clock()  # the wait for a first poll starts now
+        self._polls.took(record.uid)
         parts = self.parts
 
         def start(hook: Any) -> AsyncActorRef[PodActor]:
@@ -196,19 +202,11 @@ class Gateway:
     def _forget(self, uid: str) -> None:
         """A pod actor finished deleting its pod."""
         self._records.pop(uid, None)
-        self._named.pop(uid, None)
+        self._polls.drop(uid)
 
     def _translate(self, data: RetrievedPodData, generation: int) -> EnsembleConfig:
         """The configured translation, the ensemble stamped with this gateway as its owner."""
-        config = self.parts.translate(data, generation)
-        if not self.parts.owner or config.v1 is None:
-            return config
-        metadata = {**(config.v1.metadata or {}), OWNER_KEY: self.parts.owner}
-        return dataclasses.replace(config, v1=dataclasses.replace(config.v1, metadata=metadata))
-
-    def _owns(self, metadata: Mapping[str, str] | None) -> bool:
-        """Whether an ensemble with this metadata was deployed by this gateway."""
-        return bool(self.parts.owner) and (metadata or {}).get(OWNER_KEY) == self.parts.owner
+        return self._owned.stamp(self.parts.translate(data, generation))
 
     # --- the plugin backend ---------------------------------------------------------------
 
@@ -254,14 +252,14 @@ class Gateway:
             return
         record = self._records.pop(uid, None)
         self.snapshots.pop(uid, None)
-        self._named.pop(uid, None)
+        self._polls.drop(uid)
         if record is not None:
             await self.parts.store.delete(uid)
 
     async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         """Snapshots only: no DMS round trip. An unknown pod that carries our ``JobID`` is
         re-adopted if the DMS still runs its ensemble."""
-        self._heard_of(pods)
+        self._polls.heard_of(ref.uid for ref in pods)
         out = []
         async for ref in in_turns(pods):  # thousands of unknown pods must not hold the loop
             snapshot = self.snapshots.get(ref.uid)
@@ -270,15 +268,9 @@ class Gateway:
             out.append(snapshot)
         return out
 
-    def _heard_of(self, pods: list[PodRef]) -> None:
-        """interLink polled these pods now: it is alive, and still wants each of them (a poll
-        naming no pod, as its ping is, proves neither)."""
-        if not pods:
-            return
-        now = self._polled_ns = self.parts.clock()
-        for ref in pods:
-            if ref.uid in self._named:
-                self._named[ref.uid] = now
+    async def ping(self) -> PingResponse:
+        """The capacity the DMS peers offer (see :class:`Capacity`)."""
+        return await self.parts.capacity.ping()
 
     def logs(self, request: LogStruct) -> AsyncIterator[bytes]:
         """The container's log from the files the DMS writes (see :mod:`dmsgw.interlink.logs`)."""
@@ -324,8 +316,8 @@ class Gateway:
             reply = await self.parts.invoke(
                 DEPLOYMENT_MANIFEST, DeploymentManifestRequest(ensemble)
             )
-        except DMSError as exc:
-            if exc.kind is DMSErrorKind.NOT_FOUND:
+        except DmsgwError as exc:
+            if isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND:
                 raise UnknownPodError(
                     f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc})"
                 ) from None
@@ -341,7 +333,12 @@ class Gateway:
         uid = pod.metadata.uid
         jid = pod.metadata.annotations.get("JobID", "") if pod.metadata.annotations else ""
         if jid == job_id(uid):
-            ensemble = await self._ensemble_of(uid)
+            try:
+                ensemble = await self._owned.live_one_of(uid)
+            except TransportError as exc:
+                raise BackendUnavailable(
+                    f"cannot tell whether pod {uid} still runs: the DMS did not answer ({exc})"
+                ) from None
             if ensemble:
                 record = PodRecord(
                     uid=uid,
@@ -357,28 +354,7 @@ class Gateway:
                 await self._spawn(record)
                 log.info("re-adopted pod %s (ensemble %s) from its JobID annotation", uid, ensemble)
                 return self.snapshots.get(uid) or self.parts.snapshot(record)
-        return self.parts.unknown_pod(pod)
-
-    async def _ensemble_of(self, uid: str) -> str:
-        """The live ensemble this gateway deployed for pod ``uid``, if the DMS still runs one."""
-        if not self.parts.owner:
-            return ""
-        wanted = {POD_UID_KEY: uid, OWNER_KEY: self.parts.owner}
-        try:
-            listing = await self.parts.invoke(
-                DEPLOYMENT_LIST, DeploymentListRequest(metadata=wanted)
-            )
-        except DmsgwError:
-            return ""
-        live = [
-            d
-            for d in listing.deployments or ()
-            if (d.metadata or {}).get(POD_UID_KEY) == uid
-            and self._owns(d.metadata)
-            and DeploymentStatus.parse(d.status)
-            not in (DeploymentStatus.COMPLETED, DeploymentStatus.FAILED)
-        ]
-        return live[-1].orchestrator_id if live else ""
+        return unknown_pod_status(pod)
 
     async def collect_orphans(self) -> list[str]:
         """Delete the pods interLink has demonstrably forgotten (deleted while the gateway was
@@ -391,11 +367,12 @@ class Gateway:
         never collected, nor one of a gateway that interLink does not poll at all. A stray
         ensemble waits the same way from the gateway's start, since its pod may still be
         re-adopted through its ``JobID`` when interLink first names it."""
+        polls = self._polls
         gone = {
-            uid: (record.name, self._named.get(uid, self._started_ns))
+            uid: (record.name, polls.last_named_ns(uid))
             for uid, record in self._records.items()
             if record.phase not in (Phase.TERMINAL, Phase.DELETING)
-            and self._forgotten(self._named.get(uid, self._started_ns))
+            and polls.forgotten_since(polls.last_named_ns(uid))
         }
         for uid, (name, since) in gone.items():
             silent_s = (self.parts.clock() - since) / NS_PER_SECOND
@@ -403,41 +380,12 @@ class Gateway:
                 "pod %s was not named by interLink's polls for %.0f s: deleting it", uid, silent_s
             )
             await self.delete(k8s.Pod(metadata=k8s.ObjectMeta(uid=uid, name=name)))
-        strays = await self._stray_ensembles() if self._forgotten(self._started_ns) else []
+        strays_due = polls.forgotten_since(polls.started_ns)
+        strays = await self._owned.strays(self._records) if strays_due else []
         for ensemble_id in strays:
             log.warning("ensemble %s belongs to no known pod: shutting it down", ensemble_id)
-            try:
-                await self.parts.invoke(DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id))
-            except DmsgwError as exc:
-                log.info("shutdown of stray ensemble %s: %s", ensemble_id, exc)
+            await self._owned.shut_down(ensemble_id)
         return list(gone)
-
-    def _forgotten(self, since_ns: int) -> bool:
-        """Whether interLink has polled other pods at least a grace period after ``since_ns``
-        (proof that it is alive and no longer asks about what it last heard of then)."""
-        if self._polled_ns is None:
-            return False
-        return self._polled_ns - since_ns >= self.parts.orphan_grace_s * NS_PER_SECOND
-
-    async def _stray_ensembles(self) -> list[str]:
-        """Running ensembles that this gateway deployed for a pod it has no record of. Another
-        gateway's, and those without an owner (deployed before the label existed), are not."""
-        if not self.parts.owner:
-            return []
-        try:
-            listing = await self.parts.invoke(
-                DEPLOYMENT_LIST, DeploymentListRequest(metadata={OWNER_KEY: self.parts.owner})
-            )
-        except DmsgwError:
-            return []
-        return [
-            d.orchestrator_id
-            for d in listing.deployments or ()
-            if self._owns(d.metadata)
-            and (d.metadata or {}).get(POD_UID_KEY)
-            and (d.metadata or {}).get(POD_UID_KEY) not in self._records
-            and DeploymentStatus.parse(d.status) == DeploymentStatus.RUNNING
-        ]
 
 
 def _name(uid: str) -> str:
@@ -451,218 +399,3 @@ def _settle(future: asyncio.Future[str], reason: str) -> None:
 
 def _pod(record: PodRecord) -> k8s.Pod:
     return request_data(record).pod
-
-
-# --- the interLink plugin backend ---------------------------------------------------------
-
-
-class GatewayBackend:
-    """The plugin server's backend: the :class:`Gateway` plus capacity and log files."""
-
-    def __init__(
-        self,
-        gateway: Gateway,
-        resources: AsyncActorRef[ResourceActor],
-        *,
-        pods_capacity: int,
-        closers: list[Callable[[], Awaitable[None]]],
-        gpu_prefix: str = GPU_RESOURCE_PREFIX,
-    ) -> None:
-        self.gateway = gateway
-        self.gave_up = gateway.gave_up
-        """What ``dmsgw serve`` awaits besides its stop signal (see :attr:`Gateway.gave_up`)."""
-        self._resources = resources
-        self._pods_capacity = pods_capacity
-        self._gpu_prefix = gpu_prefix
-        self._closers = closers
-        self._advertised: set[str] = set()
-        self._orphans: asyncio.Task[None] | None = None
-
-    def start_orphan_collection(self, every_s: float = 60.0) -> None:
-        """Run :meth:`Gateway.collect_orphans` every ``every_s``; a failing pass is logged and
-        the next one runs all the same."""
-
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(every_s)
-                try:
-                    await self.gateway.collect_orphans()
-                except DmsgwError as exc:
-                    log.warning("orphan collection: %s", exc)
-                except Exception:
-                    log.exception("bug in the orphan collection")
-
-        self._orphans = asyncio.get_running_loop().create_task(loop())
-
-    async def create(self, pods: list[RetrievedPodData]) -> list[CreateStruct]:
-        return await self.gateway.create(pods)
-
-    async def delete(self, pod: k8s.Pod) -> None:
-        await self.gateway.delete(pod)
-
-    async def status(self, pods: list[PodRef]) -> list[PodStatus]:
-        return await self.gateway.status(pods)
-
-    async def ping(self) -> PingResponse:
-        try:
-            peers = await self._resources.proxy().free_resources()
-        except DMSUnreachableError as exc:
-            raise BackendUnavailable(str(exc)) from None
-        reply = consolidate_capacity(
-            (p.free for p in peers),
-            max_pods=self._pods_capacity,
-            advertised=self._advertised,
-            gpu_prefix=self._gpu_prefix,
-        )
-        if reply.resources is not None:
-            self._advertised |= {a.resource_type for a in reply.resources.accelerators or ()}
-        return reply
-
-    def logs(self, request: LogStruct) -> AsyncIterator[bytes]:
-        return self.gateway.logs(request)
-
-    async def close(self) -> None:
-        if self._orphans is not None:
-            self._orphans.cancel()
-        if self._resources.stop():
-            await self._resources.wait_stopped()
-        await self.gateway.close()
-        for close in reversed(self._closers):
-            await close()
-
-
-# --- assembling the gateway for ``dmsgw serve`` ------------------------------------------
-
-
-def unknown_pod_status(pod: k8s.Pod) -> PodStatus:
-    """A pod this gateway has no record of: reported ended with an error, so that it does not
-    hang in Pending forever (interLink keeps polling a pod until it ends)."""
-    ended = k8s.ContainerStatus.model_validate(
-        {
-            "name": "",
-            "ready": False,
-            "restartCount": 0,
-            "image": "",
-            "imageID": "",
-            "state": {
-                "terminated": {
-                    "exitCode": 1,
-                    "reason": "NotFound",
-                    "message": "the gateway has no record of this pod, and the DMS runs "
-                    "no ensemble for it",
-                }
-            },
-        }
-    )
-    names = [c.name for c in pod.spec.containers] or [pod.metadata.name or "pod"]
-    return PodStatus.model_validate(
-        {
-            "name": pod.metadata.name,
-            "UID": pod.metadata.uid,
-            "namespace": pod.metadata.namespace,
-            "JID": "",
-            "containers": [ended.model_copy(update={"name": n}).to_wire() for n in names],
-            "initContainers": [],
-        }
-    )
-
-
-def catalog_translation(catalog: GpuCatalog, load: Callable[[], Awaitable[None]]) -> Translate:
-    """Pods translated against the GPU classes the peers report. Until that catalog has been
-    loaded once (by a ping, or by ``load``), a pod that does not translate may only lack it
-    (a GPU pod resumed after a restart, before interLink's first ping): it waits for the
-    catalog and is translated again, instead of failing for good."""
-
-    def translate(data: RetrievedPodData, generation: int) -> EnsembleConfig:
-        options = TranslationOptions(generation=generation, gpu_models=dict(catalog.models))
-        try:
-            return pod_to_ensemble(data, options=options)
-        except PodTranslationError as exc:
-            if catalog.loaded:
-                raise
-            raise TranslationNotReadyError(
-                f"waiting for the DMS peers' GPU catalog to translate the pod ({exc})", load
-            ) from None
-
-    return translate
-
-
-async def start_backend(
-    config: GatewayConfig, *, metrics: Metrics, clock: Clock = system_clock
-) -> GatewayBackend:
-    """Build and start the gateway described by ``config`` (the embedded devnet when no DMS
-    URL is configured) and return it as the plugin server's backend. ``clock`` times the
-    gateway's background passes."""
-    from ..devnet.devnet import Devnet
-
-    loop = asyncio.get_running_loop()
-    closers: list[Callable[[], Awaitable[None]]] = []
-    passphrase = config.passphrase.get_secret_value() if config.passphrase else None
-    if config.embedded_devnet:
-        devnet = Devnet()
-        await devnet.start()
-        closers.append(devnet.stop)
-        key = _embedded_key(config, passphrase)
-        grant = devnet.grant(DID.from_public_key(key.public_key()), ["/dms/node"])
-        capabilities = CapabilityContext(provider_from_private_key(key), provide=grant)
-        url = devnet.urls[0]
-        log.info("no DMS configured: started the embedded devnet (%s)", ", ".join(devnet.urls))
-    else:
-        name, key = load_key(config.key_name, config.key_dir, passphrase)
-        capabilities = load_capabilities(
-            config.cap_context, name, key, config.cap_dir, system_clock
-        )
-        url = str(config.dms_url)
-    transport = RestTransport(url)
-    closers.append(transport.close)
-    security = SecurityContext(key, capabilities)
-    node = NodeActor.start(security, transport, loop=loop)
-    client = NodeClient(node, transport, security)
-
-    async def stop_node() -> None:
-        if node.stop():
-            await node.wait_stopped()
-
-    closers.append(stop_node)
-
-    catalog = GpuCatalog()
-    resources = ResourceActor.start(client.invoke, catalog=catalog, loop=loop)
-
-    async def load_catalog() -> None:
-        await resources.proxy().free_resources()
-
-    parts = GatewayParts(
-        invoke=client.invoke,
-        store=PodStore(config.state_path),
-        translate=catalog_translation(catalog, load_catalog),
-        snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
-        unknown_pod=unknown_pod_status,
-        loop=loop,
-        clock=clock,
-        owner=str(security.did),
-    )
-    gateway = Gateway(parts)
-    await gateway.start()
-    backend = GatewayBackend(
-        gateway,
-        resources,
-        pods_capacity=config.pods_capacity,
-        closers=closers,
-        gpu_prefix=config.gpu_resource_prefix,
-    )
-    metrics.gauge("pods", "Pods the gateway tracks").set_function(lambda: len(gateway.snapshots))
-    metrics.gauge(
-        "grant_expiry_seconds",
-        "Seconds until the gateway's grant from the DMS runs out (negative: it has; NaN: none)",
-    ).set_function(lambda: seconds_until_grant_expiry(capabilities, system_clock))
-    backend.start_orphan_collection()
-    return backend
-
-
-def _embedded_key(config: GatewayConfig, passphrase: str | None) -> PrivKey:
-    """The configured key when it exists and can be unlocked without asking; otherwise a key
-    for this run only (the embedded devnet lives no longer than the process either)."""
-    store = KeyStore(config.key_dir)
-    if passphrase is not None and store.exists(config.key_name):
-        return store.priv_key(config.key_name, passphrase)
-    return Ed25519PrivKey.generate()

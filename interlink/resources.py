@@ -5,7 +5,7 @@ timeout each) for its free resources, and keeps the result for a while: interLin
 30 s, and the readiness probe asks too, so most answers come from the cache. A peer that does
 not answer is left out; when the DMS itself does not answer, the gateway is not ready. Each
 gathering also teaches the :class:`GpuCatalog` the GPU classes the peers report, which pod
-translation reads.
+translation reads. :class:`Capacity` turns the answers into interLink's ping.
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..actors.aio import AsyncActor
+from ..actors.aio import AsyncActor, AsyncActorRef
 from ..behaviors.catalog import PEERS_LIST, PEERS_SELF, RESOURCES_FREE
 from ..behaviors.node import Invoke
 from ..behaviors.resources import GPU, Resources
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
-from .capacity import gpu_catalog
+from .bodies import PingResponse
+from .capacity import GPU_RESOURCE_PREFIX, consolidate_capacity, gpu_catalog
+from .server import BackendUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -109,3 +111,47 @@ class ResourceActor(AsyncActor):
                 log.info("free resources of %s unknown: %s", peer_id, exc)
                 return None
         return PeerResources(peer_id, reply.resources)
+
+
+class Capacity:
+    """interLink's ping: the node capacity that the peers of a :class:`ResourceActor` offer.
+    An accelerator type, once advertised, stays advertised (at zero while no peer has it
+    free), so that interLink does not drop it from the node."""
+
+    def __init__(
+        self,
+        resources: AsyncActorRef[ResourceActor],
+        *,
+        pods_capacity: int,
+        gpu_prefix: str = GPU_RESOURCE_PREFIX,
+    ) -> None:
+        self._resources = resources
+        self._pods_capacity = pods_capacity
+        self._gpu_prefix = gpu_prefix
+        self._advertised: set[str] = set()
+
+    async def ping(self) -> PingResponse:
+        """The capacity to advertise; :class:`BackendUnavailable` when the DMS is silent."""
+        try:
+            peers = await self.free_resources()
+        except DMSUnreachableError as exc:
+            raise BackendUnavailable(str(exc)) from None
+        reply = consolidate_capacity(
+            (p.free for p in peers),
+            max_pods=self._pods_capacity,
+            advertised=self._advertised,
+            gpu_prefix=self._gpu_prefix,
+        )
+        if reply.resources is not None:
+            self._advertised |= {a.resource_type for a in reply.resources.accelerators or ()}
+        return reply
+
+    async def free_resources(self) -> list[PeerResources]:
+        """The peers' free resources (cached by the actor); gathering them also loads the GPU
+        catalog."""
+        peers: list[PeerResources] = await self._resources.proxy().free_resources()
+        return peers
+
+    async def close(self) -> None:
+        if self._resources.stop():
+            await self._resources.wait_stopped()

@@ -36,17 +36,20 @@ from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.clock import FixedClock
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
 from dmsgw.interlink.bodies import RetrievedPodData
-from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id, unknown_pod_status
+from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
 from dmsgw.interlink.parsing import parse_create_body, read_status_body
-from dmsgw.interlink.pod import POD_UID_KEY, PodPolicy, Translate, snapshot_of
+from dmsgw.interlink.pod_record import POD_UID_KEY, PodPolicy, snapshot_of
+from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
+from dmsgw.interlink.translation import Translate
 from dmsgw.transport.rest import TransportError
 
 FAST = PodPolicy(poll_min_s=0.02, poll_max_s=0.1, retry_min_s=0.02, restart_min_s=0.02)
 WAIT_S = 10.0
 """How long a test waits for the gateway to get somewhere before it fails (bounded)."""
 PEER = "12D3KooWFakePeer"
+PODS_CAPACITY = 10
 
 
 @dataclasses.dataclass
@@ -181,16 +184,19 @@ async def gateway_on(
     owner: str,
     clock: FixedClock,
     translate: Translate = plain_translation,
+    store: PodStore | None = None,
+    capacity: Capacity | None = None,
     **parts: Any,
 ) -> Gateway:
-    """A started gateway over ``dms`` keeping its pods in ``state``."""
+    """A started gateway over ``dms`` keeping its pods in ``state`` (or in ``store``); its
+    capacity is that of the fake's peers (or ``capacity``)."""
     gateway = Gateway(
         GatewayParts(
             invoke=dms,
-            store=PodStore(state),
+            store=store or PodStore(state),
             translate=translate,
             snapshot=lambda record: snapshot_of(record, now_ns=clock()),
-            unknown_pod=unknown_pod_status,
+            capacity=capacity or Capacity(ResourceActor.start(dms), pods_capacity=PODS_CAPACITY),
             loop=asyncio.get_running_loop(),
             policy=FAST,
             clock=clock,

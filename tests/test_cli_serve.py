@@ -1,9 +1,8 @@
 """``dmsgw serve`` as an operator runs it: a real process, stopped by a signal.
 
-The gateway actors are replaced by a fake ``dmsgw.interlink.gateway`` module put in
-``sys.modules`` before ``dmsgw.cli.main`` runs, so that the command's lazy import, its
-configuration, its output and its shutdown are the real ones. The tests wait for the printed
-lines, never for a fixed time.
+The gateway is replaced by a fake ``dmsgw.interlink.app`` module put in ``sys.modules``
+before ``dmsgw.cli.main`` runs, so that the command's configuration, its output and its
+shutdown are the real ones. The tests wait for the printed lines, never for a fixed time.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,9 +48,9 @@ async def start_backend(config, *, metrics):
     metrics.gauge("fake_capacity", "Pods the fake offers.").set(config.pods_capacity)
     return Backend()
 
-module = types.ModuleType("dmsgw.interlink.gateway")
+module = types.ModuleType("dmsgw.interlink.app")
 module.start_backend = start_backend
-sys.modules["dmsgw.interlink.gateway"] = module
+sys.modules["dmsgw.interlink.app"] = module
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -186,29 +184,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         if name.startswith("DMSGW_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-
-
-@pytest.mark.usefixtures("clean_env")
-def test_missing_backend_module_is_one_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setitem(sys.modules, "dmsgw.interlink.gateway", None)
-    assert cli.main(["serve"]) == 2
-    assert capsys.readouterr().err == (
-        "dmsgw: error: serve: this build has no gateway backend "
-        "(dmsgw.interlink.gateway is missing)\n"
-    )
-
-
-@pytest.mark.usefixtures("clean_env")
-def test_backend_module_without_start_backend_is_one_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setitem(sys.modules, "dmsgw.interlink.gateway", types.ModuleType("gateway"))
-    assert cli.main(["serve"]) == 2
-    assert capsys.readouterr().err == (
-        "dmsgw: error: serve: dmsgw.interlink.gateway has no start_backend()\n"
-    )
 
 
 @pytest.mark.usefixtures("clean_env")

@@ -14,7 +14,8 @@ from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.interlink.bodies import ContainerLogOpts
 from dmsgw.interlink.container_runs import Runs
 from dmsgw.interlink.logs import lines_after, read_logs
-from dmsgw.interlink.pod import PodRecord, read_runs
+from dmsgw.interlink.pod_follower import read_runs
+from dmsgw.interlink.pod_record import PodRecord
 from dmsgw.interlink.run_markers import Marker, markers, strip_marker
 
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,19 @@ from dmsgw.behaviors.deployment import (
 )
 from dmsgw.clock import system_clock
 from dmsgw.interlink.bodies import RetrievedPodData
-from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id, unknown_pod_status
-from dmsgw.interlink.pod import ATTEMPT_KEY, POD_UID_KEY, Phase, PodPolicy, PodRecord, snapshot_of
+from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
+from dmsgw.interlink.parsing import read_status_body
+from dmsgw.interlink.pod_record import (
+    ATTEMPT_KEY,
+    POD_UID_KEY,
+    Phase,
+    PodPolicy,
+    PodRecord,
+    snapshot_of,
+)
+from dmsgw.interlink.recovery import OWNER_KEY
+from dmsgw.interlink.resources import Capacity, ResourceActor
+from dmsgw.interlink.server import BackendUnavailable
 from dmsgw.interlink.store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 from dmsgw.transport.rest import DMSTimeoutError
@@ -88,7 +100,7 @@ async def store(tmp_path: Path) -> AsyncIterator[PodStore]:
     yield PodStore(tmp_path / "state.sqlite3")
 
 
-async def _restart_on(store: PodStore, dms: ScriptedDms) -> Gateway:
+async def _restart_on(store: PodStore, dms: ScriptedDms, owner: str = "") -> Gateway:
     """A gateway started on ``store``'s records, as after a SIGKILL of the previous one."""
 
     def translate(data: RetrievedPodData, generation: int) -> Any:
@@ -100,9 +112,10 @@ async def _restart_on(store: PodStore, dms: ScriptedDms) -> Gateway:
             store=store,
             translate=translate,
             snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
-            unknown_pod=unknown_pod_status,
+            capacity=Capacity(ResourceActor.start(dms.invoke), pods_capacity=10),
             loop=asyncio.get_running_loop(),
             policy=QUICK,
+            owner=owner,
         )
     )
     await gateway.start()
@@ -145,5 +158,35 @@ async def test_an_unanswered_listing_does_not_leak_the_ensemble_of_a_deleted_pod
             await actor.wait_stopped()  # type: ignore[attr-defined]
         assert dms.shut_down == ["ensemble-0"]
         assert store.load_all() == []
+    finally:
+        await gateway.close()
+
+
+async def test_an_unanswered_listing_never_reports_a_running_pod_gone(store: PodStore) -> None:
+    """The state file was lost, and interLink asks about a pod carrying this gateway's
+    ``JobID``: the listing that would find its ensemble goes unanswered. Answering "no record"
+    would end a running pod for good in Kubernetes; the poll is refused as not ready (503),
+    and the next one re-adopts the pod."""
+    owner = "did:key:z6MkOwner"
+    dms = ScriptedDms(
+        deployments={"ensemble-0": {POD_UID_KEY: UID, ATTEMPT_KEY: "1", OWNER_KEY: owner}},
+        list_timeouts=1,
+    )
+    gateway = await _restart_on(store, dms, owner=owner)
+    pod = {
+        "metadata": {
+            "name": "p",
+            "namespace": "default",
+            "uid": UID,
+            "annotations": {"JobID": job_id(UID)},
+        },
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+    }
+    (ref,) = await read_status_body(json.dumps([pod]).encode())
+    try:
+        with pytest.raises(BackendUnavailable, match="the DMS did not answer"):
+            await gateway.status([ref])
+        (status,) = await gateway.status([ref])
+        assert status.uid == UID and gateway.registry.get(f"pod/{UID}") is not None
     finally:
         await gateway.close()

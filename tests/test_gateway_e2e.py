@@ -16,9 +16,10 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
+from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.config import load_config
-from dmsgw.interlink.gateway import GatewayBackend, job_id, start_backend
-from dmsgw.interlink.pod import PodPolicy
+from dmsgw.interlink.gateway import Gateway, job_id
+from dmsgw.interlink.pod_record import PodPolicy
 from dmsgw.interlink.server import Metrics, PluginServer
 
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
@@ -40,11 +41,11 @@ def pod(
 
 
 @pytest.fixture
-async def plugin(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], GatewayBackend]]:
+async def plugin(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
     config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
     metrics = Metrics()
     backend = await start_backend(config, metrics=metrics)
-    backend.gateway.parts.policy = FAST
+    backend.parts.policy = FAST
     server = PluginServer(backend, config.server_options(), metrics)
     # with the Content-Type interLink sends on every plugin request
     client = TestClient(
@@ -114,7 +115,7 @@ async def test_create_is_idempotent_on_uid(plugin: Any) -> None:
     ).json()
     assert first == second
     await wait_state(client, spec, "running")
-    listing = await backend.gateway.parts.invoke(DEPLOYMENT_LIST)
+    listing = await backend.parts.invoke(DEPLOYMENT_LIST)
     assert len([d for d in listing.deployments or () if d.status == "Running"]) == 1
     await client.post("/delete", data=json.dumps(spec))
 
@@ -134,7 +135,7 @@ async def test_restart_policy_on_failure_redeploys_and_counts(plugin: Any) -> No
     spec = pod(uid, args="exit 1", policy="OnFailure")
     await client.post("/create", data=json.dumps({"pod": spec, "container": [{"name": "main"}]}))
     for _ in range(400):
-        record = backend.gateway._records[uid]
+        record = backend._records[uid]
         if record.attempt >= 3:
             break
         await asyncio.sleep(0.05)
@@ -209,6 +210,6 @@ async def test_pods_resume_after_a_restart_of_the_gateway(tmp_path: Path) -> Non
     await first.close()
     second = await start_backend(config, metrics=Metrics())
     try:
-        assert "55555555-2222-3333-4444-555555555555" in second.gateway.snapshots
+        assert "55555555-2222-3333-4444-555555555555" in second.snapshots
     finally:
         await second.close()

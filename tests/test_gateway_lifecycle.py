@@ -82,7 +82,7 @@ async def _delete(plugin: Any, spec: dict[str, Any]) -> None:
     client, backend = plugin
     assert (await client.post("/delete", data=json.dumps(spec))).status == 200
     for _ in range(400):
-        if spec["metadata"]["uid"] not in backend.gateway._records:
+        if spec["metadata"]["uid"] not in backend._records:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{spec['metadata']['uid']} was never deleted")
@@ -99,7 +99,7 @@ def _probe(kind: str, passes: bool) -> dict[str, Any]:
 
 def _health(backend: Any, uid: str, name: str) -> str:
     """The DMS health of a container's allocation, as the gateway last observed it."""
-    info = backend.gateway._records[uid].observed.get("allocation_info") or {}
+    info = backend._records[uid].observed.get("allocation_info") or {}
     return next((a["health"] for k, a in info.items() if k.endswith(f".{name}")), "")
 
 

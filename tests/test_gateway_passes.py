@@ -20,10 +20,12 @@ import pytest
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_NEW
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
+from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.config import load_config
-from dmsgw.interlink.gateway import ORPHAN_GRACE_S, OWNER_KEY, Gateway, start_backend
+from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.parsing import parse_create_body
-from dmsgw.interlink.pod import POD_UID_KEY, Phase
+from dmsgw.interlink.pod_record import POD_UID_KEY, Phase
+from dmsgw.interlink.recovery import ORPHAN_GRACE_S, OWNER_KEY
 from dmsgw.interlink.server import Metrics
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
@@ -276,8 +278,7 @@ async def test_two_gateways_on_one_devnet_keep_each_others_pods(
             body = json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode()
             await backend.create(parse_create_body(body))
             clock.advance(60)
-        for backend, spec in zip(backends, specs, strict=True):
-            gateway = backend.gateway
+        for gateway, spec in zip(backends, specs, strict=True):
             await until(
                 lambda g=gateway, u=spec["metadata"]["uid"]: (
                     g.snapshots[u].containers[0].state.running is not None
@@ -287,18 +288,16 @@ async def test_two_gateways_on_one_devnet_keep_each_others_pods(
         for _ in range(3):
             clock.advance(GRACE)
             for backend, spec in zip(backends, specs, strict=True):
-                await poll(backend.gateway, spec)
+                await poll(backend, spec)
             for backend in backends:
-                assert await backend.gateway.collect_orphans() == []
-        listing = await backends[0].gateway.parts.invoke(DEPLOYMENT_LIST)
+                assert await backend.collect_orphans() == []
+        listing = await backends[0].parts.invoke(DEPLOYMENT_LIST)
         owners = {
             d.metadata[POD_UID_KEY]: d.metadata[OWNER_KEY]
             for d in listing.deployments
             if d.status == "Running"
         }
-        assert owners == {
-            uid(n): b.gateway.parts.owner for n, b in zip((1, 2), backends, strict=True)
-        }
+        assert owners == {uid(n): b.parts.owner for n, b in zip((1, 2), backends, strict=True)}
         assert len(set(owners.values())) == 2
     finally:
         for backend in backends:

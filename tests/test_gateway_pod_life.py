@@ -26,11 +26,12 @@ from dmsgw.behaviors.resources import GPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
+from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.bodies import PingResponse
 from dmsgw.interlink.config import load_config
-from dmsgw.interlink.gateway import Gateway, GatewayBackend, catalog_translation, start_backend
-from dmsgw.interlink.pod import DEPLOYMENT_LOST, Phase
-from dmsgw.interlink.resources import GpuCatalog, ResourceActor
+from dmsgw.interlink.gateway import Gateway
+from dmsgw.interlink.pod_record import DEPLOYMENT_LOST, Phase
+from dmsgw.interlink.resources import Capacity, GpuCatalog, ResourceActor
 from dmsgw.interlink.server import (
     BackendGaveUpError,
     ListenAddress,
@@ -40,6 +41,8 @@ from dmsgw.interlink.server import (
     ServeInfo,
     ServerOptions,
 )
+from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.translation import Translator
 from dmsgw.transport.rest import DMSError, DMSErrorKind, DMSTimeoutError, TransportError
 from tests.gateway_fakes import FAST, WAIT_S, FakeDMS, create, gateway_on, pod, poll, uid, until
 from tests.test_gateway_passes import _gateway_config
@@ -60,16 +63,14 @@ def dms(tmp_path: Path) -> FakeDMS:
 
 
 @pytest.fixture
-async def backend(dms: FakeDMS, clock: FixedClock, tmp_path: Path) -> AsyncIterator[GatewayBackend]:
+async def backend(dms: FakeDMS, clock: FixedClock, tmp_path: Path) -> AsyncIterator[Gateway]:
     gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
-    resources = ResourceActor.start(dms)
-    backend = GatewayBackend(gateway, resources, pods_capacity=10, closers=[])
-    yield backend
-    await backend.close()
+    yield gateway
+    await gateway.close()
 
 
 @pytest.fixture
-async def client(backend: GatewayBackend, tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
+async def client(backend: Gateway, tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
     """interLink's view of the backend: the plugin API over HTTP."""
     config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")})
     server = PluginServer(backend, config.server_options(), Metrics(process=False))
@@ -138,9 +139,9 @@ def test_a_transport_failure_is_no_answer_of_the_dms() -> None:
 
 
 async def test_a_pod_whose_deployment_the_dms_lost_fails_saying_so(
-    backend: GatewayBackend, dms: FakeDMS, client: TestClient[Any, Any]
+    backend: Gateway, dms: FakeDMS, client: TestClient[Any, Any]
 ) -> None:
-    gateway = backend.gateway
+    gateway = backend
     spec = pod(uid(1))
     await create(gateway, spec)
     await until(lambda: len(dms.live(uid(1))) == 1, "deployed")
@@ -208,9 +209,9 @@ async def test_a_pod_whose_devnet_deployment_vanished_fails_and_its_logs_are_404
     devnet = Devnet(seed="lost-deployment")
     await devnet.start()
     config = _gateway_config(devnet, tmp_path / "gw", seed=140)
-    backend = await start_backend(config, metrics=Metrics(process=False))
-    backend.gateway.parts.policy = FAST
-    server = PluginServer(backend, config.server_options(), Metrics(process=False))
+    gateway = await start_backend(config, metrics=Metrics(process=False))
+    gateway.parts.policy = FAST
+    server = PluginServer(gateway, config.server_options(), Metrics(process=False))
     client = TestClient(
         TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
     )
@@ -219,7 +220,6 @@ async def test_a_pod_whose_devnet_deployment_vanished_fails_and_its_logs_are_404
         spec = pod(uid(3), command=["sh", "-c", "exec sleep 60"])
         body = json.dumps({"pod": spec, "container": [{"name": "main"}]})
         assert (await client.post("/create", data=body)).status == 200
-        gateway = backend.gateway
         await until(lambda: gateway.snapshots[uid(3)].containers[0].state.running, "running")
         deployments = devnet.nodes[0].deployments
         assert deployments is not None
@@ -234,11 +234,60 @@ async def test_a_pod_whose_devnet_deployment_vanished_fails_and_its_logs_are_404
         assert (answer.status, "no longer knows" in await answer.text()) == (404, True)
     finally:
         await client.close()
-        await backend.close()
+        await gateway.close()
         await devnet.stop()
 
 
+# --- the actor alone changes its record -----------------------------------------------------
+
+
+class _WriterRecordingStore(PodStore):
+    """A store that notes which task wrote each record, and the phase written."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.writers: list[tuple[str, str]] = []
+
+    async def put(self, uid: str, record: dict[str, Any]) -> None:
+        task = asyncio.current_task()
+        self.writers.append((task.get_name() if task else "", record["phase"]))
+        await super().put(uid, record)
+
+
+async def test_only_the_pod_actor_changes_and_saves_its_record(
+    dms: FakeDMS, clock: FixedClock, tmp_path: Path
+) -> None:
+    """Decision 8: the follower task does the DMS I/O and only reports back; the actor alone
+    changes the pod's record and saves it, one message at a time (here through a first
+    deployment, a deployment the DMS lost, and the deployment again that ``Always`` asks)."""
+    store = _WriterRecordingStore(tmp_path / "state")
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock, store=store)
+    try:
+        await asyncio.create_task(create(gateway, pod(uid(7), policy="Always")), name="interLink")
+        await until(lambda: len(dms.live(uid(7))) == 1, "deployed")
+        (lost,) = dms.live(uid(7))
+        dms.forget(lost.id)
+        record = gateway._records[uid(7)]
+        await until(lambda: (record.attempt, record.phase) == (2, Phase.RUNNING), "redeployed")
+    finally:
+        await gateway.close()
+    assert {task for task, _ in store.writers} == {"interLink", "actor:PodActor"}
+    assert store.writers.count(("actor:PodActor", Phase.DEPLOYING)) == 2
+
+
 # --- the GPU catalog, before the first ping ------------------------------------------------
+
+
+async def _gateway_translating_with(
+    catalog: GpuCatalog, dms: FakeDMS, clock: FixedClock, tmp_path: Path
+) -> Gateway:
+    """A gateway whose translation knows the GPU classes of ``catalog``, which its capacity's
+    resource actor fills (as ``dmsgw serve`` wires them)."""
+    capacity = Capacity(ResourceActor.start(dms, catalog=catalog), pods_capacity=10)
+    translate = Translator(catalog, capacity.free_resources)
+    return await gateway_on(
+        dms, tmp_path / "state", owner=OWNER, clock=clock, translate=translate, capacity=capacity
+    )
 
 
 async def test_a_gpu_pod_before_the_first_ping_waits_for_the_catalog(
@@ -248,15 +297,7 @@ async def test_a_gpu_pod_before_the_first_ping_waits_for_the_catalog(
     restart is) waits for the peers' GPU catalog, through a DMS that does not answer yet,
     and is deployed once the catalog is known."""
     catalog = GpuCatalog()
-    resources = ResourceActor.start(dms, catalog=catalog)
-
-    async def load() -> None:
-        await resources.proxy().free_resources()
-
-    translate = catalog_translation(catalog, load)
-    gateway = await gateway_on(
-        dms, tmp_path / "state", owner=OWNER, clock=clock, translate=translate
-    )
+    gateway = await _gateway_translating_with(catalog, dms, clock, tmp_path)
     try:
         dms.reachable = False
         await create(gateway, pod(uid(4), **GPU_LIMITS))
@@ -268,23 +309,13 @@ async def test_a_gpu_pod_before_the_first_ping_waits_for_the_catalog(
         assert catalog.loaded and "nvidia.tesla.p100.16gb" in catalog.models
     finally:
         await gateway.close()
-        if resources.stop():
-            await resources.wait_stopped()
 
 
 async def test_a_pod_that_needs_a_gpu_no_peer_has_still_fails_once_the_catalog_is_known(
     dms: FakeDMS, clock: FixedClock, tmp_path: Path
 ) -> None:
     catalog = GpuCatalog()
-    resources = ResourceActor.start(dms, catalog=catalog)
-
-    async def load() -> None:
-        await resources.proxy().free_resources()
-
-    translate = catalog_translation(catalog, load)
-    gateway = await gateway_on(
-        dms, tmp_path / "state", owner=OWNER, clock=clock, translate=translate
-    )
+    gateway = await _gateway_translating_with(catalog, dms, clock, tmp_path)
     try:
         rtx = {"resources": {"limits": {"nunet.gpu.nvidia.rtx.3090.24gb": "1"}}}
         await create(gateway, pod(uid(5), **rtx))
@@ -292,8 +323,6 @@ async def test_a_pod_that_needs_a_gpu_no_peer_has_still_fails_once_the_catalog_i
         assert "no reachable DMS peer reports a GPU" in gateway._records[uid(5)].message
     finally:
         await gateway.close()
-        if resources.stop():
-            await resources.wait_stopped()
 
 
 # --- the root supervisor gives up ------------------------------------------------------------
@@ -405,9 +434,9 @@ class Backend:
 async def start_backend(config, *, metrics):
     return Backend()
 
-module = types.ModuleType("dmsgw.interlink.gateway")
+module = types.ModuleType("dmsgw.interlink.app")
 module.start_backend = start_backend
-sys.modules["dmsgw.interlink.gateway"] = module
+sys.modules["dmsgw.interlink.app"] = module
 sys.exit(cli.main(sys.argv[1:]))
 """
 

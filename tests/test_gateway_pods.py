@@ -119,7 +119,7 @@ async def _logs(client: TestClient[Any, Any], spec: dict[str, Any], container: s
 async def _live_ensembles(plugin: Any, uids: set[str]) -> list[Any]:
     """The deployments on the DMS for these pods that have not ended."""
     _, backend = plugin
-    listing = await backend.gateway.parts.invoke(DEPLOYMENT_LIST)
+    listing = await backend.parts.invoke(DEPLOYMENT_LIST)
     return [
         d
         for d in listing.deployments or ()
@@ -229,12 +229,12 @@ async def test_delete_while_deploying_leaves_no_live_ensemble(plugin: Any) -> No
         await asyncio.sleep(delay_ms / 1000)
         assert (await client.post("/delete", data=json.dumps(spec))).status == 200
         for _ in range(400):  # the pod actor ends once its ensemble is stopped
-            if uid not in backend.gateway._records:
+            if uid not in backend._records:
                 break
             await asyncio.sleep(0.05)
         else:
             raise AssertionError(f"{uid} was never deleted")
-        assert uid not in backend.gateway.snapshots
+        assert uid not in backend.snapshots
         assert await _live_ensembles(plugin, {uid}) == []
     # A deployment request that the delete cut short would have been accepted by now.
     await asyncio.sleep(0.5)

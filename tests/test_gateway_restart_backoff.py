@@ -16,7 +16,9 @@ import pytest
 
 from dmsgw.clock import NS_PER_SECOND
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS
-from dmsgw.interlink.pod import PodActor, PodPolicy, PodRecord
+from dmsgw.interlink.pod import PodActor
+from dmsgw.interlink.pod_follower import BackedOff
+from dmsgw.interlink.pod_record import Phase, PodPolicy, PodRecord
 from tests.test_gateway_e2e import plugin
 from tests.test_gateway_pods import _container, _create, _pod
 
@@ -118,3 +120,19 @@ def test_a_deployment_that_ran_ten_minutes_resets_the_back_off() -> None:
     clock.advance(3600.0)
     assert actor._count_restart() == 40.0
     assert actor.record.restarts == 7
+
+
+@pytest.mark.parametrize(
+    ("phase", "attempt"),
+    [
+        (Phase.DELETING, 3),  # deleted while its follower was reporting the back-off's end
+        (Phase.BACKOFF, 4),  # the report of an earlier back-off
+    ],
+)
+async def test_the_end_of_a_back_off_deploys_only_the_pod_still_backing_off_from_it(
+    phase: str, attempt: int
+) -> None:
+    actor = _pod_actor(_Clock())  # any store write or DMS call fails the test
+    actor.record.phase, actor.record.attempt = phase, attempt
+    await actor.on_receive(BackedOff(3))
+    assert (actor.record.phase, actor.record.attempt) == (phase, attempt)

@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.config import ConfigError, configure_logging, load_config
-from dmsgw.interlink.gateway import GatewayBackend, start_backend
-from dmsgw.interlink.pod import PodPolicy
+from dmsgw.interlink.gateway import Gateway
+from dmsgw.interlink.pod_record import PodPolicy
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.store import PodStore
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
@@ -139,7 +140,7 @@ def operator_log() -> Iterator[io.StringIO]:
 @pytest.fixture
 async def served(
     tmp_path: Path, operator_log: io.StringIO
-) -> AsyncIterator[tuple[TestClient[Any, Any], GatewayBackend, Metrics]]:
+) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway, Metrics]]:
     key_dir = tmp_path / "keys"
     key = Ed25519PrivKey(bytes(range(1, 33)))
     KeyStore(key_dir, scrypt_params=CHEAP_SCRYPT).save(
@@ -155,7 +156,7 @@ async def served(
     )
     metrics = Metrics()
     backend = await start_backend(config, metrics=metrics)
-    backend.gateway.parts.policy = FAST
+    backend.parts.policy = FAST
     server = PluginServer(backend, config.server_options(), metrics)
     client = TestClient(
         TestServer(server.app(), host="127.0.0.1"),
@@ -184,7 +185,7 @@ async def _terminated(client: TestClient[Any, Any], spec: dict[str, Any]) -> lis
 
 
 async def test_no_secret_in_the_log_metrics_or_answers_through_a_pod_life(
-    served: tuple[TestClient[Any, Any], GatewayBackend, Metrics], operator_log: io.StringIO
+    served: tuple[TestClient[Any, Any], Gateway, Metrics], operator_log: io.StringIO
 ) -> None:
     client, _, metrics = served
     spec = pod_with_secrets()
@@ -222,7 +223,7 @@ async def test_no_secret_in_the_log_metrics_or_answers_through_a_pod_life(
 
 
 async def test_no_secret_in_the_text_of_refused_or_failed_requests(
-    served: tuple[TestClient[Any, Any], GatewayBackend, Metrics], operator_log: io.StringIO
+    served: tuple[TestClient[Any, Any], Gateway, Metrics], operator_log: io.StringIO
 ) -> None:
     client, _, _ = served
     answers = []

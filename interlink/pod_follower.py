@@ -1,0 +1,411 @@
+"""A pod's DMS I/O, for its ``PodActor``: deploy an attempt (never twice), follow the
+deployment's status and the containers' runs, wait out a restart's back-off, shut the ensemble
+down. A :class:`PodFollower` runs one of these at a time, as the actor's follower task; it is
+handed what it needs of the pod and never reads or writes the pod's record: each result goes
+back to the actor as a message, and the actor alone changes the record (decision 8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..behaviors.catalog import (
+    DEPLOYMENT_LIST,
+    DEPLOYMENT_MANIFEST,
+    DEPLOYMENT_NEW,
+    DEPLOYMENT_SHUTDOWN,
+    DEPLOYMENT_STATUS,
+)
+from ..behaviors.deployment import (
+    DeploymentListRequest,
+    DeploymentManifestRequest,
+    DeploymentShutdownRequest,
+    DeploymentStatusRequest,
+    NewDeploymentRequest,
+    NewDeploymentResponse,
+)
+from ..behaviors.ensemble import EnsembleConfig
+from ..behaviors.node import DMSBehaviorError, Invoke
+from ..behaviors.status import AllocationStatus, DeploymentStatus
+from ..errors import DmsgwError
+from ..transport.rest import DMSError, DMSErrorKind, TransportError
+from .container_runs import Runs
+from .logs import STDERR_LOG, lines_after, log_directory
+from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
+from .pod_status import allocation_of
+from .run_markers import markers
+from .translate import allocation_key, is_wrapped
+from .translation import Translate, TranslationNotReadyError
+
+log = logging.getLogger(__name__)
+
+LOST_AFTER = 3
+"""How many status polls in a row must find the deployment unknown before the pod counts it
+lost: one answer could come from a DMS that is restarting and has not restored it yet."""
+
+_NOT_STARTED = frozenset({"", AllocationStatus.PENDING})
+_UNHEALTHY = "unhealthy"
+END_READ_TRIES = 3
+"""How many more polls a follower makes when a log could not be read at the deployment's end."""
+MARKER_READ_LIMIT = 1 << 20
+"""At most this much of a container's new stderr is read for the wrapper's markers at once
+(a container that wrote more between two reads may have runs go uncounted)."""
+
+
+# --- what the follower reports to its actor ------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """The deployment's status, an allocation's or a container's runs changed."""
+
+    status: DeploymentStatus
+    reply: Any
+    manifest: Any = None  # fetched when the deployment ends: how each allocation ended
+    runs: Mapping[str, Runs] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployed:
+    attempt: int
+    ensemble_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DeployFailed:
+    attempt: int
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Lost:
+    """The DMS no longer knows the followed deployment (``error`` is its last answer)."""
+
+    ensemble_id: str
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class BackedOff:
+    """The back-off after ``attempt`` is over (its ensemble stopped): the next may deploy."""
+
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ShutDown:
+    pass
+
+
+Report = Callable[[Any], None]
+"""How the follower hands a result to its actor (the actor's mailbox)."""
+
+
+class PodFollower:
+    """The DMS I/O of the pod ``uid`` (its ``/create`` body: ``request``); see the module
+    docstring. One per actor: a delete that cancels a deployment under way shuts down what that
+    deployment's request may still create (:meth:`shut_down`)."""
+
+    # One per pod, kept as long as the pod: no __dict__ (10,000 pods are the target).
+    __slots__ = (
+        "_inflight",
+        "_invoke",
+        "_policy",
+        "_report",
+        "_request",
+        "_rng",
+        "_translate",
+        "_uid",
+    )
+
+    def __init__(
+        self,
+        uid: str,
+        request: bytes,
+        *,
+        invoke: Invoke,
+        translate: Translate,
+        policy: PodPolicy,
+        rng: random.Random,
+        report: Report,
+    ) -> None:
+        self._uid = uid
+        self._request = request
+        self._invoke = invoke
+        self._translate = translate
+        self._policy = policy
+        self._rng = rng
+        self._report = report
+        self._inflight: asyncio.Future[NewDeploymentResponse] | None = None  # deployment/new
+
+    async def deploy(self, attempt: int) -> None:
+        """Deploy ``attempt`` (the actor recorded it): report it :class:`Deployed` or
+        :class:`DeployFailed`; transient DMS failures are retried with backoff."""
+        try:
+            ensemble = await self._ensemble(attempt)
+        except DmsgwError as exc:
+            self._report(DeployFailed(attempt, str(exc)))
+            return
+        tries = 0
+        while True:
+            existing = await self._find_existing(attempt)
+            if existing:
+                self._report(Deployed(attempt, existing))
+                return
+            try:
+                # Shielded: a delete cancels this task, but a request already sent may still
+                # be accepted; the delete then waits for its reply (see shut_down).
+                self._inflight = asyncio.ensure_future(
+                    self._invoke(
+                        DEPLOYMENT_NEW,
+                        NewDeploymentRequest(ensemble),
+                        timeout_s=self._policy.deploy_timeout_s,
+                    )
+                )
+                reply = await asyncio.shield(self._inflight)
+                self._inflight = None
+            except DMSBehaviorError as exc:
+                self._report(DeployFailed(attempt, str(exc)))
+                return
+            except (TransportError, DmsgwError) as exc:
+                tries += 1
+                delay = self._retry_delay(tries)
+                log.warning(
+                    "pod %s: deploy attempt %d failed (%s); retrying in %.1f s",
+                    self._uid,
+                    attempt,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            if reply.status.upper() != "OK" or not reply.ensemble_id:
+                self._report(DeployFailed(attempt, reply.error or f"status {reply.status!r}"))
+                return
+            self._report(Deployed(attempt, reply.ensemble_id))
+            return
+
+    async def _ensemble(self, attempt: int) -> EnsembleConfig:
+        """The pod translated; a translation that is not ready waits for what it lacks (and
+        retries with backoff while that cannot be had) instead of failing the pod for good."""
+        tries = 0
+        while True:
+            try:
+                return self._translate(parsed_request(self._request), attempt)
+            except TranslationNotReadyError as pending:
+                if tries:
+                    await asyncio.sleep(self._retry_delay(tries))
+                tries += 1
+                log.info("pod %s: %s", self._uid, pending)
+                try:
+                    await pending.wait()
+                except DmsgwError as exc:
+                    log.info("pod %s: still waiting: %s", self._uid, exc)
+
+    async def _find_existing(self, attempt: int) -> str:
+        """An ensemble already deployed for this attempt (the reply to an earlier try may have
+        been lost, or the gateway died after the DMS accepted it): never deploy twice. A
+        listing that goes unanswered is asked again: that DMS may well hold one."""
+        wanted = {POD_UID_KEY: self._uid, ATTEMPT_KEY: str(attempt)}
+        tries = 0
+        while True:
+            try:
+                listing = await self._invoke(
+                    DEPLOYMENT_LIST, DeploymentListRequest(metadata=wanted)
+                )
+                break
+            except TransportError as exc:
+                tries += 1
+                delay = self._retry_delay(tries)
+                log.warning(
+                    "pod %s: cannot list its deployments (%s); retrying in %.1f s",
+                    self._uid,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+            except DmsgwError:
+                return ""
+        for item in listing.deployments or ():
+            meta = item.metadata or {}
+            if all(meta.get(k) == v for k, v in wanted.items()):
+                return str(item.orchestrator_id)
+        return ""
+
+    def _retry_delay(self, tries: int) -> float:
+        p = self._policy
+        base = min(p.retry_max_s, p.retry_min_s * 2.0 ** (tries - 1))
+        return base * (0.8 + 0.4 * self._rng.random())
+
+    async def follow(self, ensemble_id: str, runs_so_far: Mapping[str, Any]) -> None:
+        """Report each change of the deployment's status, of an allocation's status or of a
+        container's runs (a task fails while the deployment still runs, and the DMS reports
+        allocations only then). A wrapped container whose allocation changed, and every one
+        once the deployment has ended, has its log read for the wrapper's markers: the DMS
+        reports no exit code. An allocation whose health check fails may be restarted by
+        the DMS between two polls: its log is read at every poll, as the start markers are
+        the only trace of such a restart."""
+        interval = self._policy.poll_min_s
+        last: tuple[Any, ...] | None = None
+        containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped
+        runs = {name: Runs.from_map(runs_so_far.get(name)) for name in containers}
+        seen: dict[str, tuple[str, str] | None] = {}
+        end_reads_left = END_READ_TRIES
+        unknown = 0  # status polls in a row that found the deployment unknown to the DMS
+        while True:
+            try:
+                reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
+            except DmsgwError as exc:
+                lost = isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND
+                unknown = unknown + 1 if lost else 0
+                if unknown >= LOST_AFTER:
+                    self._report(Lost(ensemble_id, str(exc)))
+                    return
+                log.info("pod %s: status of %s unavailable: %s", self._uid, ensemble_id, exc)
+                await asyncio.sleep(interval)
+                interval = min(interval * 2, self._policy.poll_max_s)
+                continue
+            unknown = 0
+            status = DeploymentStatus.parse(reply.status)
+            allocations = reply.allocation_info or {}
+            key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
+            ended = status in TERMINAL_DMS
+            manifest = await self._manifest(ensemble_id) if ended and key != last else None
+            listed = (manifest.allocations or {}) if manifest is not None else {}
+            states = {name: _allocation_state(name, listed, allocations) for name in containers}
+            read = [
+                name
+                for name, wraps in containers.items()
+                if wraps
+                and (
+                    ended  # the manifest may have failed too: every log, once more
+                    or (
+                        states[name][0] not in _NOT_STARTED
+                        and (states[name] != seen.get(name) or states[name][1] == _UNHEALTHY)
+                    )
+                )
+            ]
+            found = await asyncio.gather(
+                *(
+                    read_runs(self._invoke, ensemble_id, name, runs[name], uid=self._uid)
+                    for name in read
+                )
+            )
+            unread = {name for name, got in zip(read, found, strict=True) if got is None}
+            if ended and unread and end_reads_left:
+                end_reads_left -= 1  # the logs hold the only exit codes: try the end again
+                await asyncio.sleep(interval)
+                continue
+            now = {
+                **runs,
+                **{n: got for n, got in zip(read, found, strict=True) if got is not None},
+            }
+            now = {
+                # A container whose log could not be read keeps its runs as they were: judging
+                # its status without its markers would count a run they may yet show.
+                name: now[name]
+                if name in unread and not ended
+                else now[name].saw(states[name][0], deployment_ended=ended, wrapped=wraps)
+                for name, wraps in containers.items()
+            }
+            # A container whose log could not be read is read again at the next poll.
+            seen = {name: seen.get(name) if name in unread else states[name] for name in states}
+            if key != last or now != runs:
+                self._report(Observed(status, reply, manifest, now))
+                interval = self._policy.poll_min_s
+                last, runs = key, now
+                if ended:
+                    return
+            else:
+                interval = min(interval * 1.5, self._policy.poll_max_s)
+            await asyncio.sleep(interval)
+
+    async def _manifest(self, ensemble_id: str) -> Any:
+        try:
+            reply = await self._invoke(DEPLOYMENT_MANIFEST, DeploymentManifestRequest(ensemble_id))
+        except DmsgwError as exc:
+            log.info("pod %s: manifest of %s unavailable: %s", self._uid, ensemble_id, exc)
+            return None
+        return reply.manifest
+
+    async def back_off(self, attempt: int, *, delay_s: float = 0.0, stop: str = "") -> None:
+        """Stop the ensemble ``stop`` (at once when it has ended already), wait ``delay_s``,
+        then report :class:`BackedOff`: the actor records the next attempt and deploys it."""
+        await self._stop(stop)
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        self._report(BackedOff(attempt))
+
+    async def shut_down(self, ensemble_id: str, attempt: int) -> None:
+        """Shut the pod's ensemble down until done (the one of ``attempt`` when the delete came
+        while it was deploying), then report :class:`ShutDown`."""
+        if not ensemble_id and attempt:  # deleted while deploying
+            ensemble_id = await self._deployed_anyway(attempt)
+        await self._stop(ensemble_id)
+        self._report(ShutDown())
+
+    async def _deployed_anyway(self, attempt: int) -> str:
+        """The ensemble of a deployment/new that the delete cut short, if the DMS took it."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            reply: NewDeploymentResponse | None
+            try:
+                reply = await inflight
+            except Exception:  # refused or lost: the listing tells
+                reply = None
+            if reply is not None and reply.ensemble_id:
+                return reply.ensemble_id
+        return await self._find_existing(attempt)
+
+    async def _stop(self, ensemble_id: str) -> None:
+        tries = 0
+        while ensemble_id:
+            try:
+                state = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
+                status = DeploymentStatus.parse(state.status)
+                if status in TERMINAL_DMS or status == DeploymentStatus.UNKNOWN:
+                    break
+                if status == DeploymentStatus.RUNNING:
+                    await self._invoke(DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id))
+            except DmsgwError as exc:
+                if isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND:
+                    break  # the DMS no longer knows it: nothing left to stop
+                log.info("pod %s: shutdown of %s: %s", self._uid, ensemble_id, exc)
+            tries += 1
+            await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
+
+
+def _wrapped_containers(request: bytes) -> dict[str, bool]:
+    """Each container of the pod, init containers first, and whether it runs wrapped: what a
+    follower needs of the pod, without keeping the parsed pod alive as long as it follows."""
+    pod = parsed_request(request).pod
+    return {c.name: is_wrapped(pod, c) for c in (*pod.spec.init_containers, *pod.spec.containers)}
+
+
+async def read_runs(
+    invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str
+) -> Runs | None:
+    """``runs`` after the markers that the container's stderr gained since the last read;
+    ``None`` when the log cannot be had (pod ``uid`` names it in the log message)."""
+    try:
+        directory = await log_directory(invoke, ensemble_id, allocation_key(container))
+        text, read_to = await asyncio.to_thread(
+            lines_after, directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT
+        )
+    except (DmsgwError, OSError) as exc:
+        log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
+        return None
+    return runs.read(markers(text), read_to)
+
+
+def _allocation_state(
+    name: str, listed: Mapping[str, Any], allocations: Mapping[str, Any]
+) -> tuple[str, str]:
+    """A container's allocation status and health, from the live info or the manifest."""
+    status, info, _ = allocation_of(name, listed, allocations)
+    return status, info.health if info is not None else ""

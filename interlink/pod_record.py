@@ -1,0 +1,141 @@
+"""What the gateway keeps of a pod: its :class:`PodRecord` (persisted before every transition
+is acted on), the :class:`Phase` it is in, the :class:`PodPolicy` that times its life, and the
+``/status`` entry a record reads as (:func:`snapshot_of`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from ..behaviors.deployment import DeploymentStatusResponse
+from ..behaviors.status import DeploymentStatus, EnsembleManifest
+from ..clock import NS_PER_SECOND
+from .bodies import PodStatus, RetrievedPodData
+from .container_runs import Runs
+from .parsing import parse_create_body
+from .pod_status import container_statuses, pod_status
+from .translate import METADATA_GENERATION, METADATA_POD_UID
+
+POD_UID_KEY = METADATA_POD_UID
+ATTEMPT_KEY = METADATA_GENERATION  # one deployment per attempt: its generation
+DEPLOYMENT_LOST = "DeploymentLost"
+"""``PodRecord.reason`` of a pod whose deployment the DMS no longer knows."""
+
+
+class Phase:
+    """Where a pod is in its life (stored as text)."""
+
+    PENDING = "pending"  # recorded, not yet deployed
+    DEPLOYING = "deploying"  # deployment/new under way for ``attempt``
+    RUNNING = "running"  # an ensemble exists; following it
+    BACKOFF = "backoff"  # ended; waiting to redeploy (restartPolicy)
+    TERMINAL = "terminal"  # ended for good (or failed before deploying)
+    DELETING = "deleting"  # shutting the ensemble down
+
+
+TERMINAL_DMS = {DeploymentStatus.COMPLETED, DeploymentStatus.FAILED}
+
+
+@dataclasses.dataclass
+class PodRecord:
+    """What is persisted of a pod (msgpack map; unknown keys ignored, missing defaulted)."""
+
+    uid: str
+    namespace: str
+    name: str
+    jid: str
+    request: bytes  # the RetrievedPodData JSON interLink sent
+    phase: str = Phase.PENDING
+    attempt: int = 0
+    restarts: int = 0
+    ensemble_id: str = ""
+    previous_ensemble_id: str = ""  # the ensemble before the last restart (logs --previous)
+    dms_status: str = ""
+    reason: str = ""
+    message: str = ""
+    created_ns: int = 0
+    started_ns: int = 0
+    finished_ns: int = 0
+    running_ns: int = 0  # when the current ensemble was first seen Running (0: not yet)
+    backoff: int = 0  # restarts in a row, none after a run of restart_reset_s: the back-off
+    observed: dict[str, Any] = dataclasses.field(default_factory=dict)
+    runs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Container name -> its runs, restarts and last run's end (:meth:`Runs.to_map`)."""
+
+    def to_map(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_map(cls, value: Mapping[str, Any]) -> PodRecord:
+        names = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in value.items() if k in names}
+        if not isinstance(fields.get("runs", {}), dict):
+            fields["runs"] = {}  # a garbled ledger reads as empty, as a garbled entry of it does
+        return cls(**fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class PodPolicy:
+    """Timings of a pod's life; tests shrink them."""
+
+    poll_min_s: float = 0.5
+    poll_max_s: float = 5.0
+    retry_min_s: float = 1.0
+    retry_max_s: float = 60.0
+    restart_min_s: float = 10.0
+    restart_max_s: float = 300.0
+    restart_reset_s: float = 600.0
+    """A deployment that ran this long resets the restart back-off (as the kubelet's does)."""
+    deploy_timeout_s: float = 120.0
+
+
+DEFAULT_POLICY = PodPolicy()
+
+
+Snapshot = Callable[[PodRecord], PodStatus]
+"""How a record reads as its ``/status`` entry (:func:`snapshot_of` as of some clock)."""
+
+
+def request_data(record: PodRecord) -> RetrievedPodData:
+    """The ``/create`` body the record keeps (it was valid when stored)."""
+    return parsed_request(record.request)
+
+
+@functools.lru_cache(maxsize=256)
+def parsed_request(request: bytes) -> RetrievedPodData:
+    """A pod's stored body is read on every snapshot and restart decision, and never changes:
+    parse it once (bounded, so 10,000 pods do not keep 10,000 parsed copies)."""
+    return parse_create_body(request)[0]
+
+
+def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
+    """The ``/status`` entry for a pod record: its containers as Kubernetes sees them."""
+    pod = request_data(record).pod
+    observed = DeploymentStatusResponse.from_json(json.dumps(record.observed or {}))
+    status = record.dms_status or DeploymentStatus.PREPARING.go_name
+    if record.phase == Phase.TERMINAL and record.reason == "ProviderFailed":
+        status = DeploymentStatus.FAILED.go_name
+    containers = (*pod.spec.init_containers, *pod.spec.containers)
+    runs = {c.name: Runs.from_map(record.runs.get(c.name)) for c in containers}
+    seen = {name: own.observation(record.restarts) for name, own in runs.items()}
+    manifest = (
+        EnsembleManifest.from_json(json.dumps(record.observed["manifest"]))
+        if record.observed.get("manifest")
+        else None
+    )
+    statuses = container_statuses(
+        pod,
+        status,
+        manifest,
+        now=datetime.fromtimestamp(now_ns / NS_PER_SECOND, UTC),
+        allocation_info=observed.allocation_info,
+        observations=seen,
+        error=record.message or observed.error,
+        final=record.phase == Phase.TERMINAL,
+    )
+    return pod_status(pod, record.jid, statuses)

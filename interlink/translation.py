@@ -1,0 +1,53 @@
+"""How a pod becomes the ensemble its ``PodActor`` deploys: :data:`Translate`, the error that
+says a translation is not possible *yet*, and the gateway's :class:`Translator`, which
+translates against the GPU classes the DMS peers report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..behaviors.ensemble import EnsembleConfig
+from ..errors import DmsgwError
+from .bodies import RetrievedPodData
+from .resources import GpuCatalog
+from .translate import PodTranslationError, TranslationOptions, pod_to_ensemble
+
+
+class TranslationNotReadyError(DmsgwError):
+    """The pod cannot be translated *yet*: ``wait()`` fetches what is missing (the peers' GPU
+    catalog, before the first ping), after which the translation is tried again. Raised by a
+    :data:`Translate`; the pod actor waits instead of failing the pod."""
+
+    def __init__(self, message: str, wait: Callable[[], Awaitable[Any]]) -> None:
+        super().__init__(message)
+        self.wait = wait
+
+
+Translate = Callable[[RetrievedPodData, int], EnsembleConfig]
+"""``translate(pod data, generation)``: the generation (deploy attempt) is part of the ensemble.
+It raises :class:`TranslationNotReadyError` when it lacks something it can fetch."""
+
+
+class Translator:
+    """Pods translated against the GPU classes the peers report (its :class:`GpuCatalog`,
+    which the ``ResourceActor`` fills). Until that catalog has been loaded once (by a ping, or
+    by ``load``), a pod that does not translate may only lack it (a GPU pod resumed after a
+    restart, before interLink's first ping): it waits for the catalog and is translated again,
+    instead of failing for good."""
+
+    def __init__(self, catalog: GpuCatalog, load: Callable[[], Awaitable[Any]]) -> None:
+        self.catalog = catalog
+        self._load = load
+
+    def __call__(self, data: RetrievedPodData, generation: int) -> EnsembleConfig:
+        options = TranslationOptions(generation=generation, gpu_models=dict(self.catalog.models))
+        try:
+            return pod_to_ensemble(data, options=options)
+        except PodTranslationError as exc:
+            if self.catalog.loaded:
+                raise
+            raise TranslationNotReadyError(
+                f"waiting for the DMS peers' GPU catalog to translate the pod ({exc})", self._load
+            ) from None
