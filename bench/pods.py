@@ -73,6 +73,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+import dmsgw
 from dmsgw.behaviors.catalog import (
     DEPLOYMENT_LIST,
     DEPLOYMENT_LOGS,
@@ -112,6 +113,7 @@ RSS_TARGET_KIB = 64
 P99_TARGET = 2.0
 RESTART_TARGET_S = 3.0
 PROBE_S = 0.02  # the stall probe's period
+PACKAGE = str(Path(dmsgw.__file__).resolve().parent)  # the gateway's own code, for --profile
 ROUNDS = 2  # floor and project alternate this many times, --seconds / ROUNDS each
 CONNECTIONS = 64  # the client's keep-alive pool (interLink's Go client keeps a pool too)
 POLICY = PodPolicy(poll_min_s=60.0, poll_max_s=120.0)  # followed, not hammered
@@ -357,7 +359,7 @@ async def main(pods: int, rate: float, seconds: float, batch: int, profile: bool
             for runner in runners:
                 await runner.cleanup()
             await _close(backend, gateway, "first")
-        await _restart(tmp, dms, loop, pods, probe)
+        await _restart(tmp, dms, loop, pods, probe, profile)
     watch.cancel()
     sampler.cancel()
     print(
@@ -533,12 +535,20 @@ async def _drive_in_child(
 
 
 async def _restart(
-    tmp: Path, dms: FakeDMS, loop: asyncio.AbstractEventLoop, pods: int, probe: _Probe
+    tmp: Path,
+    dms: FakeDMS,
+    loop: asyncio.AbstractEventLoop,
+    pods: int,
+    probe: _Probe,
+    profile: bool,
 ) -> None:
     """A new gateway on the same store, until every pod answers Running; then the floor."""
     gc.collect()
     wall_started = time.time()
     started = time.perf_counter()
+    profiler = cProfile.Profile() if profile else None
+    if profiler is not None:
+        profiler.enable()
     gateway, backend = _gateway(tmp, dms, loop, pods)
     await gateway.start()
     resumed_s = time.perf_counter() - started
@@ -546,6 +556,10 @@ async def _restart(
     while any(u not in gateway.snapshots or not _running(gateway.snapshots[u]) for u in uids):
         await asyncio.sleep(0.01)
     answering_s = time.perf_counter() - started
+    if profiler is not None:
+        profiler.disable()
+        print("  cProfile of the restart (this thread only; the profiler slows it), per pod:")
+        _print_profile(profiler, pods, "pod")
     stall = _stall_between(probe.samples, wall_started, time.time())
     await _close(backend, gateway, "restarted")
 
@@ -627,19 +641,34 @@ async def _profile_status(url: str, pods: int, rate: float, s: float) -> None:
         "with the profiler on); the functions taking the most time of their own (waiting in "
         "epoll left out):"
     )
-    stats = [row for row in _profile_rows(profiler) if "poll' of 'select" not in row[3]]
-    for own, total, calls, where in stats[:20]:
-        print(
-            f"    {own / max(answers, 1) * 1e6:6.1f} µs own {total / max(answers, 1) * 1e6:7.1f} "
-            f"µs total per answer {calls / max(answers, 1):6.2f} calls  {where}"
-        )
+    _print_profile(profiler, answers, "answer")
 
 
-def _profile_rows(profiler: cProfile.Profile) -> list[tuple[float, float, int, str]]:
-    """(own time, cumulative time, calls, where) per function, the most own time first."""
+def _print_profile(profiler: cProfile.Profile, per: int, unit: str) -> None:
+    """The 20 functions taking the most time of their own (waiting in epoll left out), then
+    the gateway's own functions by the time spent in them and below."""
+    rows = [row for row in _profile_rows(profiler) if "poll' of 'select" not in row[3]]
+    ours = sorted((r for r in rows if _ours(r[4])), key=lambda r: -r[1])
+    for title, chosen in (("most own time", rows[:20]), ("the gateway's, cumulative", ours[:15])):
+        print(f"    {title}:")
+        for own, total, calls, where, _ in chosen:
+            print(
+                f"    {own / per * 1e6:7.1f} µs own {total / per * 1e6:8.1f} µs total per "
+                f"{unit} {calls / per:6.2f} calls  {where}"
+            )
+
+
+def _ours(filename: str) -> bool:
+    """The gateway's own code: the package, not the bench nor the environment inside it."""
+    inside = filename.startswith(PACKAGE)
+    return inside and not any(f"/{d}/" in filename for d in (".venv", "bench"))
+
+
+def _profile_rows(profiler: cProfile.Profile) -> list[tuple[float, float, int, str, str]]:
+    """(own time, cumulative time, calls, where, file) per function, the most own time first."""
     rows = []
     for (filename, line, name), (_, calls, own, total, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
-        rows.append((own, total, calls, f"{name} ({Path(filename).name}:{line})"))
+        rows.append((own, total, calls, f"{name} ({Path(filename).name}:{line})", filename))
     return sorted(rows, reverse=True)
 
 
