@@ -341,8 +341,7 @@ async def main(pods: int, rate: float, seconds: float, batch: int, profile: bool
     loop = asyncio.get_running_loop()
     print(f"load average before the run: {_load_average()} (2 cores shared: figures are noisy)")
     metrics = Metrics()
-    stalls = LoopStalls(metrics)  # the gateway's own gauge, as `dmsgw serve` runs it
-    watch = loop.create_task(stalls.watch())
+    gauge = _StallGauge(metrics)
     probe = _Probe()
     sampler = loop.create_task(probe.run())
     with tempfile.TemporaryDirectory(prefix="dmsgw-bench-pods-") as name:
@@ -353,20 +352,15 @@ async def main(pods: int, rate: float, seconds: float, batch: int, profile: bool
         config = load_config(env={"DMSGW_STATE_PATH": str(tmp / "unused.sqlite3")})
         runners: list[web.AppRunner] = []
         try:
-            load = _Load(backend, gateway, dms, metrics, config, runners, probe)
+            load = _Load(backend, gateway, dms, metrics, config, runners, probe, gauge)
             await load.run(pods, rate, seconds, batch, profile)
         finally:
             for runner in runners:
                 await runner.cleanup()
             await _close(backend, gateway, "first")
-        await _restart(tmp, dms, loop, pods, probe, profile)
-    watch.cancel()
+        await _restart(tmp, dms, loop, pods, probe, gauge, profile)
+    gauge.watch.cancel()
     sampler.cancel()
-    print(
-        f"gateway gauge dmsgw_event_loop_stall_max_seconds over the whole run: "
-        f"{_gauge(metrics, 'dmsgw_event_loop_stall_max_seconds') * 1e3:.0f} ms "
-        f"(creates, /status, shutdown and restart included)"
-    )
     print(f"load average after the run: {_load_average()}")
 
 
@@ -381,13 +375,28 @@ def _load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _gauge(metrics: Metrics, name: str) -> float:
-    """A gauge's value as ``/metrics`` shows it."""
-    for family in metrics.registry.collect():
-        for sample in family.samples:
-            if sample.name == name:
-                return float(sample.value)
-    raise SystemExit(f"/metrics has no {name}")
+class _StallGauge:
+    """The gateway's own stall gauge, run as ``dmsgw serve`` runs it, read as ``/metrics``
+    shows it for each load. It is set back to 0 after the bench's own full collections (the
+    RSS and GC figures), which would otherwise be the longest stall of every load."""
+
+    NAME = "dmsgw_event_loop_stall_max_seconds"
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._stalls = LoopStalls(metrics)
+        self.watch = asyncio.get_running_loop().create_task(self._stalls.watch())
+
+    def reset(self) -> None:
+        self._stalls.longest_s = 0.0
+
+    def read(self, what: str) -> str:
+        """The gauge's line for the load ``what`` (read now, printed where it belongs)."""
+        for family in self._metrics.registry.collect():
+            for sample in family.samples:
+                if sample.name == self.NAME:
+                    return f"  {self.NAME} over {what}: {sample.value * 1e3:.0f} ms"
+        raise SystemExit(f"/metrics has no {self.NAME}")
 
 
 class _Load:
@@ -402,7 +411,9 @@ class _Load:
         config: Any,
         runners: list[web.AppRunner],
         probe: _Probe,
+        gauge: _StallGauge,
     ) -> None:
+        self.gauge = gauge
         self.backend = backend
         self.gateway = gateway
         self.dms = dms
@@ -423,14 +434,17 @@ class _Load:
         objects_before = _tracked_by_type() if profile else None
         if profile:
             tracemalloc.start()
+        self.gauge.reset()
         await self._create(pods, batch, baseline)
         if objects_before is not None:
             _print_objects_per_pod(objects_before, pods)
             _print_allocations(pods)
         project_url, floor_url, size = await self._servers()
         plan = [("floor", floor_url), ("project", project_url)] * ROUNDS
+        self.gauge.reset()
         results = await _drive_in_child(plan, pods, rate, seconds / ROUNDS)
         _report(results, rate, size, self.probe.samples)
+        print(self.gauge.read("the /status loads (the floor's and the gateway's)"))
         if profile:
             await _profile_status(project_url, pods, rate, seconds / ROUNDS)
         gc.collect()
@@ -456,6 +470,7 @@ class _Load:
             await asyncio.sleep(0.05)
         all_running_s = time.perf_counter() - started
         stall = _stall_between(self.probe.samples, wall_started, time.time())
+        gauge_line = self.gauge.read("the creates")
         gc.collect()
         # What the cyclic collector costs when it does run in full: a stall of the event loop.
         collecting = time.perf_counter()
@@ -469,6 +484,7 @@ class _Load:
         print(f"  create:      {pods / created_s:8,.0f} pods/s ({created_s:.1f} s)")
         print(f"  all Running: {all_running_s:8.1f} s after the first create")
         print(f"  stall:       {stall * 1e3:8.0f} ms, the longest while creating")
+        print(gauge_line)
         print(
             f"  RSS/pod:     {per_pod_kib:8.1f} KiB (RSS +{grown / 2**20:.0f} MiB, peak "
             f"{peak_mib:.0f} MiB; target <= {RSS_TARGET_KIB} KiB): "
@@ -540,10 +556,12 @@ async def _restart(
     loop: asyncio.AbstractEventLoop,
     pods: int,
     probe: _Probe,
+    gauge: _StallGauge,
     profile: bool,
 ) -> None:
     """A new gateway on the same store, until every pod answers Running; then the floor."""
     gc.collect()
+    gauge.reset()
     wall_started = time.time()
     started = time.perf_counter()
     profiler = cProfile.Profile() if profile else None
@@ -556,11 +574,12 @@ async def _restart(
     while any(u not in gateway.snapshots or not _running(gateway.snapshots[u]) for u in uids):
         await asyncio.sleep(0.01)
     answering_s = time.perf_counter() - started
+    stall = _stall_between(probe.samples, wall_started, time.time())
+    gauge_line = gauge.read("the restart")
     if profiler is not None:
         profiler.disable()
         print("  cProfile of the restart (this thread only; the profiler slows it), per pod:")
         _print_profile(profiler, pods, "pod")
-    stall = _stall_between(probe.samples, wall_started, time.time())
     await _close(backend, gateway, "restarted")
 
     gc.collect()
@@ -583,6 +602,7 @@ async def _restart(
         f"  gateway:  {answering_s:6.2f} s until every pod answers Running on /status "
         f"(Gateway.start returned after {resumed_s:.2f} s); longest stall {stall * 1e3:.0f} ms"
     )
+    print(gauge_line)
     print(
         f"  floor:    {floor_s:6.3f} s (read the rows {read_s:.3f} s, one PodRecord each "
         f"{floor_s - read_s:.3f} s); the gateway's snapshot_of alone: {snapshots_s:.3f} s"
