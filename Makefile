@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/devnet_start.py
 	$(BIN)/python bench/invoke.py
 	$(BIN)/python bench/pods.py
+	$(BIN)/python bench/ping.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -21,7 +21,12 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("crypto.py", ["--seconds", "0.02"], "worst ratio"),
         ("devnet_start.py", ["--rounds", "1", "--nodes", "2"], ""),
         ("invoke.py", ["--rounds", "20", "--concurrency", "4"], "ratio p50"),
-        ("pods.py", ["--pods", "20", "--rate", "100", "--seconds", "0.4"], "p99 ratio"),
+        ("pods.py", ["--pods", "20", "--rate", "100", "--seconds", "0.4"], "restart ratio"),
+        (
+            "ping.py",
+            ["--peers", "20", "--peer-latency-ms", "1", "--seconds", "0.2", "--burst", "3"],
+            "cached p99 ratio",
+        ),
     ],
 )
 def test_the_benchmark_runs(script: str, args: list[str], verdict: str) -> None:
