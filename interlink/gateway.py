@@ -250,11 +250,24 @@ class Gateway:
         if ref is not None and ref.is_alive():
             await ref.proxy().delete()  # type: ignore[attr-defined]
             return
-        record = self._records.pop(uid, None)
+        record = self._records.get(uid)
+        if record is not None and record.phase != Phase.TERMINAL:
+            await self._delete_later(record)
+            return
+        self._records.pop(uid, None)
         self.snapshots.pop(uid, None)
         self._polls.drop(uid)
         if record is not None:
             await self.parts.store.delete(uid)
+
+    async def _delete_later(self, record: PodRecord) -> None:
+        """A pod whose actor crashed and awaits its restart: dropping its record would leave
+        the ensemble running and the restart without a record. The delete is recorded instead,
+        and the restarted actor (or, if the gateway gives up, the next gateway) carries it out."""
+        deleting = dataclasses.replace(record, phase=Phase.DELETING)
+        await self.parts.store.put(record.uid, deleting.to_map())
+        self._records[record.uid] = deleting
+        log.info("pod %s: its actor is restarting; the delete waits for it", record.uid)
 
     async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         """Snapshots only: no DMS round trip. An unknown pod that carries our ``JobID`` is

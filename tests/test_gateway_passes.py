@@ -303,3 +303,22 @@ async def test_two_gateways_on_one_devnet_keep_each_others_pods(
         for backend in backends:
             await backend.close()
         await devnet.stop()
+
+
+async def test_a_delete_while_a_pod_actor_awaits_its_restart_is_carried_out(
+    dms: FakeDMS, tmp_path: Path, clock: FixedClock, gateways: list[Gateway]
+) -> None:
+    """interLink deletes a pod whose actor crashed and has not been restarted yet (interLink
+    never retries a delete): the delete is recorded, and whoever runs the pod next (the
+    restarted actor, or a gateway started on the same state) shuts its ensemble down."""
+    first = await gateway_on(dms, tmp_path / "state.sqlite3", owner=ONE, clock=clock)
+    await create(first, pod(uid(1)))
+    await until(lambda: len(dms.live(uid(1))) == 1, "deployed")
+    actor = first.registry.get(f"pod/{uid(1)}")
+    assert actor is not None
+    actor.stop()  # as if it crashed: no live actor while the record is not terminal
+    await actor.wait_stopped()  # type: ignore[attr-defined]
+    await first.delete(parse_create_body(json.dumps({"pod": pod(uid(1))}).encode())[0].pod)
+    await first.close()
+    gateways.append(await gateway_on(dms, tmp_path / "state.sqlite3", owner=ONE, clock=clock))
+    await until(lambda: dms.live(uid(1)) == [], "the deleted pod's ensemble shut down")
