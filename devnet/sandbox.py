@@ -109,6 +109,8 @@ class SandboxPlan:
     """Declared path -> sandbox path, applied to commands and scripts in ``rewrite`` mode."""
     memory_limit: int
     """``resources.ram.size`` in bytes (0: none)."""
+    cpu_limit: float = 0.0
+    """``resources.cpu.cores`` (0: none)."""
     run_as: RunAs | None = None
     """The unprivileged user the allocation runs as (``None``: the devnet's own)."""
 
@@ -391,6 +393,7 @@ def plan_sandbox(
         isolation=isolation,
         paths=table,
         memory_limit=config.resources.ram.size,
+        cpu_limit=config.resources.cpu.cores,
         run_as=run_as,
     )
 
