@@ -12,29 +12,38 @@ the period) that throttles it. The devnet does the same where this host lets it 
 * else nothing: the executor samples resident memory instead (see :mod:`.executor`), which
   a burst shorter than a sample escapes, and the CPU is not limited.
 
-The devnet makes a group of its own, ``dmsgw-devnet-<pid>.<start time>``, under this
-process's group in each hierarchy, and in it one group per run (``<allocation>-<n>``). A run's
-main process joins its groups between ``fork`` and ``exec`` — before it can allocate
-anything — by writing ``0`` ("the writer") to descriptors the devnet opened as root, so that
-the allocation's unprivileged user needs no permission on the cgroup files; its descendants
-inherit them. Which mechanism runs is said once, in the devnet's start log line.
+The devnet makes a group of its own, named as its working directory
+(``dmsgw-devnet-<pid>.<start time>-…``), under this process's group in each hierarchy (and
+removes those of devnets that no longer run), and in it one group per run
+(``<allocation>-<n>``). A run's main process joins its groups between ``fork`` and
+``exec`` — before it can allocate anything — by writing ``0`` ("the writer") to descriptors
+the devnet opened as root, so that the allocation's unprivileged user needs no permission on
+the cgroup files; its descendants inherit them. Which mechanism runs is said once, in the
+devnet's start log line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import itertools
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from .confinement import stale_work_dirs
 
 log = logging.getLogger(__name__)
 
 CPU_PERIOD_US = 100_000
 """The CFS period Docker uses; a quota of ``cores`` times this many µs per period."""
 _CONTROLLERS = ("memory", "cpu")
+REMOVE_WAIT_S = 2.0
+"""How long the devnet's stop waits for killed processes to leave their groups."""
+REMOVE_POLL_S = 0.02
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +147,7 @@ class Cgroups:
                 v1 = _v1_hierarchy(controller, name, groups)
                 if v1 is not None:
                     found.append(v1)
+        cls.remove_stale(found)
         return cls(found)
 
     @property
@@ -170,14 +180,39 @@ class Cgroups:
         return RunGroup.make(name, limits)
 
     def remove(self) -> None:
-        """Remove the devnet's groups, once every allocation process is gone."""
+        """Remove the devnet's groups once every allocation process has been killed
+        (blocking: a killed process leaves its group a moment after the signal)."""
         for directory in {h.directory for h in self.hierarchies.values()}:
-            for child in directory.iterdir() if directory.is_dir() else ():
-                if child.is_dir():
-                    with contextlib.suppress(OSError):
-                        child.rmdir()
-            with contextlib.suppress(OSError):
-                directory.rmdir()
+            _remove_group(directory)
+
+    @staticmethod
+    def remove_stale(hierarchies: Sequence[Hierarchy]) -> None:
+        """Remove the groups that devnets which no longer run left beside ours (their
+        watchdog killed their processes but cannot remove a group)."""
+        for parent in {h.directory.parent for h in hierarchies}:
+            for stale in stale_work_dirs(parent):
+                log.info("devnet: removing cgroup %s, left by a devnet that no longer runs", stale)
+                _remove_group(stale)
+
+
+def _remove_group(directory: Path) -> None:
+    """Remove ``directory``'s run groups, then itself, waiting up to
+    :data:`REMOVE_WAIT_S` for processes killed just before to leave them."""
+    deadline = time.monotonic() + REMOVE_WAIT_S
+    pending = [c for c in directory.iterdir() if c.is_dir()] if directory.is_dir() else []
+    pending.append(directory)
+    for group in pending:
+        while True:
+            try:
+                group.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    log.warning("devnet: cannot remove cgroup %s: %s", group, exc)
+                    break
+                time.sleep(REMOVE_POLL_S)
 
 
 def _memory_files(limit: int, v2: bool) -> dict[str, str]:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from dmsgw.behaviors.ensemble import SpecConfig, VolumeConfig
+from dmsgw.devnet.cgroups import Cgroups
 from dmsgw.devnet.executor import OOM_ERROR, probe_isolation
 from dmsgw.devnet.protocol import AllocationDeploymentConfig
 from dmsgw.devnet.pytest_plugin import (
@@ -237,6 +238,25 @@ def test_memory_beyond_ram_size_is_killed_as_an_oom(embedded_devnet: EmbeddedDev
     assert (allocation.exit_code, allocation.oom_killed) == (137, True)
     record = h.orchestrator(eid).placed["n1.hog"]
     assert (record.exit_code, record.error) == (137, OOM_ERROR)
+
+
+def test_where_no_cgroup_can_be_written_memory_is_sampled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fallback: the hog is seen by sampling (it holds its memory long enough)."""
+    monkeypatch.setattr(Cgroups, "probe", classmethod(lambda cls, name: cls(())))
+    h = start_embedded(seed="executor-sampled")
+    try:
+        assert "sampled resident memory" in h.devnet.cgroups.describe()  # type: ignore[union-attr]
+        hog = shell_allocation("task", HOG)
+        hog["resources"] = {**hog["resources"], "ram": {"size": 64 * MIB}}
+        eid = h.dms.deployment.new(one_node_ensemble({"hog": hog})).ensemble_id
+        h.wait_allocation(eid, "n1.hog", "failed")
+        allocation = h.faults.allocation(eid, "hog")
+        assert (allocation.exit_code, allocation.oom_killed) == (137, True)
+        assert h.orchestrator(eid).placed["n1.hog"].error == OOM_ERROR
+    finally:
+        h.close()
 
 
 def test_the_oom_kill_takes_the_largest_process_and_its_parent_lives_on(
