@@ -147,7 +147,7 @@ class Allocation:
         execution = await self.executor.run(self.plan)
         self.execution = execution
         self.exit_code, self.error, self.oom_killed = None, "", False
-        if self.plan.memory_limit:
+        if execution.sampled:
             self.node.spawn(execution.watch_memory(), f"memory of {self.id}")
         try:
             await execution.provisioned(self.timeouts.provision_s)

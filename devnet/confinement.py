@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,13 +176,17 @@ def describe_run_as(run_as: RunAs | None) -> str:
     )
 
 
-def child_setup(parent: int) -> Callable[[], None]:
-    """The ``preexec_fn`` of every allocation process: SIGKILL when the thread that started it
-    (the devnet's event loop) ends, ``no_new_privs``, and death at once if the devnet is
+def child_setup(parent: int, cgroup_procs: Sequence[int] = ()) -> Callable[[], None]:
+    """The ``preexec_fn`` of every allocation process: it joins the control groups whose
+    ``cgroup.procs`` the devnet opened as ``cgroup_procs`` (so that its limits hold from the
+    first page it takes; ``0`` names the writer), gets SIGKILL when the thread that started it
+    (the devnet's event loop) ends, ``no_new_privs``, and dies at once if the devnet is
     already gone (it may die between ``fork`` and the ``prctl``). It runs after the switch of
     user (which would clear the parent-death signal) and calls nothing that takes a lock."""
 
     def setup() -> None:
+        for fd in cgroup_procs:
+            os.write(fd, b"0")
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         if os.getppid() != parent:

@@ -40,6 +40,7 @@ from ..keys.did import DID
 from ..keys.trust import provider_from_private_key
 from ..keys.ucan.context import CapabilityContext
 from ..keys.ucan.token import Action, TokenList
+from .cgroups import Cgroups
 from .changes import ChangeFeed
 from .confinement import (
     RunAs,
@@ -141,6 +142,8 @@ class Devnet:
         self.work_parent = work_parent
         self.root: Path | None = None
         self.watchdog: Watchdog | None = None
+        self.cgroups: Cgroups | None = None
+        """The kernel's limits on allocations (probed at start)."""
         keys = [node_key(seed, i) for i in range(nodes)]
         contexts = [
             CapabilityContext(provider_from_private_key(k), name="dms", clock=clock) for k in keys
@@ -165,11 +168,13 @@ class Devnet:
             isolation = await probe_isolation(self.isolation)
             run_as = choose_run_as(self.run_as)
             self.root = await self._make_work_dir(run_as)
+            self.cgroups = await asyncio.to_thread(Cgroups.probe, self.root.name)
             log.info(
-                "devnet: work dir %s, %s isolation; %s",
+                "devnet: work dir %s, %s isolation; %s; %s",
                 self.root,
                 isolation.value,
                 describe_run_as(run_as),
+                self.cgroups.describe(),
             )
             for entry in self.nodes:
                 self._services(entry, self.root / entry.node.name, isolation, run_as)
@@ -201,6 +206,7 @@ class Devnet:
             workdir / "volumes",
             run_as=run_as,
             watchdog=self.watchdog,
+            cgroups=self.cgroups,
         )
         entry.provider = Provider(
             node, entry.profile, entry.ledger, entry.executor, self.timeouts, self.changes.notify
@@ -262,6 +268,9 @@ class Devnet:
             if entry.provider is not None:
                 await entry.provider.close()
             entry.node.stop_actors()
+        if self.cgroups is not None:
+            await asyncio.to_thread(self.cgroups.remove)
+            self.cgroups = None
         if self.root is not None:
             await asyncio.to_thread(remove_tree, self.root)
             self.root = None

@@ -11,16 +11,20 @@ files — as an unprivileged user when the devnet is root, and never outliving t
 * **Stop** as ``docker stop`` (``StopContainer``): SIGTERM to the main process only, SIGKILL to
   the whole process group after the grace period (and to whatever is left once the main
   process has exited, as Docker ends a container's every process with its PID 1).
-* **Memory**: ``resources.ram.size`` is enforced without cgroups by sampling the resident
-  memory of the main process and its descendants every :data:`MEMORY_SAMPLE_S`; above the limit
-  the largest of them is SIGKILLed, as the kernel's OOM killer picks its victim in a container's
-  memory cgroup (Docker does not set ``memory.oom.group``, so only that process dies), until
-  the rest fits. The run ends with the main process: 137 when it was the victim, else whatever
-  it makes of its child's death (the pod wrapper reports it and exits with it), with the DMS's
-  "container was killed due to OOM". A burst shorter than a sample passes unseen.
-  (``RLIMIT_AS`` was not used: it caps reserved virtual memory, which runtimes such as Go, Java
-  or Node reserve far beyond what they use, and it makes allocations fail rather than killing,
-  so an OOM kill could not be told apart.)
+* **Memory and CPU**: ``resources.ram.size`` and ``resources.cpu.cores`` are enforced by the
+  kernel where the host lets the devnet write cgroups (:mod:`.cgroups`): the OOM killer
+  SIGKILLs the largest process of the run's group however short its burst (Docker does not
+  set ``memory.oom.group``, so only that process dies), and the CPU is throttled to its
+  quota. Elsewhere the memory limit is enforced by sampling the resident memory of the main
+  process and its descendants every :data:`MEMORY_SAMPLE_S` and SIGKILLing the largest of
+  them above the limit, until the rest fits; a burst shorter than a sample passes unseen, and
+  the CPU is not limited. Either way the run ends with the main process: 137 when it was the
+  victim, else whatever it makes of its child's death (the pod wrapper reports it and exits
+  with it), with the DMS's "container was killed due to OOM". (``RLIMIT_AS``/``RLIMIT_DATA``
+  are not used: they cap reserved address space, which runtimes such as Go, Java or Node
+  reserve far beyond what they use, and they make an allocation fail — a ``MemoryError``, a
+  ``malloc`` returning ``NULL``, exit 1 or whatever the program makes of it — rather than
+  killing, so an OOM kill could not be told apart from the program's own failure.)
 * **Named volumes**: a ``local`` volume whose ``src`` is a name lives in the node's volume
   directory (:class:`NamedVolumes`).
 
@@ -43,6 +47,7 @@ from typing import Any
 import aiohttp
 
 from ..behaviors.ensemble import HealthCheckManifest
+from .cgroups import Cgroups, RunGroup
 from .confinement import RunAs, Watchdog, child_setup
 from .protocol import AllocationDeploymentConfig
 from .sandbox import (
@@ -231,11 +236,15 @@ class Execution:
         status_fd: int,
         stderr_at: int,
         watchdog: Watchdog | None = None,
+        group: RunGroup | None = None,
     ) -> None:
         self.proc = proc
         self.plan = plan
         self.pid = proc.pid
-        self.oom_killed = False
+        self.group = group
+        """The run's control groups (``None``: its memory is sampled, see :meth:`sampled`)."""
+        self._sampled_oom = False
+        self._kernel_oom = False
         self._status_fd = status_fd
         self._stderr_at = stderr_at
         self._watchdog = watchdog
@@ -247,8 +256,27 @@ class Execution:
         code = self.proc.returncode
         return None if code is None else exit_status(code)
 
+    @property
+    def sampled(self) -> bool:
+        """Whether the memory limit is left to :meth:`watch_memory` (no kernel limit)."""
+        return bool(self.plan.memory_limit) and (self.group is None or self.group.memory is None)
+
+    @property
+    def oom_killed(self) -> bool:
+        """Whether a process of the run was killed for its memory (by the kernel, or by
+        :meth:`watch_memory`)."""
+        if self.group is not None and not self._kernel_oom:
+            self._kernel_oom = self.group.oom_kills() > 0
+        return self._sampled_oom or self._kernel_oom
+
     async def wait(self) -> int:
-        return exit_status(await self.proc.wait())
+        """The exit status, once the main process has ended (its OOM kills counted first:
+        then its groups go, unless a descendant still holds them)."""
+        code = exit_status(await self.proc.wait())
+        if self.group is not None:
+            _ = self.oom_killed
+            self.group.remove()
+        return code
 
     def signal(self, sig: int) -> None:
         """Signal the whole process group (the wrapper shell's children too)."""
@@ -340,7 +368,7 @@ class Execution:
         while self.proc.returncode is None:
             sizes = resident_bytes(self.pid)
             if sum(sizes.values()) > limit:
-                self.oom_killed = True
+                self._sampled_oom = True
                 victim = max(sizes, key=sizes.__getitem__)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(victim, signal.SIGKILL)
@@ -360,11 +388,13 @@ class ProcessExecutor:
         *,
         run_as: RunAs | None = None,
         watchdog: Watchdog | None = None,
+        cgroups: Cgroups | None = None,
     ) -> None:
         self.root = root
         self.isolation = isolation
         self.run_as = run_as
         self.watchdog = watchdog
+        self.cgroups = cgroups or Cgroups(())
         self.mount_points = MountPoints()
         self.volumes = NamedVolumes(volumes)
 
@@ -407,6 +437,13 @@ class ProcessExecutor:
 
         status_fd, stderr_at = await asyncio.to_thread(status_fifo)
         try:
+            group = await asyncio.to_thread(
+                self.cgroups.run_group, plan.root.name, plan.memory_limit, plan.cpu_limit
+            )
+        except OSError as exc:
+            os.close(status_fd)
+            raise SandboxError(f"cannot set the allocation's resource limits: {exc}") from exc
+        try:
             with plan.stdout.open("ab") as out, plan.stderr.open("ab") as err:
                 proc = await asyncio.create_subprocess_exec(
                     *plan.argv(),
@@ -416,18 +453,24 @@ class ProcessExecutor:
                     env=dict(plan.environment),
                     cwd=plan.root,
                     start_new_session=True,
-                    **self._child_options(plan.isolation),
+                    **self._child_options(plan.isolation, group),
                 )
         except BaseException:
             os.close(status_fd)
+            if group is not None:
+                group.close()
+                group.remove()
             raise
-        return Execution(proc, plan, status_fd, stderr_at, self.watchdog)
+        if group is not None:
+            group.close()
+        return Execution(proc, plan, status_fd, stderr_at, self.watchdog, group)
 
-    def _child_options(self, isolation: Isolation) -> dict[str, Any]:
-        """How a process of an allocation is started: it dies with the devnet, and runs as
-        the allocation's user — at once, or (``namespace``) after the set-up mounted as root,
-        through ``setpriv``."""
-        options: dict[str, Any] = {"preexec_fn": child_setup(os.getpid())}
+    def _child_options(self, isolation: Isolation, group: RunGroup | None = None) -> dict[str, Any]:
+        """How a process of an allocation is started: it joins the run's control ``group``
+        (if any), dies with the devnet, and runs as the allocation's user — at once, or
+        (``namespace``) after the set-up mounted as root, through ``setpriv``."""
+        fds = group.fds if group is not None else ()
+        options: dict[str, Any] = {"preexec_fn": child_setup(os.getpid(), fds)}
         if self.run_as is not None and isolation is Isolation.REWRITE:
             options.update(self.run_as.popen_options())
         return options

@@ -6,10 +6,16 @@ ensemble ID and deploys in the background until the request's expiry minus 15 s;
 ``manifest`` and ``list`` read every deployment ever made here (failed ones included);
 ``logs`` fetches an allocation's output from its node and writes it on this host, replying
 with the directory; ``shutdown`` acts on a ``Running`` deployment only.
+
+One refusal is the devnet's own: an allocation without ``entrypoint``/``cmd``, which a DMS
+would run from its image and the devnet cannot (it pulls no image). It is refused with the
+invalid ensembles, naming the allocation, because a DMS's status reply carries no reason for
+a ``Failed`` deployment: deployed, it would retry until its deadline and fail without one.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import uuid
 from collections.abc import Iterable
@@ -31,6 +37,7 @@ from ..behaviors.deployment import (
     NewDeploymentRequest,
     NewDeploymentResponse,
 )
+from ..behaviors.ensemble import EnsembleConfigV1
 from ..behaviors.ensemble_validation import validate_ensemble
 from ..behaviors.status import DeploymentStatus
 from ..clock import NS_PER_SECOND
@@ -40,8 +47,11 @@ from .changes import ChangeFeed
 from .node import DmsNode
 from .orchestrator import Orchestrator
 from .protocol import DeploymentError
+from .sandbox import SandboxError, command_of
 from .timeouts import Timeouts
 from .times import parse_rfc3339, rfc3339
+
+log = logging.getLogger(__name__)
 
 MIN_DEPLOYMENT_S = 59.0
 """``MinDeploymentTime``: a wire rule, not a devnet timing, so it is never shortened."""
@@ -87,12 +97,11 @@ class Deployments:
         v1 = request.ensemble.v1
         if v1 is None:
             return NewDeploymentResponse(status="ERROR", error="empty ensemble config")
-        problems = validate_ensemble(request.ensemble)
+        problems = [*map(str, validate_ensemble(request.ensemble)), *_unrunnable(v1)]
         if problems:
-            reasons = "; ".join(str(p) for p in problems)
-            return NewDeploymentResponse(
-                status="ERROR", error=f"failed to validate ensemble configuration: {reasons}"
-            )
+            error = f"failed to validate ensemble configuration: {'; '.join(problems)}"
+            log.info("deployment refused: %s", error)
+            return NewDeploymentResponse(status="ERROR", error=error)
         ensemble_id = str(uuid.uuid4())
         orchestrator = Orchestrator(
             self.node,
@@ -177,6 +186,19 @@ class Deployments:
     def close(self) -> None:
         for o in self.orchestrators.values():
             o.close()
+
+
+def _unrunnable(v1: EnsembleConfigV1) -> list[str]:
+    """Why allocations of ``v1`` cannot run on a devnet node (one line each). A DMS would
+    accept them and pull their images; the devnet's nodes would refuse each start, and the
+    deployment would retry until its deadline and end ``Failed`` without saying why."""
+    reasons = []
+    for name, allocation in sorted((v1.allocations or {}).items()):
+        try:
+            command_of(allocation.execution.params or {})
+        except SandboxError as exc:
+            reasons.append(f"allocation {name}: {exc}")
+    return reasons
 
 
 def _matches(o: Orchestrator, request: DeploymentListRequest) -> bool:

@@ -109,6 +109,8 @@ class SandboxPlan:
     """Declared path -> sandbox path, applied to commands and scripts in ``rewrite`` mode."""
     memory_limit: int
     """``resources.ram.size`` in bytes (0: none)."""
+    cpu_limit: float = 0.0
+    """``resources.cpu.cores`` (0: none)."""
     run_as: RunAs | None = None
     """The unprivileged user the allocation runs as (``None``: the devnet's own)."""
 
@@ -222,6 +224,23 @@ class SandboxPlan:
         return list(argv)
 
 
+def command_of(params: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the devnet runs for an allocation whose ``execution.params`` are ``params``: its
+    ``entrypoint`` + ``cmd``. The devnet pulls no image, so an image's own entrypoint cannot
+    stand in for a missing one: :class:`SandboxError` says so (the orchestrating node checks
+    this when a deployment is asked for, so that it fails at once rather than at its
+    deadline)."""
+    command = _strings(params.get("entrypoint"), "execution.entrypoint") + _strings(
+        params.get("cmd"), "execution.cmd"
+    )
+    if not command:
+        raise SandboxError(
+            f"the devnet runs commands as host processes, not image entrypoints (it pulls no "
+            f"image): give execution.cmd (or entrypoint) for image {params.get('image', '')!r}"
+        )
+    return command
+
+
 def _container_path(path: str, what: str) -> str:
     if not path.startswith("/"):
         raise SandboxError(f"{what} {path!r} must be an absolute path")
@@ -298,15 +317,7 @@ def plan_sandbox(
     volumes live under ``volumes``, and those in ``shared`` are used by other allocations;
     ``run_as``: the allocation's user, when not the devnet's own."""
     params: Mapping[str, Any] = config.execution.params or {}
-    image = params.get("image", "")
-    command = _strings(params.get("entrypoint"), "execution.entrypoint") + _strings(
-        params.get("cmd"), "execution.cmd"
-    )
-    if not command:
-        raise SandboxError(
-            f"the devnet runs an allocation's entrypoint + cmd as a process and does not pull "
-            f"images: give execution.cmd (or entrypoint) for image {image!r}"
-        )
+    command = command_of(params)
     rootfs = root / "rootfs"
     mounts: list[Mount] = []
     files: dict[Path, bytes] = {}
@@ -382,6 +393,7 @@ def plan_sandbox(
         isolation=isolation,
         paths=table,
         memory_limit=config.resources.ram.size,
+        cpu_limit=config.resources.cpu.cores,
         run_as=run_as,
     )
 

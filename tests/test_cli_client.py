@@ -177,3 +177,13 @@ def test_deploy_refuses_a_bad_file_in_one_line(
     assert main(["deploy", str(path), *setup]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dmsgw: error: ") and "Traceback" not in err
+
+
+def test_deploy_of_an_allocation_the_devnet_cannot_run_says_why_at_once(
+    setup: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    hello = Path(__file__).parent / "data" / "ensembles" / "hello.yaml"
+    assert main(["deploy", str(hello), "--wait", *setup]) != 0
+    err = capsys.readouterr().err
+    assert "allocation alloc1" in err and "not image entrypoints" in err
+    assert "Traceback" not in err

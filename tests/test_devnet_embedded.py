@@ -454,3 +454,18 @@ def test_allocation_logs_are_replaced_whole_never_truncated_under_a_reader(tmp_p
         assert reader.read() == b"first run\n"
     assert log.read_bytes() == b""
     assert [p.name for p in tmp_path.iterdir()] == ["stdout.log"]
+
+
+def test_an_allocation_without_a_command_is_refused_at_once_saying_why(
+    embedded_devnet: EmbeddedDevnet,
+) -> None:
+    """The repository's own hello.yaml names an image and no ``cmd``: a DMS would pull and run
+    the image; the devnet, which runs commands, refuses it when asked, naming the allocation,
+    instead of retrying until the deadline and ending ``Failed`` without a reason."""
+    hello = Path(__file__).parent / "data" / "ensembles" / "hello.yaml"
+    with pytest.raises(DMSBehaviorError) as info:
+        embedded_devnet.dms.deployment.new(str(hello))
+    message = str(info.value)
+    assert "allocation alloc1" in message
+    assert "not image entrypoints" in message and "execution.cmd" in message
+    assert not embedded_devnet.dms.deployment.list().deployments

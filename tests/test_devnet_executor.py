@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from dmsgw.behaviors.ensemble import SpecConfig, VolumeConfig
+from dmsgw.devnet.cgroups import Cgroups
 from dmsgw.devnet.executor import OOM_ERROR, probe_isolation
 from dmsgw.devnet.protocol import AllocationDeploymentConfig
 from dmsgw.devnet.pytest_plugin import (
@@ -239,6 +240,25 @@ def test_memory_beyond_ram_size_is_killed_as_an_oom(embedded_devnet: EmbeddedDev
     assert (record.exit_code, record.error) == (137, OOM_ERROR)
 
 
+def test_where_no_cgroup_can_be_written_memory_is_sampled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fallback: the hog is seen by sampling (it holds its memory long enough)."""
+    monkeypatch.setattr(Cgroups, "probe", classmethod(lambda cls, name: cls(())))
+    h = start_embedded(seed="executor-sampled")
+    try:
+        assert "sampled resident memory" in h.devnet.cgroups.describe()  # type: ignore[union-attr]
+        hog = shell_allocation("task", HOG)
+        hog["resources"] = {**hog["resources"], "ram": {"size": 64 * MIB}}
+        eid = h.dms.deployment.new(one_node_ensemble({"hog": hog})).ensemble_id
+        h.wait_allocation(eid, "n1.hog", "failed")
+        allocation = h.faults.allocation(eid, "hog")
+        assert (allocation.exit_code, allocation.oom_killed) == (137, True)
+        assert h.orchestrator(eid).placed["n1.hog"].error == OOM_ERROR
+    finally:
+        h.close()
+
+
 def test_the_oom_kill_takes_the_largest_process_and_its_parent_lives_on(
     embedded_devnet: EmbeddedDevnet,
 ) -> None:
@@ -254,3 +274,71 @@ def test_the_oom_kill_takes_the_largest_process_and_its_parent_lives_on(
     allocation = h.faults.allocation(eid, "shell")
     assert (allocation.exit_code, allocation.oom_killed) == (5, True)
     assert h.orchestrator(eid).placed["n1.shell"].error == OOM_ERROR
+
+
+SPIKE = ["/usr/bin/python3", "-c", "bytearray(200 * 1024 * 1024)"]
+"""Takes 200 MiB and exits at once: over sooner than any sampling could notice (the system's
+interpreter, which the allocations' unprivileged user can run, unlike this test's)."""
+
+
+def _kernel_limits(h: EmbeddedDevnet) -> None:
+    """Skip unless this host lets the devnet set kernel limits (and has the spike's Python)."""
+    cgroups = h.devnet.cgroups
+    if cgroups is None or not cgroups.memory:
+        pytest.skip("this host lets the devnet write no memory cgroup")
+    if not os.access(SPIKE[0], os.X_OK):
+        pytest.skip(f"no {SPIKE[0]}")
+
+
+def test_a_burst_too_short_to_sample_is_killed_by_the_kernel(
+    embedded_devnet: EmbeddedDevnet,
+) -> None:
+    h = embedded_devnet
+    _kernel_limits(h)
+    spike = shell_allocation("task", "")
+    spike["execution"]["params"]["cmd"] = SPIKE
+    spike["resources"] = {**spike["resources"], "ram": {"size": 50 * MIB}}
+    eid = h.dms.deployment.new(one_node_ensemble({"spike": spike})).ensemble_id
+    h.wait_allocation(eid, "n1.spike", "failed")
+    allocation = h.faults.allocation(eid, "spike")
+    assert (allocation.exit_code, allocation.oom_killed) == (137, True)
+    assert h.orchestrator(eid).placed["n1.spike"].error == OOM_ERROR
+
+
+def _group_file(pid: int, controller: str, name: str) -> str:
+    """A file of the control group ``pid`` is in for ``controller`` (v1, or v2's single)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(",") or not controllers:
+            for mount in Path("/proc/self/mountinfo").read_text().splitlines():
+                fields, _, tail = mount.partition(" - ")
+                parts, rest = fields.split(), tail.split()
+                kind_matches = rest[0] == ("cgroup" if controllers else "cgroup2")
+                if kind_matches and (not controllers or controller in rest[2].split(",")):
+                    directory = Path(parts[4]) / os.path.relpath(path, parts[3])
+                    if (directory / name).exists():
+                        return (directory / name).read_text().strip()
+    raise AssertionError(f"process {pid} has no {controller} group with {name}")
+
+
+def test_the_cpu_and_memory_limits_are_the_kernels(embedded_devnet: EmbeddedDevnet) -> None:
+    """``cpu.cores`` becomes a CFS quota (Docker's ``NanoCPUs``), ``ram.size`` a hard limit,
+    on the group the allocation's process is in from its start."""
+    h = embedded_devnet
+    _kernel_limits(h)
+    if "cpu" not in h.devnet.cgroups.hierarchies:  # type: ignore[union-attr]
+        pytest.skip("this host lets the devnet write no cpu cgroup")
+    svc = shell_allocation("service", "sleep 30")
+    svc["resources"] = {**svc["resources"], "cpu": {"cores": 0.5}, "ram": {"size": 64 * MIB}}
+    eid = h.dms.deployment.new(one_node_ensemble({"svc": svc})).ensemble_id
+    assert h.wait_status(eid, "Running", "Failed") == "Running"
+    pid = h.faults.allocation(eid, "svc").pid
+    assert pid is not None
+    v2 = h.devnet.cgroups.hierarchies["cpu"].v2  # type: ignore[union-attr]
+    if v2:
+        assert _group_file(pid, "cpu", "cpu.max") == "50000 100000"
+        assert _group_file(pid, "memory", "memory.max") == str(64 * MIB)
+    else:
+        assert _group_file(pid, "cpu", "cpu.cfs_quota_us") == "50000"
+        assert _group_file(pid, "memory", "memory.limit_in_bytes") == str(64 * MIB)
+    assert h.dms.deployment.shutdown(eid).ok

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
+from dmsgw.devnet.cgroups import Cgroups
 from tests.test_gateway_e2e import plugin
 from tests.test_gateway_pods import _container, _create, _logs, _pod, _wait_all_terminated
 
 __all__ = ["plugin"]  # the fixture, re-exported for pytest
 
+SPIKE = ["/usr/bin/python3", "-c", "bytearray(200 * 1024 * 1024)"]
+"""Takes 200 MiB and exits at once (the system's interpreter: the allocations' unprivileged
+user can run it, unlike this test's)."""
 HOG = "x=$(head -c 167772160 /dev/zero | tr '\\0' x); sleep 30"
 """Holds 160 MiB for longer than any test waits (a shell: the devnet's allocations run as an
 unprivileged user, who may not reach this test's interpreter)."""
@@ -58,6 +64,30 @@ async def test_a_container_over_its_memory_limit_is_oom_killed(plugin: Any) -> N
         for c in status["containers"]
     }
     assert ended == {"hog": (137, "OOMKilled"), "light": (0, "Completed")}
+    await _delete(plugin, spec)
+
+
+async def test_a_burst_over_the_memory_limit_ends_oom_killed(plugin: Any) -> None:
+    """A container that takes 200 MiB against a 50 MiB limit and exits at once ends
+    ``OOMKilled`` (137; under ``restartPolicy: Never`` the pod is then ``Failed``) however
+    short its burst: the kernel enforces the limit (where the devnet may write a memory
+    cgroup)."""
+    client, _ = plugin
+    probe = Cgroups.probe(f"dmsgw-test-{os.getpid()}")
+    probe.remove()
+    if not probe.memory:
+        pytest.skip("this host lets the devnet write no memory cgroup")
+    if not os.access(SPIKE[0], os.X_OK):
+        pytest.skip(f"no {SPIKE[0]}")
+    spike = _container("spike", "")
+    spike["command"] = SPIKE
+    spike["resources"] = {"limits": {"memory": "50Mi"}}
+    spec = _pod([spike])
+    await _create(client, spec)
+    status = await _wait_all_terminated(client, spec)
+    (container,) = status["containers"]
+    ended = container["state"]["terminated"]
+    assert (ended["exitCode"], ended["reason"]) == (137, "OOMKilled")
     await _delete(plugin, spec)
 
 
