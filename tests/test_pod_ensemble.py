@@ -950,11 +950,15 @@ def test_hooks_run_around_the_container(tmp_path: Path) -> None:
     argv = _hooked(
         tmp_path,
         f"echo started > {tmp_path}/poststart",
-        f"trap 'echo term > {tmp_path}/term; exit 7' TERM; while :; do sleep 0.05; done",
+        f"trap 'echo term > {tmp_path}/term; exit 7' TERM; : > {tmp_path}/trapped; "
+        "while :; do sleep 0.05; done",
     )
     proc = subprocess.Popen(argv, start_new_session=True)
     deadline = time.monotonic() + 10
-    while not (tmp_path / "poststart").exists() and time.monotonic() < deadline:
+    # postStart runs beside the container: wait for both, the container's trap included
+    while time.monotonic() < deadline and not all(
+        (tmp_path / name).exists() for name in ("poststart", "trapped")
+    ):
         time.sleep(0.05)
     assert (tmp_path / "poststart").read_text() == "started\n"
     assert not (tmp_path / "prestop").exists()
