@@ -18,7 +18,7 @@ import dataclasses
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..actors.aio import AsyncActor
@@ -295,13 +295,19 @@ class PodActor(AsyncActor):
             return False
         if status == DeploymentStatus.FAILED:
             return True
-        return any(run.exit_code != 0 for run in _latest_runs(self._snapshot(self.record)))
+        return any(
+            run.exit_code != 0
+            for run in _latest_runs(self._snapshot(self.record), self.record.runs)
+        )
 
     def _service_completed(self) -> bool:
         """Under ``Always``: a main container (a DMS service) ended with exit code 0."""
         if request_data(self.record).pod.spec.restart_policy != "Always":
             return False
-        return any(run.exit_code == 0 for run in _latest_runs(self._snapshot(self.record)))
+        return any(
+            run.exit_code == 0
+            for run in _latest_runs(self._snapshot(self.record), self.record.runs)
+        )
 
     def _count_restart(self) -> float:
         """Count a restart and return its delay, as the kubelet's back-off: ``restart_min_s``
@@ -315,17 +321,31 @@ class PodActor(AsyncActor):
         return min(p.restart_max_s, p.restart_min_s * 2.0 ** (record.backoff - 1))
 
 
-def _latest_runs(status: PodStatus) -> list[k8s.ContainerStateTerminated]:
+def _latest_runs(status: PodStatus, runs: Mapping[str, Any]) -> list[k8s.ContainerStateTerminated]:
     """How each main container's latest run ended, for those whose run has ended: reported
-    ``terminated``, or waiting to run again with that run as its last state."""
-    runs = []
+    ``terminated``, or waiting to run again with that run as its last state. A waiting
+    container counts only with a run of the current ensemble behind it (``runs``, the
+    record's ledger): after a redeployment its last state is the previous ensemble's, which
+    the redeployment already answered, and counting it again would stop the fresh ensemble."""
+    latest = []
     for c in status.containers:
         waiting = c.state.waiting
         if c.state.terminated is not None:
-            runs.append(c.state.terminated)
-        elif waiting is not None and waiting.reason == CRASH_LOOP and c.last_state.terminated:
-            runs.append(c.last_state.terminated)
-    return runs
+            latest.append(c.state.terminated)
+        elif (
+            waiting is not None
+            and waiting.reason == CRASH_LOOP
+            and c.last_state.terminated
+            and _ran_here(runs.get(c.name))
+        ):
+            latest.append(c.last_state.terminated)
+    return latest
+
+
+def _ran_here(ledger: Any) -> bool:
+    """Whether a container's ledger shows a run that ended in the current ensemble (no
+    ledger: nothing tells, so the status is taken as it is)."""
+    return ledger is None or Runs.from_map(ledger).ended > 0
 
 
 def _plain(reply: Any) -> dict[str, Any]:

@@ -16,9 +16,11 @@ import pytest
 
 from dmsgw.clock import NS_PER_SECOND
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS
-from dmsgw.interlink.pod import PodActor
+from dmsgw.interlink.container_runs import Runs
+from dmsgw.interlink.pod import PodActor, _latest_runs
 from dmsgw.interlink.pod_follower import BackedOff
-from dmsgw.interlink.pod_record import Phase, PodPolicy, PodRecord
+from dmsgw.interlink.pod_record import Phase, PodPolicy, PodRecord, snapshot_of
+from dmsgw.interlink.translate import allocation_key
 from tests.test_gateway_e2e import plugin
 from tests.test_gateway_pods import _container, _create, _pod
 
@@ -136,3 +138,48 @@ async def test_the_end_of_a_back_off_deploys_only_the_pod_still_backing_off_from
     actor.record.phase, actor.record.attempt = phase, attempt
     await actor.on_receive(BackedOff(3))
     assert (actor.record.phase, actor.record.attempt) == (phase, attempt)
+
+
+RECORD_UID = "5c0ffee0-1d2e-4f3a-9b4c-5d6e7f809112"
+
+
+def _waiting_record(ledger: Runs) -> PodRecord:
+    """An ``Always`` pod redeployed once, its new ensemble Running, the allocation not yet."""
+    spec = {
+        "metadata": {"name": "p", "namespace": "default", "uid": RECORD_UID},
+        "spec": {
+            "restartPolicy": "Always",
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "1"]}],
+        },
+    }
+    key = f"e2_{allocation_key('main')}"
+    return PodRecord(
+        uid=RECORD_UID,
+        namespace="default",
+        name="p",
+        jid="j",
+        request=json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode(),
+        phase=Phase.RUNNING,
+        restarts=1,
+        ensemble_id="e2",
+        dms_status="Running",
+        observed={
+            "status": "Running",
+            "allocation_info": {key: {"allocation_id": key, "status": "pending"}},
+        },
+        runs={"main": ledger.to_map()},
+    )
+
+
+def test_a_fresh_ensemble_is_not_stopped_for_the_run_its_redeployment_answered() -> None:
+    """After a service exited 0 and the pod was redeployed, the new ensemble's container waits
+    with that run as its last state: it must not read as the service ending again."""
+    ended = Runs(started=1, ended=1, exit_code=0)
+    record = _waiting_record(ended.next_ensemble())
+    assert _latest_runs(snapshot_of(record, now_ns=1), record.runs) == []
+
+
+def test_a_run_that_ended_in_the_current_ensemble_still_counts() -> None:
+    ended_twice = Runs(started=2, ended=2, exit_code=0, previous_exit_code=0)
+    record = _waiting_record(ended_twice)
+    assert [r.exit_code for r in _latest_runs(snapshot_of(record, now_ns=1), record.runs)] == [0]
