@@ -33,6 +33,7 @@ from ..actors.aio import AsyncActor, AsyncActorRef
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
 from ..keys.did import DID
+from ..keys.id import ID
 from ..keys.ucan.cap import Capability, implies_any
 from ..keys.ucan.context import CapabilityContext
 from ..keys.ucan.token import Action, Token, format_ns
@@ -180,7 +181,9 @@ class NodeActor(AsyncActor):
         self.clock = clock
         self.token_lifetime_ns = int(token_lifetime_s * NS_PER_SECOND)
         self.warn_before_ns = [int(w * NS_PER_SECOND) for w in warn_before_s]
-        self._tokens: dict[tuple[tuple[Capability, ...], DID], _CachedTokens] = {}
+        # by capabilities and the actor addressed: a token's audience is the actor's ID, and
+        # the DMS's child actors share their node's DID with IDs of their own
+        self._tokens: dict[tuple[tuple[Capability, ...], DID, ID], _CachedTokens] = {}
         self._warned: set[tuple[int, int]] = set()  # (grant's end, warning) already logged
 
     # --- the API -------------------------------------------------------------------------
@@ -271,7 +274,7 @@ class NodeActor(AsyncActor):
         return self.clock() + int(seconds * NS_PER_SECOND)
 
     def _tokens_for(self, caps: tuple[Capability, ...], target: Handle, msg_exp: int) -> bytes:
-        key = (caps, target.did)
+        key = (caps, target.did, target.id)
         now = self.clock()
         cached = self._tokens.get(key)
         if cached is not None and cached.serve(now, msg_exp + _RENEW_MARGIN_NS):

@@ -29,10 +29,11 @@ from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.rest import DmsApi
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
-from dmsgw.keys.trust import provider_from_private_key
+from dmsgw.keys.id import ID
+from dmsgw.keys.trust import did_from_id, provider_from_private_key
 from dmsgw.keys.ucan import CapabilityContext, TokenList, save_context, unmarshal_token_list
 from dmsgw.keys.ucan.token import format_ns
-from dmsgw.transport.envelope import Envelope
+from dmsgw.transport.envelope import Address, Envelope, Handle
 from dmsgw.transport.memory import MemoryTransport
 from dmsgw.transport.rest import DMSTimeoutError
 from dmsgw.transport.security import SecurityContext
@@ -215,3 +216,25 @@ def test_only_sound_grants_count_as_lapsed(dms: Dms) -> None:
     assert ctx.lapsed_anchors().present() == ()
     dms.clock.advance(2 * HOUR)
     assert ctx.lapsed_anchors().present() == kept.present()
+
+
+async def test_each_actor_of_one_did_gets_a_token_for_its_own_id(dms: Dms) -> None:
+    """The DMS's child actors share their node's DID but each has an ID of its own, and an
+    invoke token is addressed to the ID: one cached for one actor must not go to another."""
+    grant = dms.grant(24, ["/dms/node"])
+    security = SecurityContext(KEY, dms.context(grant), clock=dms.clock)
+    actor = NodeActor.start(security, dms.transport, clock=dms.clock)
+    node = dms.devnet.nodes[0].node
+    ids = [ID.from_public_key(Ed25519PrivKey(bytes([n]) * 32).public_key()) for n in (1, 2)]
+    targets = [Handle(i, node.did, Address(node.peer_id, "child")) for i in ids]
+    try:
+        behavior = get_behavior("/dms/node/peers/self")
+        requests = [await actor.proxy().prepare_invoke(behavior, to=t) for t in targets]
+    finally:
+        actor.stop()
+        await actor.wait_stopped()
+    audiences = [
+        {t.audience() for t in unmarshal_token_list(r.cap or b"").present() if t.dms}
+        for r in requests
+    ]
+    assert audiences == [{did_from_id(i)} for i in ids]
