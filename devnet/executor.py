@@ -308,17 +308,18 @@ class Execution:
             return
         if verdict.startswith("failed "):
             _, index, code = verdict.split()
-            await self.proc.wait()
             self.kill()  # whatever the script left running
+            await self.wait()  # and the run's groups go
             name = self.plan.script_names[int(index)]
             raise SandboxError(
                 f"provision script {name!r} exited with {code}: {await self._stderr()}"
             )
         if self.proc.returncode is None:
             self.kill()
-            await self.proc.wait()
+            await self.wait()
             raise SandboxError(f"the provision scripts did not finish within {timeout_s:g} s")
         self.kill()  # the set-up ended: whatever it left running
+        await self.wait()  # its OOM kills counted, then its groups go
         if self.oom_killed:
             raise SandboxError(f"{OOM_ERROR} while it was being set up (ram.size)")
         raise SandboxError(

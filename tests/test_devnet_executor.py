@@ -342,3 +342,25 @@ def test_the_cpu_and_memory_limits_are_the_kernels(embedded_devnet: EmbeddedDevn
         assert _group_file(pid, "cpu", "cpu.cfs_quota_us") == "50000"
         assert _group_file(pid, "memory", "memory.limit_in_bytes") == str(64 * MIB)
     assert h.dms.deployment.shutdown(eid).ok
+
+
+def test_a_set_up_that_failed_leaves_no_cgroup_of_its_run(embedded_devnet: EmbeddedDevnet) -> None:
+    """A failed provision script ends its run: the run's groups go with it, not at the
+    devnet's stop (a retried deployment would otherwise pile them up)."""
+    h = embedded_devnet
+    cgroups = h.devnet.cgroups
+    if cgroups is None or not cgroups.hierarchies:
+        pytest.skip("this host lets the devnet write no cgroup")
+    ensemble = _with_scripts(
+        {"job": shell_allocation("task", "echo never", provision=["setup"])},
+        {"setup": "exit 4\n"},
+    )
+    eid = h.dms.deployment.new(ensemble).ensemble_id
+    assert h.wait_status(eid, "Failed", "Completed") == "Failed"
+    runs = [
+        group.name
+        for hierarchy in cgroups.hierarchies.values()
+        for group in hierarchy.directory.iterdir()
+        if group.is_dir() and group.name.startswith(f"{eid}")
+    ]
+    assert runs == []
