@@ -157,6 +157,8 @@ class Gateway:
         what reaches the DMS."""
         if self._orphans is not None:
             self._orphans.cancel()
+            # a pass cut short must end before the store it writes to closes
+            await asyncio.gather(self._orphans, return_exceptions=True)
         await self.parts.capacity.close()
         await asyncio.get_running_loop().run_in_executor(None, self._supervisor.stop)
         await self.parts.store.close()
@@ -352,6 +354,8 @@ class Gateway:
                 raise BackendUnavailable(
                     f"cannot tell whether pod {uid} still runs: the DMS did not answer ({exc})"
                 ) from None
+            if uid in self._records:  # taken on by another poll while the DMS answered
+                return self.snapshots.get(uid) or self.parts.snapshot(self._records[uid])
             if ensemble:
                 record = PodRecord(
                     uid=uid,
@@ -363,8 +367,13 @@ class Gateway:
                     ensemble_id=ensemble,
                     created_ns=self.parts.clock(),
                 )
-                await self.parts.store.put(uid, record.to_map())
-                await self._spawn(record)
+                self._records[uid] = record  # before the next await: one re-adoption only
+                try:
+                    await self.parts.store.put(uid, record.to_map())
+                    await self._spawn(record)
+                except BaseException:
+                    self._records.pop(uid, None)
+                    raise
                 log.info("re-adopted pod %s (ensemble %s) from its JobID annotation", uid, ensemble)
                 return self.snapshots.get(uid) or self.parts.snapshot(record)
         return unknown_pod_status(pod)

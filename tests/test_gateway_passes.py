@@ -10,6 +10,7 @@ the last runs two real gateways over the embedded devnet.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -322,3 +323,21 @@ async def test_a_delete_while_a_pod_actor_awaits_its_restart_is_carried_out(
     await first.close()
     gateways.append(await gateway_on(dms, tmp_path / "state.sqlite3", owner=ONE, clock=clock))
     await until(lambda: dms.live(uid(1)) == [], "the deleted pod's ensemble shut down")
+
+
+async def test_two_polls_at_once_re_adopt_a_pod_once(
+    dms: FakeDMS, clock: FixedClock, tmp_path: Path, gateways: list[Gateway]
+) -> None:
+    """The state was lost and interLink asks about one pod twice at once: both polls find
+    its ensemble, and the pod is taken on once (one actor, one record), not twice."""
+    first = await gateway_on(dms, tmp_path / "first", owner=ONE, clock=clock)
+    spec = pod(uid(1))
+    await create(first, spec)
+    await running(first, dms, spec)
+    await first.close()
+    same = await gateway_on(dms, tmp_path / "state-lost", owner=ONE, clock=clock)
+    gateways.append(same)
+    both = await asyncio.gather(poll(same, spec), poll(same, spec))
+    assert [s.uid for (s,) in both] == [uid(1), uid(1)]
+    assert list(same._records) == [uid(1)]
+    assert len(dms.live(uid(1))) == 1
