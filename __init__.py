@@ -2,10 +2,10 @@
 
 ``dmsgw.connect()`` gives a typed DMS client (see :mod:`dmsgw.behaviors.session`). The
 sub-packages, foundation first: Go's JSON rules (:mod:`dmsgw.gojson`), identity and capability
-tokens (:mod:`dmsgw.keys`), DMS I/O (:mod:`dmsgw.transport`), the behavior catalog and its typed
-facade (:mod:`dmsgw.behaviors`), the actor runtime (:mod:`dmsgw.actors`), the interLink plugin
-(:mod:`dmsgw.interlink`), the embedded devnet (:mod:`dmsgw.devnet`) and the commands
-(:mod:`dmsgw.cli`). See ``docs/architecture.md``.
+tokens (:mod:`dmsgw.keys`), DMS I/O (:mod:`dmsgw.transport`), the actor runtime
+(:mod:`dmsgw.actors`), the behavior catalog and its typed facade (:mod:`dmsgw.behaviors`), the
+interLink plugin (:mod:`dmsgw.interlink`), the embedded devnet (:mod:`dmsgw.devnet`) and the
+commands (:mod:`dmsgw.cli`). See ``docs/architecture.md``.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -12,7 +12,7 @@
   removes the working directory once the devnet is gone, however it went.
 * **Stale working directories** of devnets that died anyway (the watchdog killed too) are
   named after their owner, ``dmsgw-devnet-<pid>.<start time>-…``, and removed by the next
-  devnet that starts once that process no longer exists (:func:`remove_stale_work_dirs`);
+  devnet that starts once that process no longer exists (:func:`stale_work_dirs`);
   a live devnet's, in this process or another, is left alone.
 """
 

@@ -9,7 +9,7 @@ writes the files when asked, so ``Follow`` asks again every interval and sends w
 until the container ends. The pod wrapper's markers (:mod:`dmsgw.interlink.run_markers`) are
 the gateway's, not the container's output: they are left out of ``stderr.log``.
 
-The PodActor reads the same files for those markers: :func:`log_directory` and
+A pod's follower reads the same files for those markers: :func:`log_directory` and
 :func:`lines_after` serve both.
 """
 

@@ -11,7 +11,7 @@ page (``Origin``) is refused 403, one without a verified token must name in ``Ho
 it arrived at (421), plugin bodies must be ``application/json`` (415) and arrive within
 ``body_timeout_s`` (408) (:mod:`.front_door`). The servers listen on a unix socket or on
 loopback; off loopback they need a bearer token (:mod:`.listening`). The operator app
-(``/healthz``, ``/readyz``, ``/metrics``) listens on its own address (:mod:`.operator`,
+(``/healthz``, ``/readyz``, ``/metrics``) listens on its own address (:mod:`.operator_port`,
 :mod:`.metrics`).
 
 What the gateway actors implement is :class:`PluginBackend` (:mod:`.backend`); :class:`Serve`
