@@ -181,9 +181,14 @@ def build_request(
 
 
 def _is_single_field_value(model: type[Any], value: Mapping[str, Any]) -> bool:
-    """A dict given for a request whose only field is itself dict-like (e.g. an ensemble)."""
+    """A dict given for a request whose only field is itself dict-like (e.g. an ensemble),
+    unless it is the request in its wire shape, keyed by that field's JSON name (Go's
+    decoder matches it case-insensitively: ``{"Ensemble": …}`` is the whole request)."""
     fields = [f for f in dataclasses.fields(model) if "go" in f.metadata]
-    return len(fields) == 1 and _field_type(model, fields[0].name) in _COERCE
+    if len(fields) != 1 or _field_type(model, fields[0].name) not in _COERCE:
+        return False
+    wire_name = str(fields[0].metadata["go"][0]).casefold()  # go_field: (name, type, omitempty)
+    return not any(isinstance(k, str) and k.casefold() == wire_name for k in value)
 
 
 def _timeout(b: Behavior[Any, Any], value: Any) -> float | None:

@@ -23,6 +23,8 @@ from dmsgw.behaviors import (
 )
 from dmsgw.behaviors.allocations import AllocationsListResponse
 from dmsgw.behaviors.cap import CapAnchorResponse, CapListResponse, CapTokenAnchorRequest
+from dmsgw.behaviors.catalog import DEPLOYMENT_NEW
+from dmsgw.behaviors.client import build_request
 from dmsgw.behaviors.deployment import (
     DeploymentListRequest,
     DeploymentListResponse,
@@ -486,3 +488,14 @@ def test_each_behavior_is_a_typed_constant_named_after_its_namespace() -> None:
     for b in CATALOG.values():
         assert getattr(catalog, "_".join(b.namespace).upper()) is b
     assert catalog.DEPLOYMENT_STATUS.request is DeploymentStatusRequest
+
+
+def test_a_one_field_request_is_taken_in_its_wire_shape_or_as_its_field() -> None:
+    """``deployment/new`` has one field, the ensemble: a dict is that ensemble, unless it is
+    the request as the DMS reads it, keyed by the field's JSON name (case-insensitively)."""
+    ensemble = {"v1": {"allocations": {"a": {"type": "task", "executor": "docker"}}}}
+    as_field = build_request(DEPLOYMENT_NEW, (ensemble,), {})
+    for key in ("ensemble", "Ensemble"):
+        as_request = build_request(DEPLOYMENT_NEW, ({key: ensemble},), {})
+        assert as_request == as_field
+    assert as_field.ensemble.v1 is not None and as_field.ensemble.v1.allocations
