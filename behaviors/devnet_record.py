@@ -45,6 +45,9 @@ class RunningDevnet:
     pid: int
     seed: str
     urls: tuple[str, ...]
+    started: int | None = dataclasses.field(default=None, compare=False)
+    """When the process started (:func:`process_start_time`): a PID the kernel gave to
+    another process since does not pass for the devnet (``None``: not recorded)."""
 
     def node_index(self, url: str) -> int | None:
         """Which node serves ``url`` (``None``: not this devnet)."""
@@ -59,7 +62,10 @@ def record(seed: str, urls: Sequence[str], *, path: Path | None = None) -> Path:
     """Write the record for this process (atomically: a reader never sees half a file)."""
     target = path or state_dir() / STATE_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"pid": os.getpid(), "seed": seed, "urls": list(urls)})
+    pid = os.getpid()
+    text = json.dumps(
+        {"pid": pid, "started": process_start_time(pid), "seed": seed, "urls": list(urls)}
+    )
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".devnet-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as out:
@@ -84,7 +90,10 @@ def forget(*, path: Path | None = None) -> None:
 def running(*, path: Path | None = None) -> RunningDevnet | None:
     """The devnet recorded in the state directory, if its process is alive."""
     found = _read(path or state_dir() / STATE_FILE)
-    return found if found is not None and _alive(found.pid) else None
+    if found is None or not _alive(found.pid):
+        return None
+    reused = found.started is not None and process_start_time(found.pid) != found.started
+    return None if reused else found
 
 
 def _read(path: Path) -> RunningDevnet | None:
@@ -97,7 +106,18 @@ def _read(path: Path) -> RunningDevnet | None:
     valid = isinstance(pid, int) and isinstance(seed, str) and isinstance(urls, list)
     if not valid or not all(isinstance(u, str) for u in urls):
         return None
-    return RunningDevnet(pid, seed, tuple(urls))
+    started = data.get("started")
+    return RunningDevnet(pid, seed, tuple(urls), started if isinstance(started, int) else None)
+
+
+def process_start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), ``None`` if there is none: with
+    the PID, it names one process, whereas a PID alone is reused once its process ends."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _alive(pid: int) -> bool:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..behaviors.devnet_record import process_start_time
 from ..errors import DmsgwError
 
 log = logging.getLogger(__name__)
@@ -198,15 +199,6 @@ def child_setup(parent: int, cgroup_procs: Sequence[int] = ()) -> Callable[[], N
 # --- working directories ----------------------------------------------------------------------
 
 
-def _start_time(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot), ``None`` if there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
 def check_reachable(parent: Path | None, run_as: RunAs) -> None:
     """Refuse a place for the working directory that the allocations' user cannot reach:
     every one of them would fail to start, saying only that it cannot change directory."""
@@ -224,7 +216,7 @@ def make_work_dir(parent: Path | None = None) -> Path:
     """A new working directory under ``parent`` (default: the temporary directory), named
     after this process, so that another devnet can tell whether its owner still lives."""
     pid = os.getpid()
-    prefix = f"{WORK_DIR_PREFIX}{pid}.{_start_time(pid)}-"
+    prefix = f"{WORK_DIR_PREFIX}{pid}.{process_start_time(pid)}-"
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
@@ -237,7 +229,7 @@ def stale_work_dirs(parent: Path | None = None) -> Iterator[Path]:
             if owner is None or not entry.is_dir() or entry.is_symlink():
                 continue
             pid, started = int(owner.group(1)), int(owner.group(2))
-            if _start_time(pid) != started:
+            if process_start_time(pid) != started:
                 yield entry
 
 

@@ -3,6 +3,7 @@ directories it reads, and a clean exit whether or not the script closed it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -60,6 +61,17 @@ def test_a_devnet_that_has_gone_is_ignored(state_home: Path) -> None:
     path.write_text(path.read_text().replace(str(os.getpid()), ended.stdout.strip()))
     assert resolve_url(None) == (DEFAULT_URL, None)
     path.write_text("{not json")
+    assert resolve_url(None) == (DEFAULT_URL, None)
+
+
+def test_a_devnet_whose_pid_another_process_took_is_ignored(state_home: Path) -> None:
+    """A SIGKILLed devnet leaves its record, and the kernel may give its PID to any process:
+    a live PID that started at another time is not the devnet."""
+    path = state.record("lab", DEVNET_URLS)
+    data = json.loads(path.read_text())
+    assert state.running() is not None
+    path.write_text(json.dumps({**data, "started": data["started"] - 1}))
+    assert state.running() is None
     assert resolve_url(None) == (DEFAULT_URL, None)
 
 
