@@ -37,9 +37,9 @@ from ..keys.did import DID, DIDError
 from ..keys.keystore import KeyStore, read_passphrase, validate_key_name
 from ..keys.trust import provider_from_private_key
 from ..keys.ucan import CapabilityContext, TokenList, load_context, save_context
-from ..keys.ucan.cap import CapabilityError, check_capability
 from ..keys.ucan.expiry import ExpiryError, expiry_after
 from ..keys.ucan.store import CAP_DIR_ENV, default_cap_dir
+from .cap import common as cap_common
 
 MAX_NODES = 64
 DEFAULT_GATEWAY_CONTEXT = "dmsgw"
@@ -68,10 +68,6 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535)")
     return value
-
-
-def _cap_dir(value: str | None) -> Path:
-    return Path(value).expanduser() if value else default_cap_dir()
 
 
 # --- up ------------------------------------------------------------------------------------
@@ -165,7 +161,7 @@ async def _run_up(args: argparse.Namespace) -> int:
         ) from None
     try:
         devnet_record.record(devnet.seed, devnet.urls)
-        print(_banner(devnet, time.perf_counter() - began, args.context, _cap_dir(args.cap_dir)))
+        print(_banner(devnet, time.perf_counter() - began, args.context, cap_common.cap_dir(args)))
         sys.stdout.flush()
         await stop.wait()
     finally:
@@ -242,17 +238,11 @@ def _grant_scope(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The capabilities and topics asked for; by default what a gateway uses."""
     if not args.cap:
         return list(GATEWAY_CAPABILITIES), args.topic or list(GATEWAY_TOPICS)
-    caps = [c for value in args.cap for c in value.split(",") if c]
-    for c in caps:
-        try:
-            check_capability(c)
-        except CapabilityError as exc:
-            raise DevnetCliError(f"--cap {c!r}: {exc}") from None
-    return caps, args.topic or []
+    return list(cap_common.capabilities(args.cap, "--cap")), args.topic or []
 
 
 def cmd_grant(args: argparse.Namespace) -> int:
-    cap_dir = _cap_dir(args.cap_dir)
+    cap_dir = cap_common.cap_dir(args)
     if args.anchor:
         validate_key_name(args.anchor)
     seed, node = _granting_seed_and_node(args)
