@@ -5,8 +5,9 @@ usage (:mod:`.usage`).
 One pod's object (:func:`pod_view`), the same in the ``/pods`` list and wherever one pod is
 shown: ``namespace``, ``name``, ``uid``, ``phase`` (the Kubernetes pod phase the containers'
 states make), ``gatewayPhase`` (where the gateway is in the pod's life), ``ensemble``,
-``node`` and ``peer`` (the DMS node and provider peer running it, once known), ``restarts``,
-``containers`` (each with its Kubernetes ``state``, ``ready``, ``restarts`` and, when the DMS
+``node`` and ``peer`` (the ensemble node and the provider's peer ID running it, ``""`` until
+the gateway has the deployment's manifest), ``restarts``, ``containers`` (init containers
+first, each with ``init``, its Kubernetes ``state``, ``ready``, ``restarts`` and, when the DMS
 measured it, ``usage``) and the pod's ``usage`` (its containers' sums, when every running
 container has one).
 
@@ -108,9 +109,12 @@ def _placement(record: PodRecord, containers: Iterable[str]) -> tuple[str, str]:
     return "", ""
 
 
-def _container(status: ContainerStatus, usage: ContainerUsage | None) -> dict[str, Any]:
+def _container(
+    status: ContainerStatus, usage: ContainerUsage | None, *, init: bool
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": status.name,
+        "init": init,
         "state": status.state.model_dump(mode="json", by_alias=True, exclude_none=True),
         "ready": status.ready,
         "restarts": status.restart_count,
@@ -123,8 +127,9 @@ def _container(status: ContainerStatus, usage: ContainerUsage | None) -> dict[st
 def pod_view(facts: PodFacts) -> dict[str, Any]:
     """One pod's JSON object (see the module)."""
     record, snapshot, usage = facts
-    statuses = [*snapshot.init_containers, *snapshot.containers] if snapshot else []
-    node, peer = _placement(record, (s.name for s in statuses))
+    inits = snapshot.init_containers if snapshot else []
+    mains = snapshot.containers if snapshot else []
+    node, peer = _placement(record, (s.name for s in (*inits, *mains)))
     view: dict[str, Any] = {
         "namespace": record.namespace,
         "name": record.name,
@@ -135,9 +140,12 @@ def pod_view(facts: PodFacts) -> dict[str, Any]:
         "node": node,
         "peer": peer,
         "restarts": record.restarts,
-        "containers": [_container(s, usage.get(s.name)) for s in statuses],
+        "containers": [
+            *(_container(s, usage.get(s.name), init=True) for s in inits),
+            *(_container(s, usage.get(s.name), init=False) for s in mains),
+        ],
     }
-    total = _pod_usage(snapshot.containers if snapshot else [], usage)
+    total = _pod_usage(mains, usage)
     if total is not None:
         view["usage"] = usage_json(total)
     return view
@@ -153,7 +161,12 @@ def _summary_pod(facts: PodFacts) -> dict[str, Any]:
     statuses = snapshot.containers if snapshot else []
     containers = []
     for status in statuses:
-        entry: dict[str, Any] = {"name": status.name, "startTime": _start(record.running_ns)}
+        running = status.state.running
+        started = running.started_at if running is not None else None
+        entry: dict[str, Any] = {
+            "name": status.name,
+            "startTime": format_time(started) if started else _start(record.running_ns),
+        }
         measured = usage.get(status.name)
         if measured is not None:
             entry |= {k: v for k, v in usage_json(measured).items() if k != "time"}

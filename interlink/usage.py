@@ -10,8 +10,9 @@ What the DMS cannot report is absent, never zero (a zero would drain or mislead)
 ignores ``include_usage`` (older than the field), answers an error (an executor without
 stats makes the whole status an error), or sends an allocation's all-zero stats (it does not
 run) leaves that pod's containers without usage. The CPU rate (``usageNanoCores``) needs two
-measurements of the same run: it is the CPU time between them over the DMS's own timestamps,
-and absent after the first, or when the CPU time went back (the process restarted).
+measurements of the same run at least :data:`RATE_WINDOW_MS` apart: the CPU time between them
+over the DMS's own timestamps; absent until then, and after the CPU time went back (the
+process restarted).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ MIN_INTERVAL_S = 5.0
 CONCURRENCY = 16
 """DMS calls in flight at once during a refresh."""
 CALL_TIMEOUT_S = 10.0
+RATE_WINDOW_MS = 1_000
+"""The shortest time a CPU rate is measured over (the kernel counts CPU time in ticks)."""
 _NS_PER_MS = 1_000_000
 
 
@@ -46,27 +49,31 @@ class ContainerUsage:
     """One container's usage as its DMS measured it at ``measured_ms`` (Unix ms).
 
     ``cpu_core_ns`` is the CPU time its process used since it started (the kubelet's
-    ``usageCoreNanoSeconds``); ``cpu_nano_cores`` the rate since the previous measurement
-    (``usageNanoCores``; ``None`` when there is none to compare with); ``memory_bytes`` the
-    memory it uses (the DMS reports one figure: it stands for both the working set and the
-    usage)."""
+    ``usageCoreNanoSeconds``); ``cpu_nano_cores`` the rate over at least
+    :data:`RATE_WINDOW_MS` up to a recent measurement (``usageNanoCores``; ``None`` until
+    there is one); ``memory_bytes`` the memory it uses (the DMS reports one figure: it stands
+    for both the working set and the usage). ``rate_from`` is the measurement (CPU time,
+    Unix ms) the next rate is counted from."""
 
     cpu_core_ns: int
     memory_bytes: int
     measured_ms: int
     cpu_nano_cores: int | None = None
+    rate_from: tuple[int, int] | None = None
 
     @classmethod
     def of(cls, stats: ExecutorStats, before: ContainerUsage | None) -> ContainerUsage:
-        """``stats`` read as usage, with the CPU rate since ``before`` when it is an earlier
-        measurement of the same run."""
-        cpu = stats.cpu_usage.total_usage
-        rate = None
-        later = before is not None and stats.timestamp > before.measured_ms
-        if before is not None and later and cpu >= before.cpu_core_ns:
-            elapsed_ns = (stats.timestamp - before.measured_ms) * _NS_PER_MS
-            rate = (cpu - before.cpu_core_ns) * NS_PER_SECOND // elapsed_ns
-        return cls(cpu, stats.memory.usage, stats.timestamp, rate)
+        """``stats`` read as usage, its CPU rate counted from ``before``'s base measurement
+        once the window has passed (a shorter window measures the kernel's tick, not the
+        process); a CPU time or a clock that went back starts over (the run restarted)."""
+        cpu, now = stats.cpu_usage.total_usage, stats.timestamp
+        base = before.rate_from if before is not None else None
+        if before is None or base is None or cpu < base[0] or now <= base[1]:
+            return cls(cpu, stats.memory.usage, now, None, (cpu, now))
+        if now - base[1] < RATE_WINDOW_MS:
+            return cls(cpu, stats.memory.usage, now, before.cpu_nano_cores, base)
+        rate = (cpu - base[0]) * NS_PER_SECOND // ((now - base[1]) * _NS_PER_MS)
+        return cls(cpu, stats.memory.usage, now, rate, (cpu, now))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dmsgw.behaviors.catalog import Behavior
 from dmsgw.behaviors.deployment import DeploymentStatusRequest
 from dmsgw.behaviors.node import DMSBehaviorError
+from dmsgw.cli import main
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway
@@ -149,7 +150,9 @@ def _samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     }
 
 
-async def test_a_busy_pod_shows_real_usage_on_every_view(served: Any) -> None:
+async def test_a_busy_pod_shows_real_usage_on_every_view(
+    served: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     info, _, session = served
     uid = "7a0c4b8e-1111-4a2b-9c3d-5e6f7a8b9c0d"
     await _create(session, info, pod(uid, BURN))
@@ -181,6 +184,14 @@ async def test_a_busy_pod_shows_real_usage_on_every_view(served: Any) -> None:
     status_ok = (("behavior", "/dms/node/deployment/status"), ("outcome", "ok"))
     deployed = (("behavior", "/dms/node/deployment/new"), ("outcome", "ok"))
     assert calls[status_ok] >= 2 and calls[deployed] == 1
+
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["pods", "--operator", str(info.operator)]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    cells = dict(zip(header.split(), row.split(), strict=True))
+    assert cells["NAME"] == f"burner-{uid[:4]}" and cells["STATUS"] == "Running"
+    assert int(cells["CPU"].removesuffix("m")) > 0
+    assert int(cells["MEMORY"].removesuffix("Mi")) >= HELD_BYTES >> 20
 
 
 @pytest.mark.parametrize("dms", [_without_usage, _stats_unsupported], ids=["older", "no-stats"])
