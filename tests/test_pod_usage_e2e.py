@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from dmsgw.interlink.pod_record import PodPolicy
 from dmsgw.interlink.server import ListenAddress, Metrics, Serve, ServeInfo, ServerOptions
 from dmsgw.interlink.usage import UsageBook
 
+DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
 FAST = PodPolicy(poll_min_s=0.05, poll_max_s=0.2, retry_min_s=0.05, restart_min_s=0.05)
 WAIT_S = 60.0
 HELD_BYTES = 24 * 1024 * 1024
@@ -141,6 +143,15 @@ async def _until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
     return found
 
 
+def dashboard_metrics() -> set[str]:
+    """Every series the dashboard's panels and variables query."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    queries += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    assert queries, "the dashboard queries nothing"
+    return {name for q in queries for name in re.findall(r"\bdmsgw_[a-z0-9_]+", q)}
+
+
 def _samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     return {
         tuple(sorted(s.labels.items())): s.value
@@ -184,6 +195,8 @@ async def test_a_busy_pod_shows_real_usage_on_every_view(
     status_ok = (("behavior", "/dms/node/deployment/status"), ("outcome", "ok"))
     deployed = (("behavior", "/dms/node/deployment/new"), ("outcome", "ok"))
     assert calls[status_ok] >= 2 and calls[deployed] == 1
+    exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert dashboard_metrics() - exported == set(), "the dashboard queries series never exported"
 
     capsys.readouterr()
     assert await asyncio.to_thread(main, ["pods", "--operator", str(info.operator)]) == 0
