@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import math
 import shlex
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -109,6 +110,13 @@ class NotGrantedError(DmsgwError):
     """No capability delegated to the gateway covers the behavior: refused before sending."""
 
 
+_OUTCOMES: tuple[tuple[type[BaseException], str], ...] = (
+    (asyncio.CancelledError, "cancelled"),
+    (NotGrantedError, "not_granted"),
+    (CapabilityExpiredError, "grant_expired"),
+)
+
+
 class Invoke(Protocol):
     """How code reaches the DMS: a behavior of the catalog and its request in, the decoded
     reply out, checked by the type checker end to end (``Req`` must be the behavior's
@@ -123,6 +131,28 @@ class Invoke(Protocol):
         to: str | None = None,
         timeout_s: float | None = None,
     ) -> Rep: ...
+
+
+class CallObserver(Protocol):
+    """Told of every call :meth:`NodeClient.invoke` made: the behavior's name, its
+    :func:`call_outcome` and how long it took (s). The gateway counts them on its operator
+    port; this layer knows nothing of metrics."""
+
+    def __call__(self, behavior: str, outcome: str, seconds: float) -> None: ...
+
+
+_NAMED_KINDS = (DMSErrorKind.NOT_FOUND, DMSErrorKind.TIMEOUT, DMSErrorKind.REFUSED)
+
+
+def call_outcome(error: BaseException | None) -> str:
+    """How a DMS call ended, as a metric label: ``ok``; ``not_found`` or ``error`` (the DMS
+    answered an error); ``timeout`` or ``refused`` (its silence); ``not_granted`` or
+    ``grant_expired`` (not sent); ``transport`` (unreachable, or a bad reply); ``cancelled``."""
+    if error is None:
+        return "ok"
+    if isinstance(error, DMSError):
+        return error.kind.name.lower() if error.kind in _NAMED_KINDS else "error"
+    return next((name for kind, name in _OUTCOMES if isinstance(error, kind)), "transport")
 
 
 GrantHint = Callable[[Behavior[Any, Any]], str]
@@ -373,6 +403,8 @@ class NodeClient:
         self.clock = clock
         self.grant_hint = grant_hint or dms_grant_hint(security.did.uri)
         self.delegation_only = delegation_only
+        self.observer: CallObserver | None = None
+        """Told of every :meth:`invoke` (the gateway's DMS call metrics)."""
         # Callers beyond the actor's mailbox wait for room instead of being refused.
         self._room = asyncio.Semaphore(actor.actor_class.mailbox_size)
 
@@ -387,7 +419,25 @@ class NodeClient:
         """Invoke ``behavior`` (on the DMS, or on ``to`` through it: a handle, or a peer ID,
         DID or handle JSON) and return the decoded reply; a reply carrying an error raises
         :class:`DMSBehaviorError`, a refusal the explained :class:`DMSTimeoutError`. This is
-        :class:`Invoke`, the one way both the REPL's facade and the gateway call the DMS."""
+        :class:`Invoke`, the one way both the REPL's facade and the gateway call the DMS;
+        each call is told to :attr:`observer`."""
+        started, error = time.perf_counter(), None
+        try:
+            return await self._invoke(behavior, payload, to, timeout_s)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if self.observer is not None:
+                self.observer(behavior.name, call_outcome(error), time.perf_counter() - started)
+
+    async def _invoke(
+        self,
+        behavior: Behavior[Req, Rep],
+        payload: Req | None,
+        to: Handle | str | None,
+        timeout_s: float | None,
+    ) -> Rep:
         target = Handle.parse(to) if isinstance(to, str) else to
         self._refuse_ungranted(behavior)
         async with self._room:

@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "repl": "client",
     "devnet": "devnet",
     "serve": "serve",
+    "pods": "pods",
 }
 """Each command, and the module (family) whose ``register`` adds it."""
 

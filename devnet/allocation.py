@@ -16,10 +16,12 @@ scripts may take is ``Timeouts.provision_s``, on top of the start timeout.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..behaviors.executor_stats import AllocationStatsResponse, ExecutorStats
 from ..behaviors.status import AllocationStatus
 from ..transport.envelope import Envelope, Handle
 from .actor import Actor
@@ -30,6 +32,7 @@ from .protocol import (
     ALLOCATION_RESTART,
     ALLOCATION_SHUTDOWN,
     ALLOCATION_START,
+    ALLOCATION_STATS,
     HEALTHCHECK,
     INTERNAL_SPECS,
     AllocationDeploymentConfig,
@@ -40,6 +43,7 @@ from .protocol import (
 )
 from .sandbox import SandboxError, SandboxPlan
 from .timeouts import Timeouts
+from .usage import RunMeter
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,8 @@ class Allocation:
         self.plan: SandboxPlan | None = None
         self._mounted = False
         self.execution: Execution | None = None
+        self._meter: RunMeter | None = None
+        """Measures the current run (``/dms/allocation/stats``)."""
         executor.hold(allocation_id, config)
         self.actor: Actor = node.spawn_actor(allocation_id)
         for name, handler in (
@@ -83,6 +89,7 @@ class Allocation:
             (ALLOCATION_RESTART, self._handle_restart),
             (ALLOCATION_SHUTDOWN, self._handle_shutdown),
             (ALLOCATION_LOGS, self._handle_logs),
+            (ALLOCATION_STATS, self._handle_stats),
             (HEALTHCHECK, self._handle_healthcheck),
         ):
             self.actor.add_behavior(INTERNAL_SPECS[name], handler)
@@ -128,6 +135,18 @@ class Allocation:
         stdout, stderr = await ProcessExecutor.read_logs(self.plan)
         return AllocationLogsResponse(stdout=stdout, stderr=stderr)
 
+    async def _handle_stats(self, msg: Envelope, request: Any) -> AllocationStatsResponse:
+        """``handleAllocationStats``: the run's usage, measured now; all zeros (nothing
+        measured) while it does not run, as the DMS answers."""
+        meter = self._meter
+        if self.status != AllocationStatus.RUNNING or meter is None:
+            return AllocationStatsResponse(ok=True, stats=ExecutorStats())
+        try:
+            stats = await asyncio.to_thread(meter.measure)
+        except OSError as exc:
+            return AllocationStatsResponse(error=f"failed to retrieve allocation stats: {exc}")
+        return AllocationStatsResponse(ok=True, stats=stats)
+
     async def _handle_healthcheck(self, msg: Envelope, request: Any) -> OkResponse:
         if self.execution is None or self.status != AllocationStatus.RUNNING:
             return OkResponse(error=f"allocation {self.id} is {self.status.value}")
@@ -159,6 +178,13 @@ class Allocation:
         if self.execution is not execution:
             raise SandboxError("stopped while it was being set up")
         self.started_ns.append(self.node.clock())
+        self._meter = RunMeter(
+            execution.pid,
+            execution.group,
+            self.plan.memory_limit,
+            self.node.clock,
+            self.started_ns[-1],
+        )
         self.status = AllocationStatus.RUNNING
         self.node.spawn(self._watch(execution), f"allocation {self.id}")
         await self._report(AllocationStatus.RUNNING)

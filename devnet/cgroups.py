@@ -239,6 +239,9 @@ class RunGroup:
     memory: Path | None
     v2: bool
     fds: list[int]
+    cpu: Path | None = None
+    """The run's group in a cgroup v2 ``cpu`` hierarchy, whose ``cpu.stat`` counts its CPU
+    time (v1's ``cpu`` controller does not count it: that is ``cpuacct``'s)."""
 
     @classmethod
     def make(cls, name: str, limits: Sequence[tuple[Hierarchy, dict[str, str]]]) -> RunGroup:
@@ -262,6 +265,8 @@ class RunGroup:
                     path.write_text(value)
                 if hierarchy.controller == "memory":
                     group.memory, group.v2 = directory, hierarchy.v2
+                elif hierarchy.v2:
+                    group.cpu = directory
         except OSError:
             group.close()
             group.remove()

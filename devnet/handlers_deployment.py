@@ -15,6 +15,7 @@ a ``Failed`` deployment: deployed, it would retry until its deadline and fail wi
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import uuid
@@ -39,6 +40,7 @@ from ..behaviors.deployment import (
 )
 from ..behaviors.ensemble import EnsembleConfigV1
 from ..behaviors.ensemble_validation import validate_ensemble
+from ..behaviors.executor_stats import ExecutorStats
 from ..behaviors.status import DeploymentStatus
 from ..clock import NS_PER_SECOND
 from ..transport.envelope import Envelope
@@ -149,8 +151,19 @@ class Deployments:
         o = self.orchestrators.get(request.id)
         if o is None:
             return DeploymentStatusResponse(error=f"failed to get deployment: {NOT_FOUND}")
-        info = o.allocation_info() if o.status == DeploymentStatus.RUNNING else None
-        return DeploymentStatusResponse(status=o.status.go_name, allocation_info=info or None)
+        if o.status != DeploymentStatus.RUNNING:
+            return DeploymentStatusResponse(status=o.status.go_name)
+        usage = None
+        if request.include_usage:
+            try:
+                usage = {key: _plain(stats) for key, stats in (await o.usage()).items()}
+            except DeploymentError as exc:
+                return DeploymentStatusResponse(error=str(exc))
+        return DeploymentStatusResponse(
+            status=o.status.go_name,
+            allocation_info=o.allocation_info() or None,
+            allocation_usage=usage,
+        )
 
     async def _manifest(
         self, msg: Envelope, request: DeploymentManifestRequest
@@ -232,3 +245,8 @@ def _sort_key(sort_by: str) -> tuple[Any, str, bool]:
         "status": lambda o: int(o.status),
     }
     return keys.get(field, keys["created_at"]), field, descending
+
+
+def _plain(stats: ExecutorStats) -> Any:
+    """Typed stats as the reply model keeps them (plain JSON, ``*types.ExecutorStats``)."""
+    return json.loads(stats.to_json())

@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..behaviors.ensemble import AllocationType, EnsembleConfigV1, NodeConfig
+from ..behaviors.executor_stats import AllocationStatsResponse, ExecutorStats
 from ..behaviors.status import (
     AllocationInfo,
     AllocationManifest,
@@ -50,6 +51,7 @@ from .protocol import (
     ALLOCATION_LOGS,
     ALLOCATION_SHUTDOWN,
     ALLOCATION_START,
+    ALLOCATION_STATS,
     COMMIT,
     FAILED_TO_DEPLOY,
     REVERT,
@@ -436,6 +438,30 @@ class Orchestrator:
 
         await asyncio.gather(*(stop(a) for a in self._allocations.values()))
         self.changes.notify()
+
+    # --- usage ----------------------------------------------------------------------------
+
+    async def usage(self) -> dict[str, ExecutorStats]:
+        """``deployment/status``'s ``allocation_usage``: each allocation's stats, by manifest
+        key, asked of the allocation itself; the first that fails fails the whole answer,
+        with the DMS's words."""
+
+        async def ask(key: str, a: Placed) -> tuple[str, ExecutorStats]:
+            try:
+                reply = await self.actor.invoke(
+                    a.handle, ALLOCATION_STATS, None, self.timeouts.invoke_s
+                )
+            except InvokeError as exc:
+                raise DeploymentError(
+                    f"failed to invoke allocation stats for {key}: {exc}"
+                ) from None
+            answer = AllocationStatsResponse.from_json(reply.msg or b"{}")
+            if not answer.ok:
+                raise DeploymentError(f"allocation {key} stats error: {answer.error}")
+            return key, answer.stats or ExecutorStats()
+
+        measured = await asyncio.gather(*(ask(k, a) for k, a in self._allocations.items()))
+        return dict(measured)
 
     # --- logs ---------------------------------------------------------------------------
 

@@ -57,6 +57,9 @@ ALLOCATION_START = "/dms/allocation/start"
 ALLOCATION_RESTART = "/dms/allocation/restart"
 ALLOCATION_SHUTDOWN = "/dms/allocation/shutdown"
 ALLOCATION_LOGS = "/dms/allocation/logs"
+ALLOCATION_STATS = "/dms/allocation/stats"
+"""``AllocationStatsBehavior`` (its value is not in the source consulted: named as its
+siblings are; only devnet nodes send it to each other)."""
 HEALTHCHECK = "/dms/actor/healthcheck"
 REPLY_PREFIX = "/private/reply/"
 """Reply-to behaviors of node-to-node invocations; the invoker delegates each to the callee."""
@@ -352,6 +355,7 @@ INTERNAL_SPECS: Mapping[str, Spec] = {
         Spec(ALLOCATION_RESTART, AllocationRequest),
         Spec(ALLOCATION_SHUTDOWN, AllocationRequest),
         Spec(ALLOCATION_LOGS, AllocationLogsRequest),
+        Spec(ALLOCATION_STATS),
         Spec(HEALTHCHECK),
     )
 }

@@ -28,10 +28,12 @@ from .bodies import PodStatus
 from .config import GatewayConfig
 from .gateway import Gateway, GatewayParts
 from .pod_record import PodRecord, snapshot_of
+from .pod_report import PodReport
 from .resources import Capacity, GpuCatalog, ResourceActor
-from .server import Metrics
+from .server import DmsCalls, Metrics
 from .store import PodStore
 from .translation import Translator
+from .usage import UsageBook
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,8 @@ async def start_backend(
     )
     gateway = Gateway(parts)
     await gateway.start()
+    gateway.pod_report = PodReport(gateway.pods, UsageBook(dms.client.invoke), clock=clock)
+    dms.client.observer = DmsCalls(metrics).observe
     _export_metrics(metrics, gateway, dms.client.security.capabilities)
     gateway.start_orphan_collection()
     return gateway

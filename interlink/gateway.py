@@ -47,6 +47,7 @@ from .logs import log_directory, read_logs
 from .parsing import PodRef, in_turns
 from .pod import PodActor
 from .pod_record import DEFAULT_POLICY, Phase, PodPolicy, PodRecord, Snapshot, request_data
+from .pod_report import PodReport
 from .recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_status
 from .resources import Capacity
 from .server import BackendUnavailable, UnknownPodError
@@ -102,6 +103,10 @@ class Gateway:
         self.registry = Registry()
         self.snapshots: dict[str, PodStatus] = {}
         self._records: dict[str, PodRecord] = {}
+        self._latest: dict[str, PodRecord] = {}
+        """Each pod's record as its actor last published it (:meth:`pods`)."""
+        self.pod_report: PodReport | None = None
+        """The pods and their usage on the operator port (set by ``start_backend``)."""
         self._polls = PollLedger(parts.clock, parts.orphan_grace_s)
         self._owned = OwnedEnsembles(parts.invoke, parts.owner)
         # One generator for every pod's retry jitter: a Random is 2.5 KiB, a tenth of a pod.
@@ -188,7 +193,7 @@ class Gateway:
                 invoke=parts.invoke,
                 store=parts.store,
                 translate=self._translate,
-                snapshot=parts.snapshot,
+                snapshot=self._snapshot,
                 snapshots=self.snapshots,
                 on_deleted=self._forget,
                 policy=parts.policy,
@@ -201,8 +206,22 @@ class Gateway:
         spec = ChildSpec(_name(record.uid), start, Restart.TRANSIENT)
         await bridge.call(self._supervisor_proxy.start_child(spec))
 
+    def _snapshot(self, record: PodRecord) -> PodStatus:
+        """A pod actor publishes ``record``: remember it, and read it as its snapshot."""
+        self._latest[record.uid] = record
+        return self.parts.snapshot(record)
+
+    def pods(self) -> list[tuple[PodRecord, PodStatus | None]]:
+        """Every pod the gateway tracks: its newest record and its snapshot (``None``
+        before the first)."""
+        return [
+            (self._latest.get(uid, record), self.snapshots.get(uid))
+            for uid, record in self._records.items()
+        ]
+
     def _forget(self, uid: str) -> None:
         """A pod actor finished deleting its pod."""
+        self._latest.pop(uid, None)
         self._records.pop(uid, None)
         self._polls.drop(uid)
 

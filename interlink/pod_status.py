@@ -55,6 +55,7 @@ __all__ = [
     "ContainerObservation",
     "PodContainerStatuses",
     "allocation_of",
+    "find_allocation_key",
     "terminated_state",
     "container_statuses",
     "pod_status",
@@ -152,7 +153,7 @@ def _terminated(
     )
 
 
-def _find(entries: Mapping[str, object], name: str) -> str | None:
+def find_allocation_key(entries: Mapping[str, object], name: str) -> str | None:
     """The key of container ``name``'s allocation: ``pod.<name>`` in a manifest, a full
     allocation ID (``<ensemble>_pod.<name>``) in ``allocation_info``."""
     for key in (allocation_key(name), name):
@@ -168,9 +169,9 @@ def allocation_of(
 ) -> tuple[str, AllocationInfo | None, str]:
     """Container ``name``'s allocation in a manifest's ``allocations`` and in ``deployment/
     status``'s ``allocation_info``: its status (``""`` if unknown), live info and ID."""
-    key = _find(allocations, name)
+    key = find_allocation_key(allocations, name)
     entry = allocations[key] if key else None
-    info_key = entry.id if entry and entry.id in info else _find(info, name)
+    info_key = entry.id if entry and entry.id in info else find_allocation_key(info, name)
     live = info[info_key] if info_key else None
     status = (live.status if live else "") or (entry.status if entry else "")
     ident = entry.id if entry and entry.id else (live.allocation_id if live else "")

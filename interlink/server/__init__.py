@@ -11,8 +11,8 @@ page (``Origin``) is refused 403, one without a verified token must name in ``Ho
 it arrived at (421), plugin bodies must be ``application/json`` (415) and arrive within
 ``body_timeout_s`` (408) (:mod:`.front_door`). The servers listen on a unix socket or on
 loopback; off loopback they need a bearer token (:mod:`.listening`). The operator app
-(``/healthz``, ``/readyz``, ``/metrics``) listens on its own address (:mod:`.operator_port`,
-:mod:`.metrics`).
+(``/healthz``, ``/readyz``, ``/metrics``, ``/pods``, ``/stats/summary``) listens on its own
+address (:mod:`.operator_port`, :mod:`.metrics`).
 
 What the gateway actors implement is :class:`PluginBackend` (:mod:`.backend`); :class:`Serve`
 runs the two apps over one until SIGTERM/SIGINT and then shuts down in order (stop accepting,
@@ -28,8 +28,8 @@ from .listening import (
     ServeError,
     require_token_for,
 )
-from .metrics import LoopStalls, Metrics, MetricsError
-from .operator_port import Health, operator_app
+from .metrics import DmsCalls, LoopStalls, Metrics, MetricsError
+from .operator_port import Health, Pods, operator_app
 from .options import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_DEADLINE_S,
@@ -56,6 +56,7 @@ __all__ = [
     "BackendFactory",
     "BackendGaveUpError",
     "BackendUnavailable",
+    "DmsCalls",
     "Health",
     "ListenAddress",
     "LoopStalls",
@@ -63,6 +64,7 @@ __all__ = [
     "MetricsError",
     "PluginBackend",
     "PluginServer",
+    "Pods",
     "Serve",
     "ServeError",
     "ServeInfo",

@@ -37,7 +37,9 @@ class PluginBackend(Protocol):
 
     A backend may also have ``gave_up``, an :class:`asyncio.Future` that completes with a
     reason when it can no longer serve (its root supervisor gave up): :class:`Serve` then
-    reports not ready, shuts down and raises :class:`BackendGaveUpError`.
+    reports not ready, shuts down and raises :class:`BackendGaveUpError`. And it may have
+    ``pod_report``, a :class:`~dmsgw.interlink.pod_report.PodReport`: the operator port then
+    serves ``/pods``, ``/stats/summary`` and the per-pod series of ``/metrics`` from it.
     """
 
     async def create(self, pods: list[RetrievedPodData]) -> list[CreateStruct]:

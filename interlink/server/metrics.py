@@ -1,4 +1,5 @@
-"""The Prometheus registry ``/metrics`` exposes, and the event loop's stalls shown on it."""
+"""The Prometheus registry ``/metrics`` exposes, the event loop's stalls and the gateway's DMS
+calls shown on it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from prometheus_client import (
 from ...errors import DmsgwError
 
 STALL_PROBE_S = 0.1
+DMS_CALL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+"""Latencies of DMS calls (s): a status read takes milliseconds, a deployment up to minutes."""
 
 _Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
 
@@ -119,3 +122,24 @@ class LoopStalls:
             due = now() + every_s
             await asyncio.sleep(every_s)
             self.observe(now() - due)
+
+
+# --- the gateway's DMS calls -----------------------------------------------------------------
+
+
+class DmsCalls:
+    """Every DMS call the gateway makes, by behavior and outcome, with its latency: the
+    :class:`~dmsgw.behaviors.node.CallObserver` of the gateway's DMS client. One histogram
+    gives both (its ``_count`` is the calls); a behavior name is one of the catalog's, so the
+    labels stay few."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._seconds = metrics.histogram(
+            "dms_call_duration_seconds",
+            "DMS calls the gateway made, by behavior and outcome, and how long each took.",
+            ("behavior", "outcome"),
+            buckets=DMS_CALL_BUCKETS,
+        )
+
+    def observe(self, behavior: str, outcome: str, seconds: float) -> None:
+        self._seconds.labels(behavior=behavior, outcome=outcome).observe(seconds)

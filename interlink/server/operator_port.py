@@ -1,8 +1,12 @@
-"""The operator app: ``/healthz``, ``/readyz`` and ``/metrics`` on their own address.
+"""The operator app: ``/healthz``, ``/readyz``, ``/metrics``, ``/pods`` and ``/stats/summary``
+on their own address.
 
-Off loopback the operator app too needs the token, which ``/metrics`` then requires (the probes
-never do: they change nothing and tell no secret). Live while the process answers at all; ready
-while serving and the backend's ping succeeds.
+Off loopback the operator app too needs the token, which every route but the probes then
+requires (the probes change nothing and tell no secret; the pods' names and usage are the
+operator's). Live while the process answers at all; ready while serving and the backend's ping
+succeeds. ``/pods`` (the pods and their usage, :mod:`..pod_view`) and ``/stats/summary`` (the
+kubelet's summary) answer 503 until the backend serves, and each read of them or of
+``/metrics`` first refreshes the pods' usage (:class:`~..pod_report.PodReport`).
 """
 
 from __future__ import annotations
@@ -10,13 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Literal
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.core import Metric
 
 from ...errors import DmsgwError
+from ..pod_report import PodReport
 from .backend import BackendUnavailable, PluginBackend
 from .front_door import (
     CLIENT_GONE,
@@ -80,23 +86,66 @@ class Health:
         return None
 
 
+class Pods:
+    """The backend's :class:`PodReport` once it serves (``None`` before, or for a backend
+    without one), and the Prometheus collector of its per-pod series (none until then)."""
+
+    def __init__(self) -> None:
+        self.report: PodReport | None = None
+
+    def serving(self, report: PodReport | None) -> None:
+        self.report = report
+
+    async def refresh(self) -> None:
+        """Fresh usage before a read; a failure is logged and the last usage served (the
+        page must answer: usage it lacks is absent, not an error)."""
+        if self.report is None:
+            return
+        try:
+            await self.report.refresh()
+        except Exception:
+            log.exception("bug refreshing the pods' usage")
+
+    def describe(self) -> list[Metric]:
+        return []  # built on scrape: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        if self.report is not None:
+            yield from self.report.collect()
+
+    def required(self) -> PodReport:
+        """The report, or a 503 naming why there is none."""
+        if self.report is None:
+            raise StatusError(503, "pods: the gateway is not serving yet")
+        return self.report
+
+
+_PROBES = frozenset({"/healthz", "/readyz"})
+
+
 def operator_app(
-    health: Health, metrics: Metrics, *, metrics_token: str | None = None
+    health: Health,
+    metrics: Metrics,
+    *,
+    metrics_token: str | None = None,
+    pods: Pods | None = None,
 ) -> web.Application:
-    """``/healthz`` (always 200 while live), ``/readyz`` (200 or 503), ``/metrics`` (which
-    requires ``metrics_token`` if given), behind the same front door as the plugin API."""
+    """``/healthz`` (always 200 while live), ``/readyz`` (200 or 503), ``/metrics``, ``/pods``
+    and ``/stats/summary`` (which require ``metrics_token`` if given), behind the same front
+    door as the plugin API."""
+    pods = pods if pods is not None else Pods()
 
     @web.middleware
     async def front_door(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         try:
-            admit(request, metrics_token if request.path == "/metrics" else None)
+            admit(request, None if request.path in _PROBES else metrics_token)
+            return await handler(request)
         except StatusError as problem:
             return refusal(problem)
         except ClientGone:
             return text_response(CLIENT_GONE, "client closed the connection")
-        return await handler(request)
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response(await health.report())
@@ -106,10 +155,23 @@ def operator_app(
         return web.json_response(report, status=200 if report["ready"] else 503)
 
     async def metrics_page(_: web.Request) -> web.Response:
+        await pods.refresh()
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def pod_list(_: web.Request) -> web.Response:
+        report = pods.required()
+        await pods.refresh()
+        return web.json_response(report.views())
+
+    async def summary(_: web.Request) -> web.Response:
+        report = pods.required()
+        await pods.refresh()
+        return web.json_response(report.summary())
 
     app = web.Application(middlewares=[front_door])
     app.router.add_route("GET", "/healthz", healthz)
     app.router.add_route("GET", "/readyz", readyz)
     app.router.add_route("GET", "/metrics", metrics_page)
+    app.router.add_route("GET", "/pods", pod_list)
+    app.router.add_route("GET", "/stats/summary", summary)
     return app

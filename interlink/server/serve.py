@@ -18,7 +18,7 @@ from typing import Any
 from .backend import BackendGaveUpError, PluginBackend
 from .listening import ListenAddress, Listener
 from .metrics import LoopStalls, Metrics
-from .operator_port import Health, operator_app
+from .operator_port import Health, Pods, operator_app
 from .options import ServerOptions
 from .routes import PluginServer
 
@@ -92,13 +92,15 @@ class Serve:
     ) -> None:
         stop = stop if stop is not None else asyncio.Event()
         options = self._options
-        health = Health()
+        health, pods = Health(), Pods()
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(_stop_on_signals(stop))
             watch = asyncio.ensure_future(LoopStalls(self.metrics).watch())
             stack.push_async_callback(_cancelled, watch)
+            self.metrics.registry.register(pods)
+            stack.callback(self.metrics.registry.unregister, pods)
             operator_server = operator_app(
-                health, self.metrics, metrics_token=options.metrics_token
+                health, self.metrics, metrics_token=options.metrics_token, pods=pods
             )
             operator = await Listener.start(operator_server, options.operator_listen, grace_s=1.0)
             stack.push_async_callback(operator.stop)
@@ -108,6 +110,7 @@ class Serve:
             plugin = await Listener.start(server.app(), options.listen, options.shutdown_grace_s)
             stack.push_async_callback(plugin.stop)
             health.serving(backend)
+            pods.serving(getattr(backend, "pod_report", None))
             info = ServeInfo(plugin.address, operator.address)
             log.info(
                 "listening on %s",

@@ -1,0 +1,202 @@
+"""``dmsgw pods``: the gateway's pods as ``kubectl get pods -o wide`` shows them, plus usage.
+
+It reads ``GET /pods`` on a running gateway's operator port (``--operator``, or
+``$DMSGW_OPERATOR_LISTEN``, else ``127.0.0.1:4001``; the bearer token from ``$DMSGW_TOKEN`` or
+``--token-file`` when the port needs one) and prints one row per pod: ``READY`` and ``STATUS``
+as kubectl reads them from the containers, the pod's CPU (millicores) and memory (MiB) as its
+DMS measured them (``<none>`` when it reported none), and where it runs. ``--watch`` prints
+the table again every ``--interval`` seconds until Ctrl-C; ``-o json`` prints the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import DmsgwError
+from ..interlink.config import TOKEN_ENV
+from ..interlink.server.listening import AddressError, ListenAddress
+from ..interlink.server.options import DEFAULT_OPERATOR_PORT
+
+OPERATOR_ENV = "DMSGW_OPERATOR_LISTEN"
+REQUEST_TIMEOUT_S = 30.0
+COLUMNS = ("NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "CPU", "MEMORY", "NODE", "PEER")
+_MIB = 1024 * 1024
+_NANO_PER_MILLI = 1_000_000
+_CLEAR = "\x1b[H\x1b[2J"
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over the operator port's unix socket."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__("localhost", timeout=REQUEST_TIMEOUT_S)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(REQUEST_TIMEOUT_S)
+        self.sock.connect(str(self._path))
+
+
+def fetch_pods(address: ListenAddress, token: str | None) -> list[dict[str, Any]]:
+    """``GET /pods``; an answer other than 200 is an error naming the gateway's reason."""
+    connection = (
+        _UnixConnection(address.path)
+        if address.path is not None
+        else http.client.HTTPConnection(address.host, address.port, timeout=REQUEST_TIMEOUT_S)
+    )
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        connection.request("GET", "/pods", headers=headers)
+        response = connection.getresponse()
+        body = response.read()
+    except OSError as exc:
+        raise DmsgwError(f"cannot reach the gateway's operator port at {address}: {exc}") from None
+    finally:
+        connection.close()
+    if response.status != 200:
+        reason = body.decode(errors="replace").strip() or response.reason
+        raise DmsgwError(f"the gateway at {address} answered {response.status}: {reason}")
+    try:
+        pods = json.loads(body)
+    except ValueError as exc:
+        raise DmsgwError(f"the gateway at {address} answered /pods with no JSON: {exc}") from None
+    if not isinstance(pods, list):
+        raise DmsgwError(f"the gateway at {address} answered /pods with no list")
+    return pods
+
+
+def _status(pod: dict[str, Any]) -> str:
+    """kubectl's STATUS: a container's waiting reason, else the terminated reason of a
+    failed pod, else the pod phase."""
+    states = [c.get("state", {}) for c in pod.get("containers", [])]
+    waiting = [s["waiting"].get("reason") for s in states if "waiting" in s]
+    if any(waiting):
+        return str(next(r for r in waiting if r))
+    ended = [s["terminated"].get("reason") for s in states if "terminated" in s]
+    if pod.get("phase") == "Failed" and any(ended):
+        return str(next(r for r in ended if r))
+    return str(pod.get("phase", ""))
+
+
+def _cpu(usage: dict[str, Any] | None) -> str:
+    cores = (usage or {}).get("cpu", {}).get("usageNanoCores")
+    return "<none>" if cores is None else f"{round(cores / _NANO_PER_MILLI)}m"
+
+
+def _memory(usage: dict[str, Any] | None) -> str:
+    used = (usage or {}).get("memory", {}).get("workingSetBytes")
+    return "<none>" if used is None else f"{round(used / _MIB)}Mi"
+
+
+def row(pod: dict[str, Any]) -> tuple[str, ...]:
+    """One pod's cells, in :data:`COLUMNS` order."""
+    mains = [c for c in pod.get("containers", []) if not c.get("init")]
+    ready = f"{sum(bool(c.get('ready')) for c in mains)}/{len(mains)}"
+    return (
+        str(pod.get("namespace", "")),
+        str(pod.get("name", "")),
+        ready,
+        _status(pod),
+        str(pod.get("restarts", 0)),
+        _cpu(pod.get("usage")),
+        _memory(pod.get("usage")),
+        str(pod.get("node") or "<none>"),
+        str(pod.get("peer") or "<none>"),
+    )
+
+
+def table(pods: Sequence[dict[str, Any]]) -> str:
+    """The rows under their headers, in columns as kubectl aligns them (three spaces)."""
+    rows = [COLUMNS, *(row(p) for p in pods)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    return "\n".join(
+        "   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def watch(
+    fetch: Callable[[], list[dict[str, Any]]],
+    out: TextIO,
+    *,
+    interval_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Print the table, then again every ``interval_s`` (over the last one on a terminal),
+    until Ctrl-C (exit 0)."""
+    try:
+        while True:
+            text = table(fetch())
+            print(f"{_CLEAR}{text}" if out.isatty() else f"{text}\n", file=out, flush=True)
+            sleep(interval_s)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_file:
+        try:
+            return Path(args.token_file).read_text().strip() or None
+        except OSError as exc:
+            raise DmsgwError(f"--token-file: {exc}") from None
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _run(args: argparse.Namespace) -> int:
+    text = args.operator or os.environ.get(OPERATOR_ENV) or f"127.0.0.1:{DEFAULT_OPERATOR_PORT}"
+    try:
+        address = ListenAddress.parse(text, default_port=DEFAULT_OPERATOR_PORT)
+    except AddressError as exc:
+        raise DmsgwError(f"--operator: {exc}") from None
+    if args.interval <= 0:
+        raise DmsgwError(f"--interval: {args.interval:g} is not a positive number of seconds")
+    token = _token(args)
+
+    def fetch() -> list[dict[str, Any]]:
+        return fetch_pods(address, token)
+
+    if args.output == "json":
+        print(json.dumps(fetch(), indent=2))
+        return 0
+    if args.watch:
+        return watch(fetch, sys.stdout, interval_s=args.interval)
+    print(table(fetch()))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "pods",
+        help="list a running gateway's pods with their CPU and memory usage",
+        description=(
+            "List the pods of a running `dmsgw serve` as `kubectl get pods -o wide` does, "
+            "with each pod's CPU (millicores) and memory (MiB) as its DMS measured them "
+            "(<none>: the DMS reported none). Reads GET /pods on the gateway's operator port."
+        ),
+    )
+    parser.add_argument(
+        "--operator",
+        metavar="ADDR",
+        help=f"the gateway's operator port: host:port or a unix socket path "
+        f"[${OPERATOR_ENV}, else 127.0.0.1:{DEFAULT_OPERATOR_PORT}]",
+    )
+    parser.add_argument(
+        "--token-file", metavar="FILE", help=f"file holding the bearer token [${TOKEN_ENV}]"
+    )
+    parser.add_argument("-w", "--watch", action="store_true", help="refresh until Ctrl-C")
+    parser.add_argument(
+        "--interval", type=float, default=2.0, metavar="S", help="--watch's period (default 2 s)"
+    )
+    parser.add_argument(
+        "-o", "--output", choices=("wide", "json"), default="wide", help="table or JSON"
+    )
+    parser.set_defaults(handler=_run)

@@ -1,0 +1,112 @@
+"""The gateway's pods as the operator port reports them: ``GET /pods``, ``/stats/summary``
+and the per-pod series of ``/metrics``, all read from one :class:`PodReport`.
+
+Each read first asks :meth:`PodReport.refresh` for fresh usage (:class:`~.usage.UsageBook`:
+the DMS is asked then, not between reads); the JSON is :mod:`.pod_view`'s, and the series are
+built at scrape time by :meth:`PodReport.collect` (a Prometheus collector), so 10,000 pods
+hold no series objects between scrapes. Series of usage the DMS did not report are absent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ..clock import NS_PER_SECOND, Clock, system_clock
+from .bodies import PodStatus
+from .pod_record import Phase, PodRecord
+from .pod_view import PodFacts, pod_phase, pod_view, stats_summary
+from .usage import PodToMeasure, UsageBook
+
+__all__ = ["POD_PHASES", "PodReport", "PodSource"]
+
+log = logging.getLogger("dmsgw.usage")
+
+PodSource = Callable[[], list[tuple[PodRecord, PodStatus | None]]]
+"""Every pod the gateway tracks, with its snapshot (``Gateway.pods``)."""
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed")
+_LABELS = ("namespace", "pod", "container")
+
+
+class PodReport:
+    """The pods of ``pods`` with the usage ``usage`` measures; ``node_name`` names the
+    virtual node in the stats summary."""
+
+    def __init__(
+        self,
+        pods: PodSource,
+        usage: UsageBook,
+        *,
+        node_name: str = "dmsgw",
+        clock: Clock = system_clock,
+    ) -> None:
+        self._pods = pods
+        self.usage = usage
+        self._node_name = node_name
+        self._started_ns = clock()
+
+    async def refresh(self) -> None:
+        """Fresh usage for the running pods (see :class:`~.usage.UsageBook`)."""
+        running = [
+            PodToMeasure(r.uid, r.ensemble_id, [c.name for c in s.containers])
+            for r, s in self._pods()
+            if s is not None and r.ensemble_id and r.phase == Phase.RUNNING
+        ]
+        await self.usage.refresh(running)
+
+    def facts(self) -> list[PodFacts]:
+        """Every pod with its usage, by namespace and name."""
+        pods = sorted(self._pods(), key=lambda p: (p[0].namespace, p[0].name, p[0].uid))
+        return [PodFacts(r, s, self.usage.of(r.uid)) for r, s in pods]
+
+    def views(self) -> list[dict[str, Any]]:
+        """``GET /pods``: one :func:`~.pod_view.pod_view` object per pod."""
+        return [pod_view(f) for f in self.facts()]
+
+    def summary(self) -> dict[str, Any]:
+        """``GET /stats/summary``: the kubelet's summary of the running pods."""
+        return stats_summary(self._node_name, self._started_ns, self.facts())
+
+    # --- Prometheus -------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        """The per-pod series, built now from the last refresh."""
+        phases = dict.fromkeys(POD_PHASES, 0)
+        restarts = CounterMetricFamily(
+            "dmsgw_pod_restarts",
+            "Times the gateway redeployed the pod (its restartPolicy).",
+            labels=("namespace", "pod"),
+        )
+        cpu_seconds = CounterMetricFamily(
+            "dmsgw_container_cpu_usage_seconds",
+            "CPU time the container's process used since it started, as its DMS measured it.",
+            labels=_LABELS,
+        )
+        cpu_cores = GaugeMetricFamily(
+            "dmsgw_container_cpu_usage_cores",
+            "Cores the container used between its DMS's last two measurements.",
+            labels=_LABELS,
+        )
+        memory = GaugeMetricFamily(
+            "dmsgw_container_memory_working_set_bytes",
+            "Memory the container uses, as its DMS measured it.",
+            labels=_LABELS,
+        )
+        for record, snapshot, usage in self.facts():
+            phases[pod_phase(record, snapshot)] += 1
+            restarts.add_metric((record.namespace, record.name), record.restarts)
+            for container, measured in usage.items():
+                labels = (record.namespace, record.name, container)
+                cpu_seconds.add_metric(labels, measured.cpu_core_ns / NS_PER_SECOND)
+                memory.add_metric(labels, measured.memory_bytes)
+                if measured.cpu_nano_cores is not None:
+                    cpu_cores.add_metric(labels, measured.cpu_nano_cores / NS_PER_SECOND)
+        by_phase = GaugeMetricFamily(
+            "dmsgw_pods_by_phase", "Pods the gateway tracks, by pod phase.", labels=("phase",)
+        )
+        for phase, count in phases.items():
+            by_phase.add_metric((phase,), count)
+        yield from (by_phase, restarts, cpu_seconds, cpu_cores, memory)

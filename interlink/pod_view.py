@@ -1,0 +1,192 @@
+"""A pod as the operator port shows it: the JSON of ``GET /pods`` and the kubelet's stats
+summary. Pure: the caller gives the pod's record, its ``/status`` snapshot and its containers'
+usage (:mod:`.usage`).
+
+One pod's object (:func:`pod_view`), the same in the ``/pods`` list and wherever one pod is
+shown: ``namespace``, ``name``, ``uid``, ``phase`` (the Kubernetes pod phase the containers'
+states make), ``gatewayPhase`` (where the gateway is in the pod's life), ``ensemble``,
+``node`` and ``peer`` (the ensemble node and the provider's peer ID running it, ``""`` until
+the gateway has the deployment's manifest), ``restarts``, ``containers`` (init containers
+first, each with ``init``, its Kubernetes ``state``, ``ready``, ``restarts`` and, when the DMS
+measured it, ``usage``) and the pod's ``usage`` (its containers' sums, when every running
+container has one).
+
+Usage follows the kubelet's names (``cpu.usageNanoCores``, ``cpu.usageCoreNanoSeconds``,
+``memory.workingSetBytes``, ``memory.usageBytes``, ``time``), and a figure the DMS did not
+report is left out, never written as zero. :func:`stats_summary` is the kubelet's
+``/stats/summary`` (``statsapi.Summary``: ``node`` and ``pods`` with ``podRef``) over the
+running pods, which a virtual kubelet can serve for ``kubectl top``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from ..clock import NS_PER_SECOND
+from .apimachinery import format_time
+from .bodies import PodStatus
+from .k8s import ContainerStatus
+from .pod_record import Phase, PodRecord
+from .pod_status import find_allocation_key
+from .usage import ContainerUsage
+
+__all__ = ["PodFacts", "pod_phase", "pod_view", "stats_summary", "usage_json"]
+
+_MS_PER_SECOND = 1_000
+
+
+class PodFacts(NamedTuple):
+    """What the gateway knows of one pod: its record, its ``/status`` snapshot (``None``
+    before the first), and its containers' usage by name."""
+
+    record: PodRecord
+    snapshot: PodStatus | None
+    usage: Mapping[str, ContainerUsage]
+
+
+def pod_phase(record: PodRecord, snapshot: PodStatus | None) -> str:
+    """The pod phase the virtual kubelet derives from the containers: ``Succeeded`` or
+    ``Failed`` once every main container has terminated (all with 0, or not), ``Running``
+    while one runs, else ``Pending``."""
+    statuses = snapshot.containers if snapshot is not None else []
+    ended = [s.state.terminated for s in statuses]
+    if statuses and all(t is not None for t in ended):
+        return "Succeeded" if all(t is not None and t.exit_code == 0 for t in ended) else "Failed"
+    if any(s.state.running is not None for s in statuses):
+        return "Running"
+    return "Failed" if record.phase == Phase.TERMINAL else "Pending"
+
+
+def _time(ms: int) -> str:
+    return format_time(datetime.fromtimestamp(ms / _MS_PER_SECOND, UTC))
+
+
+def usage_json(usage: ContainerUsage) -> dict[str, Any]:
+    """A container's usage in the kubelet's words (``usageNanoCores`` only when known)."""
+    cpu: dict[str, Any] = {"time": _time(usage.measured_ms)}
+    if usage.cpu_nano_cores is not None:
+        cpu["usageNanoCores"] = usage.cpu_nano_cores
+    cpu["usageCoreNanoSeconds"] = usage.cpu_core_ns
+    memory = {
+        "time": _time(usage.measured_ms),
+        "workingSetBytes": usage.memory_bytes,
+        "usageBytes": usage.memory_bytes,
+    }
+    return {"time": _time(usage.measured_ms), "cpu": cpu, "memory": memory}
+
+
+def _pod_usage(
+    statuses: Sequence[ContainerStatus], usage: Mapping[str, ContainerUsage]
+) -> ContainerUsage | None:
+    """The sum of the containers' usage, when every running container has one (a sum that
+    leaves one out would understate the pod)."""
+    running = [s.name for s in statuses if s.state.running is not None]
+    if not running or any(name not in usage for name in running):
+        return None
+    parts = [usage[name] for name in running]
+    rates = [u.cpu_nano_cores for u in parts]
+    return ContainerUsage(
+        cpu_core_ns=sum(u.cpu_core_ns for u in parts),
+        memory_bytes=sum(u.memory_bytes for u in parts),
+        measured_ms=max(u.measured_ms for u in parts),
+        cpu_nano_cores=None if None in rates else sum(r or 0 for r in rates),
+    )
+
+
+def _placement(record: PodRecord, containers: Iterable[str]) -> tuple[str, str]:
+    """The DMS node (in the ensemble) and provider peer of the pod's first placed
+    container, from the manifest the gateway last saw (``""``: not known yet)."""
+    manifest = record.observed.get("manifest") or {}
+    allocations = manifest.get("allocations") or {}
+    for name in containers:
+        key = find_allocation_key(allocations, name)
+        if key is not None:
+            entry = allocations[key] or {}
+            peer = ((entry.get("handle") or {}).get("addr") or {}).get("host", "")
+            return str(entry.get("node_id", "")), str(peer)
+    return "", ""
+
+
+def _container(
+    status: ContainerStatus, usage: ContainerUsage | None, *, init: bool
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": status.name,
+        "init": init,
+        "state": status.state.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "ready": status.ready,
+        "restarts": status.restart_count,
+    }
+    if usage is not None:
+        entry["usage"] = usage_json(usage)
+    return entry
+
+
+def pod_view(facts: PodFacts) -> dict[str, Any]:
+    """One pod's JSON object (see the module)."""
+    record, snapshot, usage = facts
+    inits = snapshot.init_containers if snapshot else []
+    mains = snapshot.containers if snapshot else []
+    node, peer = _placement(record, (s.name for s in (*inits, *mains)))
+    view: dict[str, Any] = {
+        "namespace": record.namespace,
+        "name": record.name,
+        "uid": record.uid,
+        "phase": pod_phase(record, snapshot),
+        "gatewayPhase": record.phase,
+        "ensemble": record.ensemble_id,
+        "node": node,
+        "peer": peer,
+        "restarts": record.restarts,
+        "containers": [
+            *(_container(s, usage.get(s.name), init=True) for s in inits),
+            *(_container(s, usage.get(s.name), init=False) for s in mains),
+        ],
+    }
+    total = _pod_usage(mains, usage)
+    if total is not None:
+        view["usage"] = usage_json(total)
+    return view
+
+
+def _start(ns: int) -> str:
+    return format_time(datetime.fromtimestamp(ns / NS_PER_SECOND, UTC))
+
+
+def _summary_pod(facts: PodFacts) -> dict[str, Any]:
+    """``statsapi.PodStats`` of a running pod: its measured containers, and the pod's sums."""
+    record, snapshot, usage = facts
+    statuses = snapshot.containers if snapshot else []
+    containers = []
+    for status in statuses:
+        running = status.state.running
+        started = running.started_at if running is not None else None
+        entry: dict[str, Any] = {
+            "name": status.name,
+            "startTime": format_time(started) if started else _start(record.running_ns),
+        }
+        measured = usage.get(status.name)
+        if measured is not None:
+            entry |= {k: v for k, v in usage_json(measured).items() if k != "time"}
+        containers.append(entry)
+    pod: dict[str, Any] = {
+        "podRef": {"name": record.name, "namespace": record.namespace, "uid": record.uid},
+        "startTime": _start(record.running_ns or record.created_ns),
+        "containers": containers,
+    }
+    total = _pod_usage(statuses, usage)
+    if total is not None:
+        pod |= {k: v for k, v in usage_json(total).items() if k != "time"}
+    return pod
+
+
+def stats_summary(node_name: str, started_ns: int, pods: Iterable[PodFacts]) -> dict[str, Any]:
+    """The kubelet's ``/stats/summary`` over the running pods. The node's own CPU and memory
+    are the DMS providers', which no one DMS reports for the whole virtual node: left out."""
+    running = [f for f in pods if pod_phase(f.record, f.snapshot) == "Running"]
+    return {
+        "node": {"nodeName": node_name, "startTime": _start(started_ns)},
+        "pods": [_summary_pod(f) for f in running],
+    }
