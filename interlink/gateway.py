@@ -43,6 +43,7 @@ from .bodies import (
     PodStatus,
     RetrievedPodData,
 )
+from .endpoints import pod_view
 from .logs import log_directory, read_logs
 from .parsing import PodRef, in_turns
 from .pod import PodActor
@@ -271,6 +272,14 @@ class Gateway:
         await self.parts.store.put(record.uid, deleting.to_map())
         self._records[record.uid] = deleting
         log.info("pod %s: its actor is restarting; the delete waits for it", record.uid)
+
+    def pod_view(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The operator port's view of pod ``namespace/name`` (the newest, if a pod of that
+        name was recreated), with its endpoints; ``None`` if the gateway has no such pod."""
+        named = [r for r in self._records.values() if (r.namespace, r.name) == (namespace, name)]
+        if not named:
+            return None
+        return pod_view(max(named, key=lambda r: r.created_ns))
 
     async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         """Snapshots only: no DMS round trip. An unknown pod that carries our ``JobID`` is

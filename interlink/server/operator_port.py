@@ -1,7 +1,9 @@
-"""The operator app: ``/healthz``, ``/readyz`` and ``/metrics`` on their own address.
+"""The operator app: ``/healthz``, ``/readyz``, ``/metrics`` and ``/pods/{namespace}/{name}`` on
+their own address.
 
-Off loopback the operator app too needs the token, which ``/metrics`` then requires (the probes
-never do: they change nothing and tell no secret). Live while the process answers at all; ready
+Off loopback the operator app too needs the token, which ``/metrics`` and ``/pods/…`` then
+require (the probes never do: they change nothing and tell no secret; a pod's view names where
+its services listen). Live while the process answers at all; ready
 while serving and the backend's ping succeeds.
 """
 
@@ -80,18 +82,29 @@ class Health:
         return None
 
 
+PodView = Callable[[str, str], dict[str, Any] | None]
+"""A pod's JSON by namespace and name (:func:`~dmsgw.interlink.endpoints.pod_view`), or
+``None`` when the gateway has no such pod."""
+
+
 def operator_app(
-    health: Health, metrics: Metrics, *, metrics_token: str | None = None
+    health: Health,
+    metrics: Metrics,
+    *,
+    metrics_token: str | None = None,
+    pod_view: PodView | None = None,
 ) -> web.Application:
-    """``/healthz`` (always 200 while live), ``/readyz`` (200 or 503), ``/metrics`` (which
-    requires ``metrics_token`` if given), behind the same front door as the plugin API."""
+    """``/healthz`` (always 200 while live), ``/readyz`` (200 or 503), ``/metrics`` and
+    ``/pods/{namespace}/{name}`` (which require ``metrics_token`` if given; a pod is 404 until
+    ``pod_view`` knows it), behind the same front door as the plugin API."""
 
     @web.middleware
     async def front_door(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         try:
-            admit(request, metrics_token if request.path == "/metrics" else None)
+            guarded = request.path == "/metrics" or request.path.startswith("/pods/")
+            admit(request, metrics_token if guarded else None)
         except StatusError as problem:
             return refusal(problem)
         except ClientGone:
@@ -108,8 +121,16 @@ def operator_app(
     async def metrics_page(_: web.Request) -> web.Response:
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    async def pod_page(request: web.Request) -> web.Response:
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        view = pod_view(namespace, name) if pod_view is not None else None
+        if view is None:
+            return text_response(404, f"the gateway has no pod {namespace}/{name}")
+        return web.json_response(view)
+
     app = web.Application(middlewares=[front_door])
     app.router.add_route("GET", "/healthz", healthz)
     app.router.add_route("GET", "/readyz", readyz)
     app.router.add_route("GET", "/metrics", metrics_page)
+    app.router.add_route("GET", "/pods/{namespace}/{name}", pod_page)
     return app

@@ -97,8 +97,14 @@ class Serve:
             stack.enter_context(_stop_on_signals(stop))
             watch = asyncio.ensure_future(LoopStalls(self.metrics).watch())
             stack.push_async_callback(_cancelled, watch)
+            backend: PluginBackend | None = None
+
+            def pod_view(namespace: str, name: str) -> dict[str, Any] | None:
+                view = getattr(backend, "pod_view", None)  # optional, as ``gave_up`` is
+                return view(namespace, name) if view is not None else None
+
             operator_server = operator_app(
-                health, self.metrics, metrics_token=options.metrics_token
+                health, self.metrics, metrics_token=options.metrics_token, pod_view=pod_view
             )
             operator = await Listener.start(operator_server, options.operator_listen, grace_s=1.0)
             stack.push_async_callback(operator.stop)
