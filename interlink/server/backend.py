@@ -35,7 +35,8 @@ class PluginBackend(Protocol):
     is acted on). A :class:`~dmsgw.errors.DmsgwError` becomes a 500 with its message,
     :class:`BackendUnavailable` a 503, :class:`UnknownPodError` a 404.
 
-    A backend may also have ``gave_up``, an :class:`asyncio.Future` that completes with a
+    A backend may also have ``pod_view(namespace, name)``, the operator port's JSON of a pod
+    (``None`` if unknown), and ``gave_up``, an :class:`asyncio.Future` that completes with a
     reason when it can no longer serve (its root supervisor gave up): :class:`Serve` then
     reports not ready, shuts down and raises :class:`BackendGaveUpError`.
     """
