@@ -27,6 +27,7 @@ from dmsgw.interlink.pod_record import PodRecord
 from dmsgw.interlink.server import Health, Metrics, PluginServer, operator_app
 from tests.gateway_fakes import FAST, WAIT_S, pod, uid, until
 from tests.test_gateway_passes import _gateway_config
+from tests.test_plugin_server import FakeBackend, loopback_options, start_serve
 
 Client = TestClient[Any, Any]
 TOKEN = "s3cret-operator-token"
@@ -172,6 +173,29 @@ async def test_a_pods_view_is_behind_the_front_door(
         "/pods/ns/web", headers={"Host": f"evil.example:{open_client.port}"}
     )
     assert rebound.status == 421
+
+
+class ViewingBackend(FakeBackend):
+    """A backend that has pods to show, as the gateway does."""
+
+    def pod_view(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return views(namespace, name)
+
+
+@pytest.mark.parametrize(("backend", "status"), [(ViewingBackend, 200), (FakeBackend, 404)])
+async def test_serve_shows_the_backends_pods_on_the_operator_port(
+    backend: type[FakeBackend], status: int
+) -> None:
+    """``dmsgw serve`` asks its backend for the pod (created after the operator port opened);
+    a backend without pod views has no pod to show."""
+    task, info, stop = await start_serve(backend(), loopback_options())
+    try:
+        async with ClientSession() as session:
+            answer = await session.get(info.operator.endpoint("/pods/ns/web"))
+            assert answer.status == status
+    finally:
+        stop.set()
+        await task
 
 
 # --- the devnet's forwarding ------------------------------------------------------------------
