@@ -17,6 +17,7 @@ from aiohttp import ClientSession
 from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.behaviors.status import EnsembleManifest
+from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.forwarding import HostNetwork
 from dmsgw.devnet.sandbox import SandboxError
@@ -25,7 +26,7 @@ from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.endpoints import endpoints_of, pod_view
 from dmsgw.interlink.pod_record import PodRecord
 from dmsgw.interlink.server import Health, Metrics, PluginServer, operator_app
-from tests.gateway_fakes import FAST, WAIT_S, pod, uid, until
+from tests.gateway_fakes import FAST, WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
 from tests.test_gateway_passes import _gateway_config
 from tests.test_plugin_server import FakeBackend, loopback_options, start_serve
 
@@ -352,3 +353,26 @@ async def until_async(done: Callable[[], Awaitable[bool]], what: str) -> None:
         if loop.time() > deadline:
             raise AssertionError(f"never happened within {WAIT_S} s: {what}")
         await asyncio.sleep(0.05)
+
+
+# --- what looking endpoints up costs -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ports", "manifests"), [([], 0), ([{"containerPort": 8080}], 1)])
+async def test_endpoints_are_looked_up_once_and_only_for_a_pod_with_ports(
+    tmp_path: Path, ports: list[dict[str, Any]], manifests: int
+) -> None:
+    """10,000 running pods poll the DMS's status: only a pod with ports asks for the manifest
+    once its deployment runs, and once only."""
+    dms = FakeDMS(tmp_path / "logs")
+    clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        spec = pod(uid(5), policy="Always", command=["sleep", "60"], ports=ports)
+        await create(gateway, spec)
+        await until(lambda: dms.asked["deployment/status"] >= 5, "five status polls")
+        assert dms.asked["deployment/manifest"] == manifests
+        view = gateway.pod_view("default", "p-0005")
+        assert view is not None and view["endpoints"] == []  # the fake DMS publishes none
+    finally:
+        await gateway.close()
