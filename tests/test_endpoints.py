@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import ClientSession
+from aiohttp import ClientError, ClientSession
 from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.behaviors.status import EnsembleManifest
@@ -314,10 +314,20 @@ async def test_a_pods_http_answer_through_its_reported_endpoint(
         view = await (await operator.get("/pods/default/p-0001")).json()
         (endpoint,) = view["endpoints"]
         assert (endpoint["containerPort"], endpoint["address"]) == (unused_tcp_port, "127.0.0.1")
+        url = f"http://{endpoint['address']}:{endpoint['port']}/"
+        answers: list[str] = []
         async with ClientSession() as session:
-            url = f"http://{endpoint['address']}:{endpoint['port']}/"
-            async with session.get(url) as answer:
-                assert await answer.text() == "hello from p-0001"
+
+            async def answered() -> bool:
+                try:
+                    async with session.get(url) as answer:
+                        answers.append(await answer.text())
+                        return True
+                except ClientError:  # the pod's server runs but does not listen yet
+                    return False
+
+            await until_async(answered, "the pod's server answers through its endpoint")
+        assert answers == ["hello from p-0001"]
         reachable = [r.getMessage() for r in caplog.records if "reachable at" in r.getMessage()]
         assert reachable == [
             f"pod default/p-0001 reachable at main:{unused_tcp_port} -> "
