@@ -9,6 +9,8 @@ executor killed its largest process — 137 when that was the main one).
 A process the orchestrator stopped ends ``terminated``. Deciding what a failure means for the
 ensemble (``failure_recovery``) is the orchestrator's business.
 
+``start`` first opens its public ports (:class:`~dmsgw.devnet.forwarding.HostNetwork`), which
+stay forwarded to its private ports until it is shut down, whatever its process does.
 ``start`` (and ``restart``) reply once the provision scripts have run and the command has been
 started, so a failing script fails the start with its stderr in the reason; how long the
 scripts may take is ``Timeouts.provision_s``, on top of the start timeout.
@@ -37,6 +39,7 @@ from .protocol import (
     INTERNAL_SPECS,
     AllocationDeploymentConfig,
     AllocationLogsResponse,
+    AllocationStartRequest,
     AllocationStatusUpdate,
     OkResponse,
     allocation_status_behavior,
@@ -104,15 +107,17 @@ class Allocation:
 
     # --- behaviors ----------------------------------------------------------------------
 
-    async def _handle_start(self, msg: Envelope, request: Any) -> OkResponse:
+    async def _handle_start(self, msg: Envelope, request: AllocationStartRequest) -> OkResponse:
         if self.status == AllocationStatus.RUNNING:
             return OkResponse(ok=True)
         try:
+            await self.executor.network.open(self.id, request.port_mapping or {})
             await self._run()
         except (SandboxError, OSError) as exc:
             if self.status != AllocationStatus.TERMINATED:  # not stopped meanwhile
                 self.status = AllocationStatus.FAILED
                 self._on_end(self)
+            await self.executor.network.close(self.id)
             return OkResponse(error=f"start executor: allocation {self.id}: {exc}")
         return OkResponse(ok=True)
 
@@ -223,6 +228,7 @@ class Allocation:
         await self._release()
 
     async def _release(self) -> None:
+        await self.executor.network.close(self.id)
         plan = self.plan if self._mounted else None
         self._mounted = False
         await self.executor.release(self.id, plan)

@@ -52,13 +52,14 @@ from .confinement import (
     stale_work_dirs,
 )
 from .executor import ProcessExecutor, probe_isolation, remove_tree
+from .forwarding import HostNetwork
 from .handlers import install_basic_behaviors
 from .handlers_deployment import Deployments
 from .handlers_node import install_node_behaviors
 from .network import Network
 from .node import DmsNode
 from .protocol import PEER_CAPABILITIES, PEER_TOPICS
-from .provider import Provider
+from .provider import PUBLIC_ADDRESS, Provider
 from .resources import NodeProfile, ResourceLedger, default_profiles
 from .rest import make_app
 from .sandbox import Isolation
@@ -143,6 +144,7 @@ class Devnet:
         self.root: Path | None = None
         self.watchdog: Watchdog | None = None
         self.cgroups: Cgroups | None = None
+        self.host_network = HostNetwork(PUBLIC_ADDRESS)
         """The kernel's limits on allocations (probed at start)."""
         keys = [node_key(seed, i) for i in range(nodes)]
         contexts = [
@@ -207,6 +209,7 @@ class Devnet:
             run_as=run_as,
             watchdog=self.watchdog,
             cgroups=self.cgroups,
+            network=self.host_network,
         )
         entry.provider = Provider(
             node, entry.profile, entry.ledger, entry.executor, self.timeouts, self.changes.notify

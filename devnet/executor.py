@@ -49,6 +49,7 @@ import aiohttp
 from ..behaviors.ensemble import HealthCheckManifest
 from .cgroups import Cgroups, RunGroup
 from .confinement import RunAs, Watchdog, child_setup
+from .forwarding import HostNetwork
 from .protocol import AllocationDeploymentConfig
 from .sandbox import (
     Isolation,
@@ -379,7 +380,8 @@ class Execution:
 class ProcessExecutor:
     """Runs allocations as processes in sandboxes under ``root``, as ``run_as`` (``None``: as
     this process's user); named volumes live under ``volumes``; ``watchdog`` ends them if
-    the devnet dies."""
+    the devnet dies; ``network`` forwards their public ports (shared by the devnet's nodes,
+    whose allocations share the host's network)."""
 
     def __init__(
         self,
@@ -390,12 +392,14 @@ class ProcessExecutor:
         run_as: RunAs | None = None,
         watchdog: Watchdog | None = None,
         cgroups: Cgroups | None = None,
+        network: HostNetwork | None = None,
     ) -> None:
         self.root = root
         self.isolation = isolation
         self.run_as = run_as
         self.watchdog = watchdog
         self.cgroups = cgroups or Cgroups(())
+        self.network = network or HostNetwork()
         self.mount_points = MountPoints()
         self.volumes = NamedVolumes(volumes)
 

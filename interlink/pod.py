@@ -28,6 +28,7 @@ from ..clock import NS_PER_SECOND, Clock, system_clock
 from . import k8s
 from .bodies import PodStatus
 from .container_runs import Runs
+from .endpoints import ENDPOINTS_KEY, describe
 from .pod_follower import (
     BackedOff,
     Deployed,
@@ -184,6 +185,7 @@ class PodActor(AsyncActor):
             return
         self.record.phase = Phase.RUNNING
         self.record.ensemble_id = message.ensemble_id
+        self.record.observed.pop(ENDPOINTS_KEY, None)  # the last ensemble's ports
         self.record.dms_status = DeploymentStatus.PREPARING.go_name
         await self._save()
         self._run(self._follower.follow(message.ensemble_id, dict(self.record.runs)))
@@ -208,6 +210,18 @@ class PodActor(AsyncActor):
             observed["allocation_info"] = record.observed["allocation_info"]
         if message.manifest is not None:
             observed["manifest"] = _plain(message.manifest)
+        if message.endpoints is not None:
+            log.info(
+                "pod %s/%s reachable at %s",
+                record.namespace,
+                record.name,
+                describe(message.endpoints) or "no published port",
+            )
+        endpoints = (
+            record.observed.get(ENDPOINTS_KEY) if message.endpoints is None else message.endpoints
+        )
+        if endpoints is not None:
+            observed[ENDPOINTS_KEY] = endpoints
         record.observed = observed
         record.runs = {name: runs.to_map() for name, runs in message.runs.items()}
         if message.status == DeploymentStatus.RUNNING and not record.started_ns:

@@ -35,6 +35,7 @@ from ..behaviors.status import AllocationStatus, DeploymentStatus
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from .container_runs import Runs
+from .endpoints import endpoints_of, has_ports
 from .logs import STDERR_LOG, lines_after, log_directory
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .pod_status import allocation_of
@@ -68,6 +69,7 @@ class Observed:
     reply: Any
     manifest: Any = None  # fetched when the deployment ends: how each allocation ended
     runs: Mapping[str, Runs] = dataclasses.field(default_factory=dict)
+    endpoints: list[dict[str, Any]] | None = None  # once running: see :mod:`.endpoints`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +259,8 @@ class PodFollower:
         seen: dict[str, tuple[str, str] | None] = {}
         end_reads_left = END_READ_TRIES
         unknown = 0  # status polls in a row that found the deployment unknown to the DMS
+        pod = parsed_request(self._request).pod
+        endpoints_due = has_ports(pod)  # looked up once the deployment runs, until found
         while True:
             try:
                 reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
@@ -276,6 +280,11 @@ class PodFollower:
             key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
             ended = status in TERMINAL_DMS
             manifest = await self._manifest(ensemble_id) if ended and key != last else None
+            endpoints = None
+            if endpoints_due and status == DeploymentStatus.RUNNING:
+                running = await self._manifest(ensemble_id)
+                endpoints = endpoints_of(pod, running) if running is not None else None
+                endpoints_due = endpoints is None
             listed = (manifest.allocations or {}) if manifest is not None else {}
             states = {name: _allocation_state(name, listed, allocations) for name in containers}
             read = [
@@ -315,8 +324,8 @@ class PodFollower:
             }
             # A container whose log could not be read is read again at the next poll.
             seen = {name: seen.get(name) if name in unread else states[name] for name in states}
-            if key != last or now != runs:
-                self._report(Observed(status, reply, manifest, now))
+            if key != last or now != runs or endpoints is not None:
+                self._report(Observed(status, reply, manifest, now, endpoints))
                 interval = self._policy.poll_min_s
                 last, runs = key, now
                 if ended:

@@ -66,6 +66,15 @@ class PodReport:
         """``GET /pods``: one :func:`~.pod_view.pod_view` object per pod."""
         return [pod_view(f) for f in self.facts()]
 
+    def view(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """``GET /pods/{namespace}/{name}``: the pod's object (the newest, if a pod of that
+        name was recreated), ``None`` if the gateway has no such pod."""
+        wanted = (namespace, name)
+        named = [f for f in self.facts() if (f.record.namespace, f.record.name) == wanted]
+        if not named:
+            return None
+        return pod_view(max(named, key=lambda f: f.record.created_ns))
+
     def summary(self) -> dict[str, Any]:
         """``GET /stats/summary``: the kubelet's summary of the running pods."""
         return stats_summary(self._node_name, self._started_ns, self.facts())

@@ -6,7 +6,9 @@ One pod's object (:func:`pod_view`), the same in the ``/pods`` list and wherever
 shown: ``namespace``, ``name``, ``uid``, ``phase`` (the Kubernetes pod phase the containers'
 states make), ``gatewayPhase`` (where the gateway is in the pod's life), ``ensemble``,
 ``node`` and ``peer`` (the ensemble node and the provider's peer ID running it, ``""`` until
-the gateway has the deployment's manifest), ``restarts``, ``containers`` (init containers
+the gateway has the deployment's manifest), ``restarts``, ``endpoints`` (where its services
+are reached, :mod:`.endpoints`; empty until its deployment has run once with ports),
+``containers`` (init containers
 first, each with ``init``, its Kubernetes ``state``, ``ready``, ``restarts`` and, when the DMS
 measured it, ``usage``) and the pod's ``usage`` (its containers' sums, when every running
 container has one).
@@ -27,6 +29,7 @@ from typing import Any, NamedTuple
 from ..clock import NS_PER_SECOND
 from .apimachinery import format_time
 from .bodies import PodStatus
+from .endpoints import ENDPOINTS_KEY
 from .k8s import ContainerStatus
 from .pod_record import Phase, PodRecord
 from .pod_status import find_allocation_key
@@ -140,6 +143,7 @@ def pod_view(facts: PodFacts) -> dict[str, Any]:
         "node": node,
         "peer": peer,
         "restarts": record.restarts,
+        ENDPOINTS_KEY: list(record.observed.get(ENDPOINTS_KEY) or ()),
         "containers": [
             *(_container(s, usage.get(s.name), init=True) for s in inits),
             *(_container(s, usage.get(s.name), init=False) for s in mains),

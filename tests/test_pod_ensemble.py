@@ -50,6 +50,7 @@ from dmsgw.interlink.translate import (
     is_wrapped,
     pod_to_ensemble,
 )
+from dmsgw.interlink.translate.ensemble import DMS_PORT_RANGE
 
 DATA = Path(__file__).parent / "data" / "interlink"
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
@@ -1142,38 +1143,64 @@ def test_restart_policy(policy: str, main_type: str, recovery: str) -> None:
     assert metadata(config)[METADATA_RESTART_POLICY] == policy
 
 
-def test_host_ports_are_published_and_container_ports_are_not() -> None:
-    main = container(
-        ports=[
-            {"containerPort": 8080, "hostPort": 18080},
-            {"containerPort": 9090, "name": "metrics"},
-            {"containerPort": 53, "protocol": "UDP"},
-        ]
-    )
-    config = translate(make_pod(main))
+def node_ports(config: EnsembleConfig) -> list[tuple[int, int, str]]:
     assert config.v1 is not None
-    ports = (config.v1.nodes or {})[POD_NODE].ports or ()
-    assert [(p.public, p.private, p.allocation) for p in ports] == [(18080, 8080, "main")]
+    return [
+        (p.public, p.private, p.allocation) for p in (config.v1.nodes or {})[POD_NODE].ports or ()
+    ]
+
+
+def test_every_container_port_is_published() -> None:
+    """A hostPort is the public port; a port without one gets a public port the gateway picks
+    within the DMS's range, the same for the same pod and deployment, another for the next."""
+    pod = make_pod(
+        container(ports=[{"containerPort": 8080, "hostPort": 18080}]),
+        container("side", ports=[{"containerPort": 9090, "name": "metrics"}]),
+    )
+    first = node_ports(translate(pod))
+    assert first[0] == (18080, 8080, "main")
+    (public, private, allocation) = first[1]
+    assert (private, allocation) == (9090, "side")
+    assert DMS_PORT_RANGE.start <= public < DMS_PORT_RANGE.stop
+    assert node_ports(translate(pod)) == first
+    later = node_ports(translate(pod, options=TranslationOptions(generation=1)))
+    assert later[0] == first[0] and later[1][0] != public
+
+
+def test_a_chosen_port_is_never_a_host_port_of_the_pod() -> None:
+    side = container("side", ports=[{"containerPort": 9090}])
+    ((chosen, _, _),) = node_ports(translate(make_pod(side)))
+    pod = make_pod(container(ports=[{"containerPort": 80, "hostPort": chosen}]), side)
+    ports = node_ports(translate(pod))
+    assert ports[0] == (chosen, 80, "main")
+    assert ports[1][0] != chosen and DMS_PORT_RANGE.start <= ports[1][0] < DMS_PORT_RANGE.stop
 
 
 @pytest.mark.parametrize(
     ("ports", "expected"),
     [
         (
-            [{"containerPort": 53, "hostPort": 5353, "protocol": "UDP"}],
-            "spec.containers[0].ports[0].protocol: UDP ports cannot be published",
+            [{"containerPort": 53, "hostPort": 25353, "protocol": "UDP"}],
+            "spec.containers[0].ports[0].protocol: UDP is not forwarded: "
+            "a DMS port mapping carries TCP only",
         ),
         (
-            [{"containerPort": 80, "hostPort": 80}],
-            "spec.containers[0].ports[0].hostPort: must be within 1025-65535 on a DMS peer",
+            [{"containerPort": 80}, {"containerPort": 5060, "protocol": "SCTP"}],
+            "spec.containers[0].ports[1].protocol: SCTP is not forwarded: "
+            "a DMS port mapping carries TCP only",
         ),
         (
-            [{"containerPort": 80, "hostPort": 8080, "hostIP": "10.0.0.1"}],
+            [{"containerPort": 80, "hostPort": 8080}],
+            "spec.containers[0].ports[0].hostPort: must be within 16384-65535, "
+            "the public ports a DMS node gives",
+        ),
+        (
+            [{"containerPort": 80, "hostPort": 18080, "hostIP": "10.0.0.1"}],
             "spec.containers[0].ports[0].hostIP: not supported: the DMS picks the address",
         ),
         (
-            [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 81, "hostPort": 8080}],
-            "spec.containers[0].ports[1].hostPort: 8080 is also "
+            [{"containerPort": 80, "hostPort": 18080}, {"containerPort": 81, "hostPort": 18080}],
+            "spec.containers[0].ports[1].hostPort: 18080 is also "
             "spec.containers[0].ports[0].hostPort",
         ),
     ],

@@ -1,12 +1,12 @@
-"""The operator app: ``/healthz``, ``/readyz``, ``/metrics``, ``/pods`` and ``/stats/summary``
-on their own address.
+"""The operator app: ``/healthz``, ``/readyz``, ``/metrics``, ``/pods``,
+``/pods/{namespace}/{name}`` and ``/stats/summary`` on their own address.
 
 Off loopback the operator app too needs the token, which every route but the probes then
 requires (the probes change nothing and tell no secret; the pods' names and usage are the
 operator's). Live while the process answers at all; ready while serving and the backend's ping
-succeeds. ``/pods`` (the pods and their usage, :mod:`..pod_view`) and ``/stats/summary`` (the
-kubelet's summary) answer 503 until the backend serves, and each read of them or of
-``/metrics`` first refreshes the pods' usage (:class:`~..pod_report.PodReport`).
+succeeds. ``/pods`` (the pods, their usage and endpoints, :mod:`..pod_view`), one pod's object
+and ``/stats/summary`` (the kubelet's summary) answer 503 until the backend serves, and each
+read of them or of ``/metrics`` first refreshes the pods' usage (:class:`~..pod_report.PodReport`).
 """
 
 from __future__ import annotations
@@ -163,6 +163,15 @@ def operator_app(
         await pods.refresh()
         return web.json_response(report.views())
 
+    async def pod_page(request: web.Request) -> web.Response:
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        report = pods.required()
+        await pods.refresh()
+        view = report.view(namespace, name)
+        if view is None:
+            return text_response(404, f"the gateway has no pod {namespace}/{name}")
+        return web.json_response(view)
+
     async def summary(_: web.Request) -> web.Response:
         report = pods.required()
         await pods.refresh()
@@ -173,5 +182,6 @@ def operator_app(
     app.router.add_route("GET", "/readyz", readyz)
     app.router.add_route("GET", "/metrics", metrics_page)
     app.router.add_route("GET", "/pods", pod_list)
+    app.router.add_route("GET", "/pods/{namespace}/{name}", pod_page)
     app.router.add_route("GET", "/stats/summary", summary)
     return app

@@ -10,6 +10,7 @@ deadline. What the DMS would still refuse is named at the container it comes fro
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -60,33 +61,65 @@ from .wrapper import (
 
 # --- ports -----------------------------------------------------------------------------------
 
+DMS_PORT_RANGE = range(16384, 65536)
+"""The public ports a DMS node hands out: its ``general.port_available_range_from/to``
+(``dms/config``: 16384-65536 by default); a port outside it is refused at commit."""
 
-def _ports(c: Container, used: dict[int, str]) -> list[PortConfig]:
-    """Ports with a ``hostPort`` are published on the peer; the others are informational in
-    Kubernetes too (reachable on the ensemble's private network)."""
-    published = []
-    for i, port in enumerate(c.spec.ports):
-        path = f"{c.path}.ports[{i}]"
-        check_extras(port, path)
-        if not port.host_port:
-            continue
-        if port.protocol != "TCP":
-            raise PodTranslationError(
-                f"{path}.protocol", f"{port.protocol} ports cannot be published"
-            )
-        if port.host_ip:
-            raise PodTranslationError(f"{path}.hostIP", "not supported: the DMS picks the address")
-        if port.host_port < 1025:
-            raise PodTranslationError(f"{path}.hostPort", "must be within 1025-65535 on a DMS peer")
-        if port.host_port in used:
-            raise PodTranslationError(
-                f"{path}.hostPort", f"{port.host_port} is also {used[port.host_port]}"
-            )
-        used[port.host_port] = f"{path}.hostPort"
-        published.append(
-            PortConfig(public=port.host_port, private=port.container_port, allocation=c.spec.name)
+
+def _published(c: Container, i: int, port: k8s.ContainerPort) -> str:
+    """Check that the DMS can forward ``port``; the path naming it in an error."""
+    path = f"{c.path}.ports[{i}]"
+    check_extras(port, path)
+    if port.protocol != "TCP":
+        raise PodTranslationError(
+            f"{path}.protocol",
+            f"{port.protocol} is not forwarded: a DMS port mapping carries TCP only",
         )
-    return published
+    if port.host_ip:
+        raise PodTranslationError(f"{path}.hostIP", "not supported: the DMS picks the address")
+    if port.host_port and port.host_port not in DMS_PORT_RANGE:
+        raise PodTranslationError(
+            f"{path}.hostPort",
+            f"must be within {DMS_PORT_RANGE.start}-{DMS_PORT_RANGE.stop - 1}, "
+            "the public ports a DMS node gives",
+        )
+    return path
+
+
+def _chosen_port(ctx: PodContext, c: Container, port: k8s.ContainerPort, used: set[int]) -> int:
+    """A public port for a container port without ``hostPort``: the DMS would pick one
+    (``public: 0``) but never reports which, so the gateway picks it, the same for the same pod,
+    container, port and deployment (a later deployment moves off a port a peer had taken)."""
+    seed = f"{ctx.uid}/{c.spec.name}/{port.container_port}/{ctx.options.generation}"
+    digest = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big")
+    size = len(DMS_PORT_RANGE)
+    for step in range(size):
+        public = DMS_PORT_RANGE[(digest + step) % size]
+        if public not in used:
+            return public
+    raise PodTranslationError(f"{c.path}.ports", "no public port is left")  # pragma: no cover
+
+
+def _ports(ctx: PodContext) -> list[PortConfig]:
+    """Every container port becomes a public port of the pod's node: its ``hostPort``, else
+    one the gateway picks (:func:`_chosen_port`) among those no ``hostPort`` of the pod names."""
+    used: dict[int, str] = {}
+    for c in ctx.containers:
+        for i, port in enumerate(c.spec.ports):
+            path = _published(c, i, port)
+            if port.host_port in used:
+                raise PodTranslationError(
+                    f"{path}.hostPort", f"{port.host_port} is also {used[port.host_port]}"
+                )
+            if port.host_port:
+                used[port.host_port] = f"{path}.hostPort"
+    ports = []
+    for c in ctx.containers:
+        for port in c.spec.ports:
+            public = port.host_port or _chosen_port(ctx, c, port, set(used))
+            used[public] = c.path
+            ports.append(PortConfig(public, port.container_port, c.spec.name))
+    return ports
 
 
 # --- allocations -----------------------------------------------------------------------------
@@ -243,11 +276,9 @@ def pod_to_ensemble(
     scripts: dict[str, bytes] = {}
     allocations: dict[str, AllocationConfig] = {}
     probes: dict[str, str] = {}
-    ports: list[PortConfig] = []
-    used: dict[int, str] = {}
     for c in ctx.containers:
         allocations[c.spec.name], probes[c.spec.name] = _allocation(ctx, c, scripts)
-        ports += _ports(c, used)
+    ports = _ports(ctx)
     node = NodeConfig(allocations=tuple(allocations), ports=tuple(ports) or None, peer=peer)
     config = EnsembleConfig(
         v1=EnsembleConfigV1(
