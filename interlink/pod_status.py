@@ -153,7 +153,7 @@ def _terminated(
     return terminated_state(
         code,
         oom_killed=seen.oom_killed,
-        message=message or seen.message,
+        message=seen.message or message,  # a probe's kill says more than how it ended
         started_at=seen.started_at,
         finished_at=seen.finished_at or now,
     )
