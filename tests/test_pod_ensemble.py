@@ -1164,6 +1164,14 @@ def test_probes_that_cannot_be_honoured(probe: dict[str, Any], expected: str) ->
     assert refusal(make_pod(container(**probe))) == expected
 
 
+def test_an_init_container_has_no_probes() -> None:
+    """Kubernetes refuses them; a probe on an init container would otherwise never run."""
+    pod = make_pod(
+        container(), initContainers=[container("setup", startupProbe={"exec": {"command": ["x"]}})]
+    )
+    assert refusal(pod) == "spec.initContainers[0].startupProbe: an init container has no probes"
+
+
 # --- restart policy, ports, placement --------------------------------------------------------
 
 

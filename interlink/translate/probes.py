@@ -4,7 +4,7 @@ container that runs unwrapped, its liveness probe as the allocation's DMS health
 The DMS runs one health check per allocation and restarts the allocation when it keeps
 failing: that is a liveness probe, and nothing more (no startup or readiness semantics, no
 thresholds). So a wrapped container's probes all run in its wrapper
-(:mod:`.wrapper`, decision 17), which can reach the container where the DMS cannot; an
+(:mod:`.wrapper`, decision 39), which can reach the container where the DMS cannot; an
 unwrapped container's liveness probe becomes the DMS health check, and its readiness or
 startup probe is refused with the reason. Every probe with its timings is also recorded in
 the ensemble metadata (:data:`~.names.METADATA_PROBES_PREFIX`).
