@@ -31,7 +31,8 @@ from typing import Any
 from ..behaviors.status import AllocationStatus
 from . import k8s
 from .pod_status import FAILED_EXIT_CODE, ContainerObservation, terminated_state
-from .run_markers import Marker
+from .probe_state import ProbeState
+from .run_markers import Marker, ProbeMarker
 
 __all__ = ["OOM_EXIT_CODE", "Runs"]
 
@@ -67,6 +68,8 @@ class Runs:
     earlier_restarts: int = 0
     earlier_ended: bool = False
     earlier_exit_code: int | None = None
+    probes: ProbeState = dataclasses.field(default_factory=ProbeState)
+    """What the wrapper's probes reported in the current ensemble (:mod:`.probe_state`)."""
 
     @property
     def running(self) -> bool:
@@ -110,14 +113,28 @@ class Runs:
             last = terminated_state(
                 FAILED_EXIT_CODE if code is None else code,
                 oom_killed=code == OOM_EXIT_CODE,
-                message=_UNKNOWN_CODE if code is None else "",
+                # a probe's kill of the run before this one (a new run moved it there)
+                message=_UNKNOWN_CODE if code is None else self.probes.previous_killed_by,
             )
         return ContainerObservation(
             exit_code=self.last_exit_code,
             oom_killed=self.oom_killed,
             restart_count=redeploys + self.restarts,
             last_state=last,
+            **self._probed(),
         )
+
+    def _probed(self) -> dict[str, Any]:
+        """The :class:`ContainerObservation` fields that the wrapper's probes decide, once
+        they have reported (until then the DMS health check, if any, decides)."""
+        if not self.probes.reported:
+            return {}
+        ended_by = "" if self.running else self.probes.killed_by
+        return {"started": self.probes.started, "ready": self.probes.ready, "message": ended_by}
+
+    def read_probes(self, found: Iterable[ProbeMarker]) -> Runs:
+        """The ledger after the probe markers ``found`` (read with the run markers)."""
+        return dataclasses.replace(self, probes=self.probes.read(found))
 
     def next_ensemble(self) -> Runs:
         """The ledger for the pod's next deployment: the runs start again, the restarts and
@@ -189,4 +206,5 @@ class Runs:
             if type(value.get(name)) is int
         }
         ended = value.get("earlier_ended") is True
-        return cls(**counts, **codes, earlier_ended=ended)
+        probes = ProbeState.from_map(value.get("probes"))
+        return cls(**counts, **codes, earlier_ended=ended, probes=probes)

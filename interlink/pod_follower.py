@@ -39,7 +39,7 @@ from .endpoints import endpoints_of, has_ports
 from .logs import STDERR_LOG, lines_after, log_directory
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .pod_status import allocation_of
-from .run_markers import markers
+from .run_markers import markers, probe_markers
 from .translate import allocation_key, is_wrapped
 from .translation import Translate, TranslationNotReadyError
 
@@ -251,10 +251,12 @@ class PodFollower:
         once the deployment has ended, has its log read for the wrapper's markers: the DMS
         reports no exit code. An allocation whose health check fails may be restarted by
         the DMS between two polls: its log is read at every poll, as the start markers are
-        the only trace of such a restart."""
+        the only trace of such a restart; so is that of a container whose wrapper runs
+        probes, whose outcomes change no DMS status."""
         interval = self._policy.poll_min_s
         last: tuple[Any, ...] | None = None
         containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped
+        probed = _probed_containers(self._request)
         runs = {name: Runs.from_map(runs_so_far.get(name)) for name in containers}
         seen: dict[str, tuple[str, str] | None] = {}
         end_reads_left = END_READ_TRIES
@@ -295,7 +297,11 @@ class PodFollower:
                     ended  # the manifest may have failed too: every log, once more
                     or (
                         states[name][0] not in _NOT_STARTED
-                        and (states[name] != seen.get(name) or states[name][1] == _UNHEALTHY)
+                        and (
+                            states[name] != seen.get(name)
+                            or states[name][1] == _UNHEALTHY
+                            or name in probed
+                        )
                     )
                 )
             ]
@@ -396,6 +402,16 @@ def _wrapped_containers(request: bytes) -> dict[str, bool]:
     return {c.name: is_wrapped(pod, c) for c in (*pod.spec.init_containers, *pod.spec.containers)}
 
 
+def _probed_containers(request: bytes) -> frozenset[str]:
+    """The pod's containers whose wrapper runs probes (:func:`is_wrapped`, with a probe)."""
+    pod = parsed_request(request).pod
+    return frozenset(
+        c.name
+        for c in pod.spec.containers
+        if is_wrapped(pod, c) and (c.startup_probe or c.liveness_probe or c.readiness_probe)
+    )
+
+
 async def read_runs(
     invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str
 ) -> Runs | None:
@@ -409,7 +425,7 @@ async def read_runs(
     except (DmsgwError, OSError) as exc:
         log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
         return None
-    return runs.read(markers(text), read_to)
+    return runs.read(markers(text), read_to).read_probes(probe_markers(text))
 
 
 def _allocation_state(

@@ -20,10 +20,11 @@ virtual kubelet needs to turn them into the right pod phase (``interlink-plugin.
   all reported ``terminated`` it ends (``Succeeded`` or ``Failed``) and never asks about again,
   so the restart would never be seen;
 * a deployment that failed or completed leaves no container running;
-* ``ready`` and ``started`` come from the DMS health check of the allocation (which the pod
-  translation built from the container's probes): a container with a readiness (startup)
-  probe is ready (started) while its check is healthy, one without such a probe as soon as
-  it runs.
+* ``ready`` and ``started`` come from the container's probes as its wrapper ran them
+  (:mod:`dmsgw.interlink.probe_state`), or, until it has reported any, from the DMS health
+  check of the allocation: a container with a readiness (startup) probe is ready (started)
+  once that probe succeeds, one without such a probe as soon as it runs (``ready`` only once
+  it has started).
 
 Terminated reasons are ``Completed``, ``Error`` or ``OOMKilled`` (the virtual kubelet rewrites
 them to ``Completed`` / ``Error: <code>`` anyway; they matter to our own logs and snapshot).
@@ -93,6 +94,12 @@ class ContainerObservation:
     oom_killed: bool = False
     restart_count: int = 0
     last_state: k8s.ContainerState | None = None
+    started: bool | None = None
+    """The startup probe succeeded, as the wrapper ran it (``None``: not reported)."""
+    ready: bool | None = None
+    """The readiness probe's verdict, as the wrapper ran it (``None``: not reported)."""
+    message: str = ""
+    """Why the run ended, when the caller knows (a probe killed it)."""
 
 
 class PodContainerStatuses(NamedTuple):
@@ -147,7 +154,7 @@ def _terminated(
     return terminated_state(
         code,
         oom_killed=seen.oom_killed,
-        message=message,
+        message=seen.message or message,  # a probe's kill says more than how it ended
         started_at=seen.started_at,
         finished_at=seen.finished_at or now,
     )
@@ -228,8 +235,8 @@ def _status(
     container: k8s.Container, state: _State, seen: ContainerObservation
 ) -> k8s.ContainerStatus:
     running = state.state.running is not None
-    started = running and (container.startup_probe is None or state.healthy)
-    ready = started and (container.readiness_probe is None or state.healthy)
+    started = running and (container.startup_probe is None or _passes(seen.started, state))
+    ready = started and (container.readiness_probe is None or _passes(seen.ready, state))
     return k8s.ContainerStatus(
         name=container.name,
         state=state.state,
@@ -241,6 +248,12 @@ def _status(
         container_id=f"dms://{state.allocation_id}" if state.allocation_id else "",
         started=started,
     )
+
+
+def _passes(probed: bool | None, state: _State) -> bool:
+    """A probe's verdict: the wrapper's, else (it has reported nothing) the DMS health
+    check's."""
+    return state.healthy if probed is None else probed
 
 
 def container_statuses(

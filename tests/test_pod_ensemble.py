@@ -304,8 +304,7 @@ def test_the_every_field_pod_is_refused_field_by_field() -> None:
             ),
         ),
         (
-            "spec.containers[0].readinessProbe.httpGet.httpHeaders: not supported by DMS "
-            "health checks",
+            "spec.containers[0].readinessProbe.httpGet.httpHeaders: not supported",
             lambda: main["readinessProbe"]["httpGet"].pop("httpHeaders"),
         ),
     ]
@@ -1036,7 +1035,7 @@ def test_a_hooked_container_needs_a_command() -> None:
 # --- probes ----------------------------------------------------------------------------------
 
 
-def test_liveness_probe_is_the_health_check_and_every_probe_is_recorded() -> None:
+def test_a_wrapped_containers_probes_run_in_its_wrapper_and_are_recorded() -> None:
     main = container(
         ports=[{"name": "http", "containerPort": 8080}],
         livenessProbe={"exec": {"command": ["cat", "/tmp/healthy"]}, "periodSeconds": 20},
@@ -1044,12 +1043,18 @@ def test_liveness_probe_is_the_health_check_and_every_probe_is_recorded() -> Non
         startupProbe={"tcpSocket": {"port": 8080}, "failureThreshold": 30},
     )
     config = translate(make_pod(main))
-    assert allocation(config).healthcheck == HealthCheckManifest(
-        type="command", exec=("cat", "/tmp/healthy"), interval=20_000_000_000
+    # The DMS health check restarts whatever fails: the wrapper runs all three instead.
+    assert allocation(config).healthcheck.is_empty()
+    script = params(config)["entrypoint"][2]
+    assert "dmsgw_probe startup 0 10 1 1 30 'TCP 127.0.0.1:8080' dmsgw_tcp" in script
+    assert "dmsgw_probe liveness 0 20 1 1 3 'exec cat /tmp/healthy' cat /tmp/healthy" in script
+    assert (
+        "dmsgw_probe readiness 3 10 1 1 3 'HTTP GET http://127.0.0.1:8080/ready' dmsgw_http"
+        in script
     )
     record = json.loads(metadata(config)[METADATA_PROBES_PREFIX + "main"])
     assert record == {
-        "check": "liveness",
+        "runner": "wrapper",
         "liveness": {
             "handler": "exec",
             "initialDelaySeconds": 0,
@@ -1081,23 +1086,54 @@ def test_liveness_probe_is_the_health_check_and_every_probe_is_recorded() -> Non
     ("probe", "check"),
     [
         (
-            {"readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTPS"}}},
+            {"httpGet": {"path": "/live", "port": 8080, "scheme": "HTTPS"}},
             HealthCheckManifest(
-                type="http", endpoint="https://127.0.0.1:8080/ready", interval=10_000_000_000
+                type="http", endpoint="https://127.0.0.1:8080/live", interval=10_000_000_000
             ),
         ),
         (
-            {"startupProbe": {"tcpSocket": {"port": 5432, "host": "db"}, "periodSeconds": 2}},
+            {"tcpSocket": {"port": 5432, "host": "db"}, "periodSeconds": 2},
             HealthCheckManifest(
                 type="command", exec=("nc", "-z", "db", "5432"), interval=2_000_000_000
             ),
         ),
+        (
+            {"exec": {"command": ["cat", "/tmp/healthy"]}, "periodSeconds": 20},
+            HealthCheckManifest(
+                type="command", exec=("cat", "/tmp/healthy"), interval=20_000_000_000
+            ),
+        ),
     ],
 )
-def test_other_probes_become_the_check_when_there_is_no_liveness_probe(
+def test_an_unwrapped_containers_liveness_probe_is_the_dms_health_check(
     probe: dict[str, Any], check: HealthCheckManifest
 ) -> None:
-    assert allocation(translate(make_pod(container(**probe)))).healthcheck == check
+    main = container(livenessProbe=probe)
+    del main["command"]  # the image's own entrypoint: no wrapper
+    config = translate(make_pod(main))
+    assert allocation(config).healthcheck == check
+    assert json.loads(metadata(config)[METADATA_PROBES_PREFIX + "main"])["runner"] == "dms"
+
+
+@pytest.mark.parametrize("kind", ["readiness", "startup"])
+@pytest.mark.parametrize("annotated", [False, True])
+def test_an_unwrapped_containers_readiness_or_startup_probe_is_refused(
+    kind: str, annotated: bool
+) -> None:
+    """The DMS's check could only stand for it by restarting the container: a clear refusal,
+    not a probe that silently never runs."""
+    main = container(**{f"{kind}Probe": {"exec": {"command": ["true"]}}})
+    pod = make_pod(main)
+    if annotated:
+        pod["metadata"]["annotations"] = {UNWRAPPED_ANNOTATION: "main"}
+    else:
+        del main["command"]
+    assert refusal(pod) == (
+        f"spec.containers[0].{kind}Probe: not supported for a container that runs unwrapped "
+        "(without a command, or named in the pod's dmsgw.io/unwrapped-containers): the "
+        "gateway runs readiness and startup probes in its wrapper around the container's "
+        "command, and the DMS's own health check can only stand for a livenessProbe"
+    )
 
 
 @pytest.mark.parametrize(
@@ -1115,10 +1151,26 @@ def test_other_probes_become_the_check_when_there_is_no_liveness_probe(
             {"readinessProbe": {"exec": {"command": []}}},
             "spec.containers[0].readinessProbe.exec.command: required",
         ),
+        (
+            {"livenessProbe": {"exec": {"command": ["true"]}, "successThreshold": 2}},
+            "spec.containers[0].livenessProbe.successThreshold: must be 1 for a liveness probe",
+        ),
+        (
+            {"startupProbe": {"exec": {"command": ["true"]}, "periodSeconds": 0}},
+            "spec.containers[0].startupProbe.periodSeconds: must be at least 1",
+        ),
     ],
 )
 def test_probes_that_cannot_be_honoured(probe: dict[str, Any], expected: str) -> None:
     assert refusal(make_pod(container(**probe))) == expected
+
+
+def test_an_init_container_has_no_probes() -> None:
+    """Kubernetes refuses them; a probe on an init container would otherwise never run."""
+    pod = make_pod(
+        container(), initContainers=[container("setup", startupProbe={"exec": {"command": ["x"]}})]
+    )
+    assert refusal(pod) == "spec.initContainers[0].startupProbe: an init container has no probes"
 
 
 # --- restart policy, ports, placement --------------------------------------------------------

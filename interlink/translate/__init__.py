@@ -33,7 +33,8 @@ makes it):
   :func:`dmsgw.interlink.capacity.gpu_catalog`).
 * **Volumes** (:mod:`.files`) are DMS ``local`` volumes with named sources: one per emptyDir
   for the whole pod, one per file volume and container, filled by the provision script.
-* **Probes** become the allocation's health check (:mod:`.probes`).
+* **Probes** run in the pod wrapper with the kubelet's semantics; an unwrapped container's
+  liveness probe becomes the allocation's health check (:mod:`.probes`).
 * **Placement** (:mod:`.placement`): a pinned peer, excluded peers, the GPU type a selector
   requires.
 * **Identity and policy** go into the metadata: :data:`METADATA_POD_UID` and its siblings,

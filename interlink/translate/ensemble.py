@@ -46,9 +46,10 @@ from .names import (
     completion_marker,
 )
 from .placement import peer_placement
-from .probes import health_check
+from .probes import health_check, probe_runs
 from .resources import dms_resources
 from .wrapper import (
+    DEFAULT_GRACE_S,
     UNWRAPPED_ANNOTATION,
     WRAPPER_NAME,
     Hooks,
@@ -163,7 +164,11 @@ def _execution(ctx: PodContext, c: Container, env: Mapping[str, str], hooks: Hoo
         )
     if is_wrapped(ctx.pod, spec):
         marker = completion_marker(spec.name) if c.init_index is not None else ""
-        params["entrypoint"] = ["/bin/sh", "-c", wrapper_script(c, hooks, marker), WRAPPER_NAME]
+        grace = ctx.pod.spec.termination_grace_period_seconds
+        script = wrapper_script(
+            c, hooks, marker, probe_runs(c), DEFAULT_GRACE_S if grace is None else grace
+        )
+        params["entrypoint"] = ["/bin/sh", "-c", script, WRAPPER_NAME]
         params["cmd"] = command + args
     else:
         if command:
@@ -193,7 +198,7 @@ def _allocation(
     check_extras(c.spec, c.path, CONTAINER_IGNORED)
     check_security_context(c.spec, c.path)
     env = environment(ctx, c)
-    execution = _execution(ctx, c, env, lifecycle_hooks(c))
+    hooks = lifecycle_hooks(c)
     script = ProvisionScript(c.spec.name, ctx.pod)
     volumes = volume_configs(ctx, c, script)
     previous = _previous_init(ctx, c)
@@ -205,7 +210,8 @@ def _allocation(
         scripts[name] = script.render()
         provision = (name,)
     kind, recovery = _policy(ctx, c)
-    check, record = health_check(c)
+    check, record = health_check(c, wrapped=is_wrapped(ctx.pod, c.spec))
+    execution = _execution(ctx, c, env, hooks)
     allocation = AllocationConfig(
         executor=ctx.options.executor,
         type=kind,

@@ -35,5 +35,6 @@ METADATA_GRACE_PERIOD = "dmsgw.io/termination-grace-period-seconds"
 METADATA_ACTIVE_DEADLINE = "dmsgw.io/active-deadline-seconds"
 METADATA_PROBES_PREFIX = "dmsgw.io/probes."
 """``dmsgw.io/probes.<container>``: the container's probes as compact JSON,
-``{"liveness": {"handler": …, "initialDelaySeconds": …, …}, …, "check": "liveness"}``, where
-``check`` names the probe that became the DMS health check."""
+``{"liveness": {"handler": …, "initialDelaySeconds": …, …}, …, "runner": "wrapper"}``, where
+``runner`` says who runs them: the pod wrapper, or the DMS (an unwrapped container's liveness
+probe, as its health check)."""

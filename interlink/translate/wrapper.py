@@ -3,8 +3,9 @@
 A container with a ``command`` runs ``/bin/sh -c <wrapper> dmsgw-pod <command> <args>``: the
 wrapper reports the command's start and exit status on stderr (:mod:`dmsgw.interlink.run_markers`:
 the DMS reports neither), starts the command, runs the ``postStart`` hook beside it (killing it
-if the hook fails), runs ``preStop`` when it is asked to stop, forwards the signal, writes an
-init container's completion marker and exits with the command's status. The image needs
+if the hook fails), runs ``preStop`` when it is asked to stop, forwards the signal, runs the
+container's probes with the kubelet's semantics (:func:`probe_script`), writes an init
+container's completion marker and exits with the command's status. The image needs
 ``/bin/sh`` then; a container named in the pod's :data:`UNWRAPPED_ANNOTATION` runs its command
 as it is. A container without a ``command`` runs the image's own entrypoint, which cannot be
 wrapped: its exit code stays unknown, and an init container or one with lifecycle hooks is
@@ -16,18 +17,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+from collections.abc import Sequence
 
 from .. import k8s
-from ..run_markers import EXIT_CODE_MARKER, STARTED_MARKER
+from ..run_markers import EXIT_CODE_MARKER, PROBE_MARKER, STARTED_MARKER
 from .checks import PodTranslationError, check_extras
 from .inputs import Container
 from .names import INIT_FAILED
+from .probes import ProbeRun
 
 UNWRAPPED_ANNOTATION = "dmsgw.io/unwrapped-containers"
 """Pod annotation: comma-separated names of containers to run without the gateway's shell
 wrapper (for images without ``/bin/sh``); their exit codes are then unknown to the gateway."""
 
 WRAPPER_NAME = "dmsgw-pod"
+DEFAULT_GRACE_S = 30
+"""The pod's ``terminationGracePeriodSeconds`` when it has none, as the API server defaults it."""
 
 
 def is_wrapped(pod: k8s.Pod, container: k8s.Container) -> bool:
@@ -84,12 +89,19 @@ def lifecycle_hooks(c: Container) -> Hooks:
     )
 
 
-def wrapper_script(c: Container, hooks: Hooks, marker: str) -> str:
+def wrapper_script(
+    c: Container,
+    hooks: Hooks,
+    marker: str,
+    probes: Sequence[ProbeRun] = (),
+    grace_s: int = DEFAULT_GRACE_S,
+) -> str:
     """The shell that runs the container's command (``"$@"``) in the background so that it can
     run the ``postStart`` hook beside it, run ``preStop`` and forward the signal when it is
-    asked to stop, and, for an init container, write the completion ``marker`` when the
-    command exits 0. It reports the command's start and exit status on stderr (the DMS reports
-    neither) and exits with the command's status."""
+    asked to stop, run the ``probes`` (a failed liveness or startup probe stops the command
+    as the kubelet would, within ``grace_s``), and, for an init container, write the
+    completion ``marker`` when the command exits 0. It reports the command's start and exit
+    status on stderr (the DMS reports neither) and exits with the command's status."""
     on_stop = f"{hooks.pre_stop} || :; " if hooks.pre_stop else ""
     on_stop += '[ -z "$pid" ] || kill -TERM "$pid" 2>/dev/null'
     lines = [
@@ -111,13 +123,19 @@ def wrapper_script(c: Container, hooks: Hooks, marker: str) -> str:
             '  kill -TERM "$pid" 2>/dev/null',
             "fi",
         ]
+    if probes:
+        lines.append(probe_script(probes, hooks, grace_s))
     lines += [
         "while :; do",
-        '  wait "$pid"',
+        # 2>/dev/null: dash's wait reports a command killed by a signal ("Terminated") on
+        # stderr, which is the container's log.
+        '  wait "$pid" 2>/dev/null',
         "  code=$?",
         '  kill -0 "$pid" 2>/dev/null || break',
         "done",
     ]
+    if probes:
+        lines.append('kill -TERM "$dmsgw_prober" 2>/dev/null')
     if marker:
         failed = f"printf '%s\\n' {shlex.quote(c.spec.name)} > {shlex.quote(INIT_FAILED)}"
         done = f"rm -f {shlex.quote(INIT_FAILED)}; : > {shlex.quote(marker)}"
@@ -125,3 +143,178 @@ def wrapper_script(c: Container, hooks: Hooks, marker: str) -> str:
         lines.append(f'if [ "$code" -eq 0 ]; then {done}; else {failed}; fi')
     lines += [f'echo "{EXIT_CODE_MARKER}$code" >&2', 'exit "$code"']
     return "\n".join(lines) + "\n"
+
+
+# --- probes ----------------------------------------------------------------------------------
+
+_HTTP_TOOLS = ("wget", "curl", "python3")
+_TCP_TOOLS = ("nc", "bash", "python3")
+
+_PROBE_FUNCTIONS = r"""
+dmsgw_now() { date +%s 2>/dev/null || echo 0; }
+dmsgw_t0=$(dmsgw_now)
+dmsgw_first() {  # the first of the commands that the image has
+  for _t in "$@"; do command -v "$_t" >/dev/null 2>&1 && { echo "$_t"; return 0; }; done
+  return 1
+}
+dmsgw_within() {  # seconds, output file, command...: its status (124: it timed out)
+  _t=$1 _out=$2; shift 2
+  "$@" >"$_out" 2>&1 </dev/null &
+  _c=$!
+  ( sleep "$_t"; kill -KILL "$_c" 2>/dev/null ) >/dev/null 2>&1 &
+  _w=$!
+  wait "$_c" 2>/dev/null
+  _rc=$?
+  kill -0 "$_w" 2>/dev/null || return 124
+  kill "$_w" 2>/dev/null
+  wait "$_w" 2>/dev/null
+  return "$_rc"
+}
+dmsgw_http() {  # url, seconds: 0 when it answers 200-399
+  case $dmsgw_http_tool in
+  wget) wget -S -T "$2" --no-check-certificate -O /dev/null "$1" ;;
+  curl) _s=$(curl -sS -k -m "$2" -o /dev/null -w '%{http_code}' "$1") || return 1
+    [ "$_s" -ge 200 ] && [ "$_s" -lt 400 ] && return 0
+    echo "status $_s"; return 1 ;;
+  python3) python3 -c '
+import ssl, sys, urllib.error, urllib.request
+try:
+    code = urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]),
+                                  context=ssl._create_unverified_context()).status
+except urllib.error.HTTPError as exc:
+    code = exc.code
+except Exception as exc:
+    sys.exit(str(exc))
+sys.exit(0 if 200 <= code < 400 else f"status {code}")' "$1" "$2" ;;
+  *) echo "the image has none of WGET_CURL_PYTHON3, which an httpGet probe needs"; return 127 ;;
+  esac
+}
+dmsgw_tcp() {  # host, port, seconds: 0 when a connection opens
+  case $dmsgw_tcp_tool in
+  nc) nc -z -w "$3" "$1" "$2" ;;
+  bash) bash -c 'exec 3<>"/dev/tcp/$1/$2"' dmsgw-tcp "$1" "$2" ;;
+  python3) python3 -c '
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
+except OSError as exc:
+    sys.exit(str(exc))' "$1" "$2" "$3" ;;
+  *) echo "the image has none of NC_BASH_PYTHON3, which a tcpSocket probe needs"; return 127 ;;
+  esac
+}
+dmsgw_reason() {  # output file, status: the output's last line, else the status
+  _r=$(grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1 | tr -d '\r' | cut -c 1-200)
+  echo "${_r:-exit status $2}"
+}
+dmsgw_kill() {  # as the kubelet kills a container that failed its probe
+  PRE_STOP
+  kill -TERM "$pid" 2>/dev/null
+  _left=GRACE
+  while [ "$_left" -gt 0 ] && kill -0 "$pid" 2>/dev/null; do sleep 1; _left=$((_left - 1)); done
+  kill -KILL "$pid" 2>/dev/null
+}
+dmsgw_probe() {  # kind, delay, period, timeout, successes, failures, label, check...
+  _kind=$1 _delay=$2 _period=$3 _timeout=$4 _succ=$5 _fail=$6 _label=$7; shift 7
+  _out="${TMPDIR:-/tmp}/dmsgw-probe-$$-$_kind"
+  { : >"$_out"; } 2>/dev/null || _out=/dev/null
+  _wait=$((dmsgw_t0 + _delay - $(dmsgw_now)))
+  [ "$_wait" -le 0 ] || sleep "$_wait"
+  _ok=0 _bad=0 _state= _last=
+  while kill -0 "$pid" 2>/dev/null; do
+    if dmsgw_within "$_timeout" "$_out" "$@"; then
+      _ok=$((_ok + 1)) _bad=0 _last=
+      if [ "$_state" != ok ] && [ "$_ok" -ge "$_succ" ]; then
+        _state=ok
+        echo "PROBE_MARKER$_kind:ok" >&2
+        [ "$_kind" != startup ] || return 0
+      fi
+    else
+      _rc=$?
+      _ok=0 _bad=$((_bad + 1))
+      _why="timed out after $_timeout s"
+      [ "$_rc" -eq 124 ] || _why=$(dmsgw_reason "$_out" "$_rc")
+      if [ "$_why" != "$_last" ]; then
+        _last=$_why
+        echo "PROBE_MARKER$_kind:failing:$_label: $_why" >&2
+      fi
+      if [ "$_state" != down ] && [ "$_bad" -ge "$_fail" ]; then
+        _state=down
+        echo "PROBE_MARKER$_kind:down" >&2
+        [ "$_kind" = readiness ] || { dmsgw_kill; return 1; }
+      fi
+    fi
+    sleep "$_period"
+  done
+  return 1
+}
+""".strip()
+
+
+def _probe_call(run: ProbeRun) -> tuple[str, str]:
+    """The wrapper's call of ``dmsgw_probe`` for ``run``, and the check of a missing tool
+    that tells the container's log at once (``""``: an exec probe needs none)."""
+    timings = (
+        run.kind,
+        str(run.initial_delay_s),
+        str(run.period_s),
+        str(run.timeout_s),
+        str(run.success_threshold),
+        str(run.failure_threshold),
+    )
+    tools: tuple[str, ...] = ()
+    var = ""
+    if run.handler == "exec":
+        label, check = f"exec {shlex.join(run.target)}", list(run.target)
+    elif run.handler == "httpGet":
+        (url,) = run.target
+        label, check = f"HTTP GET {url}", ["dmsgw_http", url, str(run.timeout_s)]
+        tools, var = _HTTP_TOOLS, "dmsgw_http_tool"
+    else:
+        host, port = run.target
+        label, check = f"TCP {host}:{port}", ["dmsgw_tcp", host, port, str(run.timeout_s)]
+        tools, var = _TCP_TOOLS, "dmsgw_tcp_tool"
+    call = shlex.join([*timings, label, *check])
+    missing = ""
+    if tools:
+        why = (
+            f"dmsgw: the {run.kind} probe ({run.handler}) cannot run: the image has none of "
+            f"{', '.join(tools)}"
+        )
+        missing = f'[ -n "${var}" ] || echo {shlex.quote(why)} >&2'
+    return f"dmsgw_probe {call}", missing
+
+
+def probe_script(probes: Sequence[ProbeRun], hooks: Hooks, grace_s: int) -> str:
+    """The wrapper's part that runs ``probes`` beside the command (``$pid``), in the
+    background ``$dmsgw_prober``: the startup probe first, then liveness and readiness
+    (nothing is probed before the startup probe succeeds; a startup probe that fails stops
+    the rest), each every ``periodSeconds`` after its ``initialDelaySeconds`` (counted from
+    the container's start), within its ``timeoutSeconds``; ``successThreshold`` successes in
+    a row make a probe succeed, ``failureThreshold`` failures fail it. A failed liveness or
+    startup probe runs ``preStop``, then TERMs the command and KILLs it after ``grace_s``:
+    the DMS's failure recovery (the pod's ``restartPolicy``) decides what comes next. Each
+    outcome is reported on stderr (:data:`~dmsgw.interlink.run_markers.PROBE_MARKER`)."""
+    functions = (
+        _PROBE_FUNCTIONS.replace("PROBE_MARKER", PROBE_MARKER)
+        .replace("WGET_CURL_PYTHON3", ", ".join(_HTTP_TOOLS))
+        .replace("NC_BASH_PYTHON3", ", ".join(_TCP_TOOLS))
+        .replace("PRE_STOP", f"{hooks.pre_stop} || :" if hooks.pre_stop else ":")
+        .replace("GRACE", str(grace_s))
+    )
+    handlers = {run.handler for run in probes}
+    lines = [functions]
+    if "httpGet" in handlers:
+        lines.append(f"dmsgw_http_tool=$(dmsgw_first {' '.join(_HTTP_TOOLS)})")
+    if "tcpSocket" in handlers:
+        lines.append(f"dmsgw_tcp_tool=$(dmsgw_first {' '.join(_TCP_TOOLS)})")
+    calls = [_probe_call(run) for run in probes]
+    lines += [missing for _, missing in calls if missing]
+    first = [call for run, (call, _) in zip(probes, calls, strict=True) if run.kind == "startup"]
+    rest = [call for run, (call, _) in zip(probes, calls, strict=True) if run.kind != "startup"]
+    body = ["  trap 'kill $dmsgw_kids 2>/dev/null; exit 0' TERM", "  dmsgw_kids="]
+    if first:
+        body += [f"  {first[0]} &", "  dmsgw_kids=$!", '  wait "$dmsgw_kids" 2>/dev/null || exit 0']
+    body += [f'  {call} &\n  dmsgw_kids="$dmsgw_kids $!"' for call in rest]
+    body.append("  wait 2>/dev/null")
+    lines += ["dmsgw_probes() {", *body, "}", "dmsgw_probes &", "dmsgw_prober=$!"]
+    return "\n".join(lines)

@@ -1,0 +1,192 @@
+"""The probes' pieces on their own: the wrapper's probe loops run with ``sh`` on tiny commands,
+the markers they write, the ledger that folds them, and the container status that follows.
+The whole path through the plugin API is in ``test_gateway_probes.py``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmsgw.behaviors.status import AllocationInfo
+from dmsgw.interlink import k8s
+from dmsgw.interlink.container_runs import Runs
+from dmsgw.interlink.pod_status import ContainerObservation, container_statuses
+from dmsgw.interlink.probe_state import ProbeState
+from dmsgw.interlink.run_markers import ProbeMarker, markers, probe_markers, strip_marker
+from dmsgw.interlink.translate.inputs import Container
+from dmsgw.interlink.translate.probes import probe_runs
+from dmsgw.interlink.translate.wrapper import Hooks, wrapper_script
+
+RUN_TIMEOUT_S = 30
+"""A generous bound: the scripts below end within a few probe periods."""
+
+
+def _run(tmp_path: Path, spec: dict[str, Any], command: str, *, pre_stop: str = "") -> Any:
+    """Run the wrapper of the container ``spec`` (grace period 1 s) around ``sh -c command``
+    in ``tmp_path``."""
+    container = Container("spec.containers[0]", k8s.Container.model_validate(spec), None)
+    script = wrapper_script(container, Hooks(pre_stop=pre_stop), "", probe_runs(container), 1)
+    return subprocess.run(
+        ["/bin/sh", "-c", script, "dmsgw-pod", "/bin/sh", "-c", command],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+
+
+def _exec(command: str, **timings: Any) -> dict[str, Any]:
+    return {"exec": {"command": ["/bin/sh", "-c", command]}, "periodSeconds": 1, **timings}
+
+
+def test_a_failed_liveness_probe_runs_pre_stop_then_terms_then_kills_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    spec = {
+        "name": "main",
+        "image": "x",
+        "command": ["x"],
+        "livenessProbe": _exec("echo sick; exit 1", failureThreshold=1),
+    }
+    # The command ignores TERM: only the KILL after the grace period ends it.
+    done = _run(tmp_path, spec, "trap '' TERM; exec sleep 30", pre_stop="touch pre-stopped")
+    assert done.returncode == 137
+    assert (tmp_path / "pre-stopped").exists()
+    assert done.stderr.decode().splitlines() == [
+        "dmsgw.io/started",
+        "dmsgw.io/probe=liveness:failing:exec /bin/sh -c 'echo sick; exit 1': sick",
+        "dmsgw.io/probe=liveness:down",
+        "dmsgw.io/exit-code=137",
+    ]
+
+
+def test_readiness_failures_flip_ready_and_never_stop_the_command(tmp_path: Path) -> None:
+    """Ready after one success, down after one failure (the thresholds), and the command runs
+    on to its own end."""
+    spec = {
+        "name": "main",
+        "image": "x",
+        "command": ["x"],
+        # succeeds once, then fails, counting its calls
+        "readinessProbe": _exec("echo . >> calls; [ $(wc -l < calls) -le 1 ]", failureThreshold=1),
+    }
+    done = _run(
+        tmp_path, spec, 'until [ "$(cat calls 2>/dev/null | wc -l)" -ge 3 ]; do sleep 0.1; done'
+    )
+    assert done.returncode == 0
+    assert done.stderr.decode().splitlines() == [
+        "dmsgw.io/started",
+        "dmsgw.io/probe=readiness:ok",
+        "dmsgw.io/probe=readiness:failing:exec /bin/sh -c "
+        "'echo . >> calls; [ $(wc -l < calls) -le 1 ]': exit status 1",
+        "dmsgw.io/probe=readiness:down",
+        "dmsgw.io/exit-code=0",
+    ]
+
+
+# --- markers, ledger, status -----------------------------------------------------------------
+
+_LOG = b"".join(
+    [
+        b"dmsgw.io/started\n",
+        b"dmsgw.io/probe=startup:failing:HTTP GET http://127.0.0.1:80/s: status 503\n",
+        b"partial output dmsgw.io/probe=startup:ok\n",
+        b"dmsgw.io/probe=readiness:ok\n",
+        b"dmsgw.io/probe=liveness:failing:exec false: exit status 1\n",
+        b"dmsgw.io/probe=liveness:down\n",
+        b"dmsgw.io/exit-code=143\n",
+        b"dmsgw.io/started\n",
+        b"dmsgw.io/probe=bogus:ok\n",
+    ]
+)
+
+
+def test_probe_markers_are_read_in_order_with_the_runs_and_kept_out_of_the_logs() -> None:
+    assert list(probe_markers(_LOG)) == [
+        ProbeMarker(""),
+        ProbeMarker("startup", "failing", "HTTP GET http://127.0.0.1:80/s: status 503"),
+        ProbeMarker("startup", "ok"),
+        ProbeMarker("readiness", "ok"),
+        ProbeMarker("liveness", "failing", "exec false: exit status 1"),
+        ProbeMarker("liveness", "down"),
+        ProbeMarker(""),
+    ]
+    # the runs' markers are read as before, probe markers aside
+    assert [m.exit_code for m in markers(_LOG)] == [None, 143, None]
+    kept = b"".join(strip_marker(line) for line in _LOG.splitlines(keepends=True))
+    assert kept == b"partial output \ndmsgw.io/probe=bogus:ok\n"
+
+
+def test_the_ledger_follows_each_run_and_keeps_why_a_probe_killed_the_last() -> None:
+    first = list(probe_markers(_LOG.rsplit(b"dmsgw.io/exit-code", 1)[0]))
+    running = ProbeState().read(first)
+    assert (running.started, running.ready, running.reported) == (True, True, True)
+    assert running.reason("liveness") == "exec false: exit status 1"
+    assert running.killed_by == (
+        "killed by the gateway: its liveness probe failed: exec false: exit status 1"
+    )
+    after = running.read([ProbeMarker("")])  # the DMS restarted it
+    assert (after.started, after.ready, after.reported, after.killed_by) == (
+        False,
+        False,
+        False,
+        "",
+    )
+    assert after.previous_killed_by == running.killed_by
+    assert ProbeState.from_map(after.to_map()) == after
+    assert ProbeState.from_map({"started": "yes", "failing": [["a"], 3]}) == ProbeState()
+    down = running.read([ProbeMarker("readiness", "down")])
+    assert (down.started, down.ready) == (True, False)
+
+
+def test_runs_carry_the_probes_to_the_status_and_the_kill_to_the_last_state() -> None:
+    runs = Runs().read(markers(_LOG), len(_LOG)).read_probes(probe_markers(_LOG))
+    assert Runs.from_map(runs.to_map()) == runs
+    seen = runs.observation(0)
+    assert seen.last_state is not None and seen.last_state.terminated is not None
+    assert seen.last_state.terminated.exit_code == 143
+    assert seen.last_state.terminated.message.startswith("killed by the gateway: its liveness")
+    assert (seen.started, seen.ready) == (None, None)  # nothing reported yet in this run
+    assert seen.restart_count == 1
+
+
+@pytest.mark.parametrize(
+    ("seen", "health", "ready", "started"),
+    [
+        (ContainerObservation(), "", False, False),  # nothing reported yet
+        (ContainerObservation(), "healthy", True, True),  # an old deployment's DMS check
+        (ContainerObservation(started=True, ready=False), "healthy", False, True),
+        (ContainerObservation(started=True, ready=True), "", True, True),
+        (ContainerObservation(started=False, ready=True), "", False, False),
+    ],
+)
+def test_started_and_ready_follow_the_wrappers_probes_over_the_health_check(
+    seen: ContainerObservation, health: str, ready: bool, started: bool
+) -> None:
+    probe = {"exec": {"command": ["true"]}}
+    pod = k8s.Pod.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {
+                "containers": [
+                    {"name": "main", "image": "x", "startupProbe": probe, "readinessProbe": probe}
+                ]
+            },
+        }
+    )
+    info = AllocationInfo(
+        allocation_id="e_pod.main", status="running", has_health_check=bool(health), health=health
+    )
+    (status,) = container_statuses(
+        pod,
+        "Running",
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        allocation_info={"e_pod.main": info},
+        observations={"main": seen},
+    ).containers
+    assert (status.ready, status.started) == (ready, started)
