@@ -54,6 +54,7 @@ from .confinement import (
 from .executor import ProcessExecutor, probe_isolation, remove_tree
 from .handlers import install_basic_behaviors
 from .handlers_deployment import Deployments
+from .handlers_newest import install_newest_behaviors
 from .handlers_node import install_node_behaviors
 from .network import Network
 from .node import DmsNode
@@ -154,6 +155,7 @@ class Devnet:
             profile = (profiles or default_profiles(nodes))[i]
             node = DmsNode(key, self.network, name=f"node{i}", capabilities=ctx, clock=clock)
             install_basic_behaviors(node)
+            install_newest_behaviors(node)
             self.nodes.append(
                 DevnetNode(node, profile, ResourceLedger(profile.hardware, profile.onboarded))
             )
