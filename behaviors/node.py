@@ -51,6 +51,9 @@ TOKEN_LIFETIME_S = 600.0
 TOKEN_RENEW_MARGIN_S = 60.0
 """A cached token is replaced when less than this remains beyond the message's own expiry."""
 _RENEW_MARGIN_NS = int(TOKEN_RENEW_MARGIN_S * NS_PER_SECOND)
+GRANT_DURATION = "8760h"
+"""How long the grants the hints propose last: a year, long enough to forget about, short
+enough to expire."""
 GRANT_WARNINGS_S = (7 * 24 * 3600.0, 24 * 3600.0, 3600.0)
 """The log warns once when the grant has less than each of these left (a week, a day, an hour)."""
 
@@ -129,14 +132,23 @@ GrantHint = Callable[[Behavior[Any, Any]], str]
 """Where the capability for a behavior comes from, as a sentence naming the command."""
 
 
+def nunet_grant_command(did: str, caps: Sequence[str], topics: Sequence[str] = ()) -> str:
+    """The ``nunet cap grant`` a DMS operator runs on the DMS host to delegate ``caps`` (and
+    broadcasts on ``topics``) to ``did`` for :data:`GRANT_DURATION`: the one place it is
+    written, for every hint and message that names it."""
+    scope = [arg for c in caps for arg in ("--cap", c)]
+    scope += [arg for t in topics for arg in ("--topic", t)]
+    argv = ["nunet", "cap", "grant", "--context", "dms", *scope, "--duration", GRANT_DURATION]
+    return shlex.join([*argv, did])
+
+
 def dms_grant_hint(did: str) -> GrantHint:
     """The hint for a real DMS: its operator runs ``nunet cap grant`` on the DMS host."""
 
     def hint(b: Behavior[Any, Any]) -> str:
-        topic = f" --topic {b.topic}" if b.broadcast else ""
+        topics = (b.topic,) if b.broadcast else ()
         return (
-            "the DMS operator grants it with "
-            f"`nunet cap grant --context dms --cap {b.capability}{topic} --duration 8760h {did}`"
+            f"the DMS operator grants it with `{nunet_grant_command(did, (b.capability,), topics)}`"
         )
 
     return hint
@@ -338,13 +350,14 @@ class NodeActor(AsyncActor):
         """The commands that renew ``grant`` (same capabilities and topics, a year long)."""
         did = self.security.did.uri
         context = self.security.capabilities.name
-        scope = [arg for c in grant.capability() or () for arg in ("--cap", c)]
-        scope += [arg for t in grant.topic() or () for arg in ("--topic", t)]
-        nunet = shlex.join(["nunet", "cap", "grant", "--context", "dms", *scope])
+        caps, topics = grant.capability() or (), grant.topic() or ()
+        scope = [arg for c in caps for arg in ("--cap", c)]
+        scope += [arg for t in topics for arg in ("--topic", t)]
+        nunet = nunet_grant_command(did, caps, topics)
         devnet = shlex.join(["dmsgw", "devnet", "grant", *scope, "--anchor", context, did])
         anchor = shlex.join(["dmsgw", "cap", "anchor", "--context", context, "--provide"])
         return (
-            f"on a DMS, its operator runs `{nunet} --duration 8760h {did}` (or `dmsgw cap "
+            f"on a DMS, its operator runs `{nunet}` (or `dmsgw cap "
             f"grant` with the same arguments) and you add the token list it prints with "
             f"`{anchor} '<token list>'`; on a `dmsgw devnet`, `{devnet}` does both; then "
             "restart the gateway (or reconnect)"

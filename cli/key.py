@@ -19,6 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..behaviors.node import GRANT_DURATION, nunet_grant_command
 from ..errors import DmsgwError
 from ..keys.crypto import (
     Ed25519PrivKey,
@@ -34,10 +35,9 @@ from ..keys.id import ID
 from ..keys.keystore import KeyExistsError, KeyStore, read_passphrase, validate_key_name
 from ..keys.peer import peer_id_from_public_key
 
-__all__ = ["DEFAULT_GATEWAY_KEY", "Identity", "grant_command", "parse_private_key", "register"]
+__all__ = ["DEFAULT_GATEWAY_KEY", "Identity", "parse_private_key", "register"]
 
 DEFAULT_GATEWAY_KEY = "dmsgw"
-GRANT_DURATION = "8760h"  # one year: long enough to forget about, short enough to expire
 FULL_CAPABILITIES = ("/dms/node",)
 LEAST_CAPABILITIES = ("/dms/node/deployment", "/dms/node/resources", "/dms/node/peers")
 
@@ -80,14 +80,6 @@ class Identity:
             f"actor ID    {self.actor_id}",
             f"public key  {self.public_key_hex}  (libp2p protobuf, hex)",
         ]
-
-
-def grant_command(did: str, capabilities: tuple[str, ...]) -> str:
-    """The ``nunet cap grant`` a DMS operator runs to delegate ``capabilities`` to ``did``."""
-    argv = ["nunet", "cap", "grant", "--context", "dms"]
-    for cap in capabilities:
-        argv += ["--cap", cap]
-    return shlex.join([*argv, "--duration", GRANT_DURATION, did])
 
 
 def parse_private_key(text: str) -> PrivKey:
@@ -185,8 +177,8 @@ def cmd_export_public(args: argparse.Namespace) -> int:
 
 
 def _whoami_text(identity: Identity, key_file: Path) -> str:
-    full = grant_command(identity.did, FULL_CAPABILITIES)
-    least = grant_command(identity.did, LEAST_CAPABILITIES)
+    full = nunet_grant_command(identity.did, FULL_CAPABILITIES)
+    least = nunet_grant_command(identity.did, LEAST_CAPABILITIES)
     anchor = shlex.join(
         ["dmsgw", "cap", "anchor", "--context", identity.name, "--provide", "<token list JSON>"]
     )
@@ -231,8 +223,10 @@ def cmd_whoami(args: argparse.Namespace) -> int:
             {
                 **identity.as_dict(),
                 "key_file": str(key_file),
-                "grant_command": grant_command(identity.did, FULL_CAPABILITIES),
-                "grant_command_least_privilege": grant_command(identity.did, LEAST_CAPABILITIES),
+                "grant_command": nunet_grant_command(identity.did, FULL_CAPABILITIES),
+                "grant_command_least_privilege": nunet_grant_command(
+                    identity.did, LEAST_CAPABILITIES
+                ),
             }
         )
     else:
