@@ -124,11 +124,6 @@ def _create(store: KeyStore, name: str, key: PrivKey) -> Path:
     return store.save(name, marshal_private_key(key), passphrase)
 
 
-def _unlock(store: KeyStore, name: str) -> PrivKey:
-    store.existing_path(name)
-    return store.priv_key(name, read_passphrase(name, confirm=False))
-
-
 def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2))
 
@@ -151,7 +146,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_did(args: argparse.Namespace) -> int:
-    key = _unlock(_store(args), validate_key_name(args.name))
+    key = _store(args).unlock(validate_key_name(args.name))
     print(DID.from_public_key(key.public_key()))
     return 0
 
@@ -168,7 +163,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_export_public(args: argparse.Namespace) -> int:
     name = validate_key_name(args.name)
-    identity = Identity.of(name, _unlock(_store(args), name))
+    identity = Identity.of(name, _store(args).unlock(name))
     if args.json:
         _print_json(identity.as_dict())
     else:
@@ -211,7 +206,7 @@ def cmd_whoami(args: argparse.Namespace) -> int:
     store = _store(args)
     name = validate_key_name(args.key)
     if store.exists(name):
-        key = _unlock(store, name)
+        key = store.unlock(name)
     else:
         key = generate_key_pair()
         _create(store, name, key)

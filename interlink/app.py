@@ -160,7 +160,7 @@ def _embedded_key(config: GatewayConfig, passphrase: str | None) -> PrivKey:
     for this run only (the embedded devnet lives no longer than the process either)."""
     store = KeyStore(config.key_dir)
     if passphrase is not None and store.exists(config.key_name):
-        return store.priv_key(config.key_name, passphrase)
+        return store.unlock(config.key_name, passphrase)
     return Ed25519PrivKey.generate()
 
 
