@@ -437,8 +437,7 @@ class NodeClient:
         message's expiry: a gateway working by delegation holding nothing that covers ``b``.
         A gateway with no grant at all may be a root of the DMS, so it is let through unless
         ``delegation_only``."""
-        _, _, provide, _ = self.security.capabilities.list_roots()
-        grants = provide.present()
+        grants = self.security.capabilities.provide_anchors()
         if any(covers(t, b) for t in grants):
             return
         if not grants and (
@@ -525,8 +524,7 @@ class NodeClient:
     def _delegation_hint(self, b: Behavior[Any, Any]) -> str:
         """What the gateway was delegated and how to get what it lacks, when none of its
         grants covers ``b``."""
-        _, _, provide, _ = self.security.capabilities.list_roots()
-        grants = provide.present()
+        grants = self.security.capabilities.provide_anchors()
         if any(covers(t, b) for t in grants):
             return ""
         return f"\n  hint: {self._holdings(grants, b)}; {self.grant_hint(b)}"
@@ -550,7 +548,7 @@ def _time_left(ns: int) -> str:
 def grant_expiry(capabilities: CapabilityContext) -> int | None:
     """When the gateway's grant runs (or ran) out, Unix ns: the latest chain expiry among its
     provide anchors, the live ones if any are left; ``None`` when it was given none."""
-    anchors = capabilities.list_roots()[2].present() or capabilities.lapsed_anchors().present()
+    anchors = capabilities.provide_anchors() or capabilities.lapsed_anchors().present()
     return max((t.chain_expiry() for t in anchors), default=None)
 
 
