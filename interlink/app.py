@@ -97,6 +97,18 @@ class DmsConnection:
             self.on_version(version)
         return version
 
+    async def learn_version_or_defer(self) -> None:
+        """At start: learn the version now, or on the first call when the DMS cannot be
+        reached yet (the gateway starts whether its DMS is up or not, as before it asked;
+        it refuses only a DMS that answers and does not speak its wire)."""
+        try:
+            await self.learn_version()
+        except TransportError as exc:
+            if not _unreachable(exc):
+                raise
+            log.warning("cannot ask the DMS its version yet (%s): asking on the first call", exc)
+            self._lost = True
+
     async def invoke(
         self,
         behavior: Behavior[Req, Rep],
@@ -178,7 +190,7 @@ async def start_backend(
     dms = await connect_dms(config, loop)
     dms.on_version = functools.partial(_show_version, _dms_info(metrics))
     try:
-        await dms.learn_version()
+        await dms.learn_version_or_defer()
     except BaseException:
         await dms.close()
         raise

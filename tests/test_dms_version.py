@@ -235,3 +235,20 @@ async def test_a_revocation_broadcast_is_anchored_by_every_devnet_node() -> None
         assert [r.ok for r in replies] == [True, True]
     for n in devnet.nodes:
         assert n.node.capabilities.list_roots()[3].present() == (revocation,)
+
+
+async def test_a_dms_unreachable_at_start_is_asked_its_version_on_the_first_call() -> None:
+    """The gateway starts whether its DMS is up or not (as before it asked)."""
+    fake = FakeDMS(DMS_V05)
+    fake.down = True
+    dms = connection(fake)
+    await dms.learn_version_or_defer()
+    assert dms.version is None
+    fake.down = False
+    assert (await dms.invoke(get_behavior("/dms/node/peers/self"))).id == "peer"
+    assert dms.version == DMS_V05
+
+
+async def test_a_dms_that_answers_but_not_our_wire_still_stops_the_start() -> None:
+    with pytest.raises(UnsupportedDmsError):
+        await connection(FakeDMS("v0.4")).learn_version_or_defer()
