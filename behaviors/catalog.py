@@ -1,11 +1,12 @@
 """The behavior catalog: every DMS ``node`` behavior the gateway speaks, defined once.
 
-Both sides use it: the client to build requests and read replies, the simulated DMS to read
-requests and build replies. Names are those of the newest ``dms/behaviors/behaviors.go`` and
-the newest CLI (``cmd/actor/behaviors.go``), plus the v0.5 ``/dms/cap/anchor``. Each entry
-names its request and reply models, the capability an invoker must hold (the DMS requires the
-behavior name itself, and a capability implies every path under it, so ``/dms/node`` covers
-all of ``/dms/node/...``), how long to let the envelope live, and, for broadcasts, the topic.
+Mirrors the behavior names of ``dms/behaviors/behaviors.go`` (and the newest CLI,
+``cmd/actor/behaviors.go``), one entry per behavior a client invokes. Both sides use it: the
+client to build requests and read replies, the simulated DMS to read requests and build
+replies. Each entry names its request and reply models, the capability an invoker must hold
+(the DMS requires the behavior name itself, and a capability implies every path under it, so
+``/dms/node`` covers all of ``/dms/node/...``), how long to let the envelope live, and, for
+broadcasts, the topic.
 
 ``namespace`` is the attribute path of a typed client facade (``("deployment", "status")``
 for ``dms.deployment.status(...)``); it is declared per behavior rather than derived from the
@@ -15,6 +16,14 @@ Each entry is a constant named after its namespace (``DEPLOYMENT_STATUS``), a
 ``Behavior[Request, Reply]``: code invokes the constant, so that the type checker pairs the
 request with the behavior and knows the reply; names are looked up (:func:`get_behavior`) only
 for what arrives as text (``dms.invoke("/dms/node/...")``, the CLI, the devnet's handlers).
+
+Each entry also says which DMS versions have it (``versions``): the v0.5 DMS anchors
+capabilities with one ``/dms/cap/anchor``, the v0.6 DMS with ``/dms/cap/{provide,require,
+revoke}/anchor`` and adds ``/dms/cap/revoke/broadcast`` and ``/dms/node/deployment/info``.
+:func:`catalog_for` is the catalog of one version, and :func:`require_in_version` refuses,
+before anything is sent, a behavior the DMS at hand does not have (it would drop the message
+and the caller would wait for its expiry). :mod:`~dmsgw.behaviors.dms_version` learns which
+version a DMS is.
 """
 
 from __future__ import annotations
@@ -77,6 +86,40 @@ from .peers import (
     PingResponse,
 )
 from .public import DiscoveryStatusResponse, HelloResponse, PublicStatusResponse
+from .subnet import (
+    SubnetCreateRequest,
+    SubnetCreateResponse,
+    SubnetDestroyRequest,
+    SubnetDestroyResponse,
+    SubnetJoinRequest,
+    SubnetJoinResponse,
+)
+from .tokenomics import (
+    CollectUsagesAndForwardToPaymentProvidersReponse,
+    CollectUsagesAndForwardToPaymentProvidersRequest,
+    ContractApproveLocalRequest,
+    ContractApproveLocalResponse,
+    ContractCompletionRequest,
+    ContractCompletionResponse,
+    ContractConfirmLocalTransactionRequest,
+    ContractConfirmLocalTransactionResponse,
+    ContractListIncomingRequest,
+    ContractListIncomingResponse,
+    ContractListLocalTransactionsRequest,
+    ContractListLocalTransactionsResponse,
+    ContractPaymentStatusRequest,
+    ContractPaymentStatusResponse,
+    ContractSettleRequest,
+    ContractSettleResponse,
+    ContractStatusRequest,
+    ContractStatusResponse,
+    ContractTerminationRequest,
+    ContractTerminationResponse,
+    ContractValidateRequest,
+    ContractValidateResponse,
+    CreateContractRequest,
+    CreateContractResponse,
+)
 from .volume import (
     CreateVolumeRequest,
     CreateVolumeResponse,
@@ -91,10 +134,17 @@ __all__ = [
     "CATALOG",
     "DEFAULT_TIMEOUT_S",
     "Behavior",
+    "BehaviorNotInVersionError",
     "BehaviorPayloadError",
+    "DMS_V05",
+    "DMS_V06",
+    "DMS_VERSIONS",
+    "NEWEST_DMS",
     "UnknownBehaviorError",
     "WireModel",
+    "catalog_for",
     "get_behavior",
+    "require_in_version",
     "PUBLIC_HELLO",
     "PUBLIC_STATUS",
     "BROADCAST_HELLO",
@@ -134,9 +184,34 @@ __all__ = [
     "VOLUME_CREATE",
     "VOLUME_START",
     "VOLUME_DELETE",
+    "DEBUG_FLIGHTREC",
+    "CAP_REVOKE_BROADCAST",
+    "SUBNET_CREATE",
+    "SUBNET_DESTROY",
+    "SUBNET_JOIN",
+    "CONTRACT_CREATE",
+    "CONTRACT_STATE",
+    "CONTRACT_LIST_INCOMING",
+    "CONTRACT_APPROVE_LOCAL",
+    "CONTRACT_TERMINATE",
+    "CONTRACT_COMPLETE",
+    "CONTRACT_SETTLE",
+    "CONTRACT_VALIDATE",
+    "CONTRACT_PAYMENT_STATUS",
+    "CONTRACT_USAGES_CALCULATE",
+    "CONTRACT_TRANSACTIONS_LIST",
+    "CONTRACT_TRANSACTIONS_CONFIRM",
 ]
 
 DEFAULT_TIMEOUT_S = 30.0
+DMS_V05 = "v0.5"
+"""The DMS that anchors capabilities with ``/dms/cap/anchor``."""
+DMS_V06 = "v0.6"
+"""The DMS that anchors them with ``/dms/cap/{provide,require,revoke}/anchor``."""
+DMS_VERSIONS = (DMS_V05, DMS_V06)
+"""The DMS versions whose wire the gateway speaks, oldest first."""
+NEWEST_DMS = DMS_V06
+_ALL = frozenset(DMS_VERSIONS)
 # handleNewDeployment refuses an envelope expiring within MinDeploymentTime (59 s); a margin
 # covers the trip to the DMS. Update needs MinUpdateDeploymentTime, twice 59 s.
 _NEW_DEPLOYMENT_MIN_S = 60.0
@@ -154,6 +229,10 @@ class WireModel(Protocol):
 
 class UnknownBehaviorError(DmsgwError):
     """A behavior name that is not in the catalog."""
+
+
+class BehaviorNotInVersionError(UnknownBehaviorError):
+    """A behavior the DMS at hand does not have (it is another version's)."""
 
 
 class BehaviorPayloadError(DmsgwError):
@@ -177,7 +256,8 @@ class Behavior(Generic[Req, Rep]):
     behavior is an error before anything runs. ``request`` is ``None`` for behaviors
     invoked without a payload (``Req`` is then ``None``, and the envelope's ``msg`` is
     empty). ``timeout_s`` is the default envelope lifetime; ``min_timeout_s`` the shortest
-    the DMS accepts (0: any). ``topic`` is set for broadcasts only.
+    the DMS accepts (0: any). ``topic`` is set for broadcasts only. ``versions`` are the
+    DMS versions that have it.
     """
 
     name: str
@@ -189,6 +269,7 @@ class Behavior(Generic[Req, Rep]):
     min_timeout_s: float = 0.0
     topic: str = ""
     capability: str = ""
+    versions: frozenset[str] = _ALL
 
     def __post_init__(self) -> None:
         if not self.capability:
@@ -198,6 +279,8 @@ class Behavior(Generic[Req, Rep]):
             raise ValueError(f"{self.name}: namespace {self.namespace} is not a Python path")
         if self.timeout_s < self.min_timeout_s:
             raise ValueError(f"{self.name}: default timeout below the DMS's minimum")
+        if not self.versions or not self.versions <= _ALL:
+            raise ValueError(f"{self.name}: versions {sorted(self.versions)} are not DMS versions")
 
     @property
     def broadcast(self) -> bool:
@@ -238,18 +321,36 @@ def _b(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     min_timeout_s: float = 0.0,
+    topic: str = "",
+    versions: frozenset[str] = _ALL,
 ) -> Behavior[_Payload, Rep]:
-    """A behavior invoked with a ``request`` payload."""
+    """A behavior invoked with a ``request`` payload (a broadcast, when ``topic`` is set)."""
     return Behavior(
-        name, tuple(namespace.split(".")), request, reply, doc, timeout_s, min_timeout_s
+        name,
+        tuple(namespace.split(".")),
+        request,
+        reply,
+        doc,
+        timeout_s,
+        min_timeout_s,
+        topic=topic,
+        versions=versions,
     )
 
 
 def _plain(
-    name: str, namespace: str, reply: type[Rep], doc: str, *, topic: str = ""
+    name: str,
+    namespace: str,
+    reply: type[Rep],
+    doc: str,
+    *,
+    topic: str = "",
+    versions: frozenset[str] = _ALL,
 ) -> Behavior[None, Rep]:
     """A behavior invoked without a payload (a broadcast, when ``topic`` is set)."""
-    return Behavior(name, tuple(namespace.split(".")), None, reply, doc, topic=topic)
+    return Behavior(
+        name, tuple(namespace.split(".")), None, reply, doc, topic=topic, versions=versions
+    )
 
 
 # public and broadcast
@@ -396,6 +497,7 @@ DEPLOYMENT_INFO = _b(
     DeploymentInfoResponse,
     "Status, manifest, allocation details, usage and log paths in one call.",
     timeout_s=60.0,
+    versions=frozenset({DMS_V06}),
 )
 DEPLOYMENT_LOGS = _b(
     "/dms/node/deployment/logs",
@@ -486,6 +588,7 @@ CAP_ANCHOR = _b(
     CapAnchorRequest,
     CapAnchorResponse,
     "Add root DIDs and tokens to the DMS's anchors (v0.5).",
+    versions=frozenset({DMS_V05}),
 )
 CAP_PROVIDE_ANCHOR = _b(
     "/dms/cap/provide/anchor",
@@ -493,6 +596,7 @@ CAP_PROVIDE_ANCHOR = _b(
     CapTokenAnchorRequest,
     CapAnchorResponse,
     "Add tokens to the DMS's provide anchor.",
+    versions=frozenset({DMS_V06}),
 )
 CAP_REQUIRE_ANCHOR = _b(
     "/dms/cap/require/anchor",
@@ -500,6 +604,7 @@ CAP_REQUIRE_ANCHOR = _b(
     CapTokenAnchorRequest,
     CapAnchorResponse,
     "Add tokens to the DMS's require anchor.",
+    versions=frozenset({DMS_V06}),
 )
 CAP_REVOKE_ANCHOR = _b(
     "/dms/cap/revoke/anchor",
@@ -507,6 +612,7 @@ CAP_REVOKE_ANCHOR = _b(
     CapTokenAnchorRequest,
     CapAnchorResponse,
     "Add revocation tokens to the DMS's revoke anchor.",
+    versions=frozenset({DMS_V06}),
 )
 
 # volumes
@@ -530,6 +636,129 @@ VOLUME_DELETE = _b(
     DeleteVolumeRequest,
     DeleteVolumeResponse,
     "Delete a GlusterFS volume (its creator only).",
+)
+
+# --- the newest DMS's further behaviors: debug, revocation broadcast, subnet, tokenomics ---
+
+DEBUG_FLIGHTREC = _plain(
+    "/dms/debug/flightrec",
+    "debug.flightrec",
+    PingResponse,
+    "Dump the Go flight recorder's trace on the DMS host (no answer if it runs none).",
+)
+CAP_REVOKE_BROADCAST = _b(
+    "/dms/cap/revoke/broadcast",
+    "cap.revoke_broadcast",
+    CapTokenAnchorRequest,
+    CapAnchorResponse,
+    "Broadcast revocation tokens; every DMS that hears them anchors them.",
+    topic="/nunet/revocation",
+    versions=frozenset({DMS_V06}),
+)
+SUBNET_CREATE = _b(
+    "/dms/node/subnet/create",
+    "subnet.create",
+    SubnetCreateRequest,
+    SubnetCreateResponse,
+    "Create a deployment's subnet on this DMS (an orchestrator's call).",
+)
+SUBNET_DESTROY = _b(
+    "/dms/node/subnet/destroy",
+    "subnet.destroy",
+    SubnetDestroyRequest,
+    SubnetDestroyResponse,
+    "Destroy a deployment's subnet on this DMS.",
+)
+SUBNET_JOIN = _b(
+    "/dms/node/subnet/join",
+    "subnet.join",
+    SubnetJoinRequest,
+    SubnetJoinResponse,
+    "Join this DMS to a deployment's subnet, with its routes and DNS records.",
+)
+CONTRACT_CREATE = _b(
+    "/dms/tokenomics/contract/create",
+    "contract.create",
+    CreateContractRequest,
+    CreateContractResponse,
+    "Create a contract on its solution enabler; replies with the contract's DID.",
+)
+CONTRACT_STATE = _b(
+    "/dms/tokenomics/contract/state",
+    "contract.state",
+    ContractStatusRequest,
+    ContractStatusResponse,
+    "A contract as its host holds it.",
+)
+CONTRACT_LIST_INCOMING = _b(
+    "/dms/tokenomics/contract/list_incoming",
+    "contract.list_incoming",
+    ContractListIncomingRequest,
+    ContractListIncomingResponse,
+    "Contracts proposed to this DMS, awaiting approval.",
+)
+CONTRACT_APPROVE_LOCAL = _b(
+    "/dms/tokenomics/contract/approve_local",
+    "contract.approve_local",
+    ContractApproveLocalRequest,
+    ContractApproveLocalResponse,
+    "Approve a proposed contract as its provider.",
+)
+CONTRACT_TERMINATE = _b(
+    "/dms/tokenomics/contract/terminate",
+    "contract.terminate",
+    ContractTerminationRequest,
+    ContractTerminationResponse,
+    "End a contract early (on its host).",
+)
+CONTRACT_COMPLETE = _b(
+    "/dms/tokenomics/contract/complete",
+    "contract.complete",
+    ContractCompletionRequest,
+    ContractCompletionResponse,
+    "Mark a contract completed (on its host).",
+)
+CONTRACT_SETTLE = _b(
+    "/dms/tokenomics/contract/settle",
+    "contract.settle",
+    ContractSettleRequest,
+    ContractSettleResponse,
+    "Settle a contract (on its host).",
+)
+CONTRACT_VALIDATE = _b(
+    "/dms/tokenomics/contract/validate",
+    "contract.validate",
+    ContractValidateRequest,
+    ContractValidateResponse,
+    "Whether a contract is valid, and its state (on its host).",
+)
+CONTRACT_PAYMENT_STATUS = _b(
+    "/dms/tokenomics/contract/payment/status",
+    "contract.payment_status",
+    ContractPaymentStatusRequest,
+    ContractPaymentStatusResponse,
+    "Whether the payment with this unique ID was made.",
+)
+CONTRACT_USAGES_CALCULATE = _b(
+    "/dms/tokenomics/contract/usages/calculate",
+    "contract.usages_calculate",
+    CollectUsagesAndForwardToPaymentProvidersRequest,
+    CollectUsagesAndForwardToPaymentProvidersReponse,
+    "Collect contracts' usage and forward it to their payment providers (on the host).",
+)
+CONTRACT_TRANSACTIONS_LIST = _b(
+    "/dms/tokenomics/contract/transactions/list",
+    "contract.transactions_list",
+    ContractListLocalTransactionsRequest,
+    ContractListLocalTransactionsResponse,
+    "The payment transactions this DMS holds.",
+)
+CONTRACT_TRANSACTIONS_CONFIRM = _b(
+    "/dms/tokenomics/contract/transactions/confirm",
+    "contract.transactions_confirm",
+    ContractConfirmLocalTransactionRequest,
+    ContractConfirmLocalTransactionResponse,
+    "Record the blockchain transaction that paid a payment request.",
 )
 
 _BEHAVIORS: tuple[Behavior[Any, Any], ...] = (
@@ -572,6 +801,23 @@ _BEHAVIORS: tuple[Behavior[Any, Any], ...] = (
     VOLUME_CREATE,
     VOLUME_START,
     VOLUME_DELETE,
+    DEBUG_FLIGHTREC,
+    CAP_REVOKE_BROADCAST,
+    SUBNET_CREATE,
+    SUBNET_DESTROY,
+    SUBNET_JOIN,
+    CONTRACT_CREATE,
+    CONTRACT_STATE,
+    CONTRACT_LIST_INCOMING,
+    CONTRACT_APPROVE_LOCAL,
+    CONTRACT_TERMINATE,
+    CONTRACT_COMPLETE,
+    CONTRACT_SETTLE,
+    CONTRACT_VALIDATE,
+    CONTRACT_PAYMENT_STATUS,
+    CONTRACT_USAGES_CALCULATE,
+    CONTRACT_TRANSACTIONS_LIST,
+    CONTRACT_TRANSACTIONS_CONFIRM,
 )
 
 
@@ -596,3 +842,27 @@ def get_behavior(name: str) -> Behavior[Any, Any]:
     close = difflib.get_close_matches(name, CATALOG, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     raise UnknownBehaviorError(f"unknown behavior {name!r}{hint}")
+
+
+def catalog_for(version: str) -> Mapping[str, Behavior[Any, Any]]:
+    """The behaviors a DMS of ``version`` has, by name (the facade and ``invoke`` of a client
+    connected to it offer these)."""
+    return _BY_VERSION[version]
+
+
+def require_in_version(behavior: Behavior[Any, Any], version: str) -> None:
+    """Refuse, before it is sent, a behavior a DMS of ``version`` does not have."""
+    if version not in behavior.versions:
+        has = " and ".join(f"DMS {v}" for v in sorted(behavior.versions))
+        raise BehaviorNotInVersionError(
+            f"{behavior.name} is not a behavior of DMS {version} (only {has} has it); "
+            f"the DMS would drop it unanswered"
+        )
+
+
+_BY_VERSION: Mapping[str, Mapping[str, Behavior[Any, Any]]] = MappingProxyType(
+    {
+        v: MappingProxyType({n: b for n, b in CATALOG.items() if v in b.versions})
+        for v in DMS_VERSIONS
+    }
+)

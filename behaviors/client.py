@@ -32,11 +32,13 @@ from .catalog import (
     BY_NAMESPACE,
     DEPLOYMENT_LOGS,
     DEPLOYMENT_MANIFEST,
+    NEWEST_DMS,
     Behavior,
     Rep,
     Req,
     WireModel,
     get_behavior,
+    require_in_version,
 )
 from .deployment import DeploymentLogsRequest, DeploymentManifestRequest
 from .ensemble import EnsembleConfig, EnsembleConfigV1
@@ -357,10 +359,13 @@ class Namespace:
         return f"<dms.{'.'.join(self._path)}: {names}>"
 
 
-def build_namespaces(invoker: Invoker) -> dict[str, Any]:
-    """The top-level attributes of a client: one :class:`Namespace` tree over the catalog."""
+def build_namespaces(invoker: Invoker, version: str = NEWEST_DMS) -> dict[str, Any]:
+    """The top-level attributes of a client: one :class:`Namespace` tree over the catalog of
+    the DMS ``version``."""
     tree: dict[str, Any] = {}
     for path, b in BY_NAMESPACE.items():
+        if version not in b.versions:
+            continue
         node = tree
         for part in path[:-1]:
             node = node.setdefault(part, {})
@@ -377,10 +382,18 @@ def build_namespaces(invoker: Invoker) -> dict[str, Any]:
     return build((), tree)
 
 
-def invoke_by_name(invoker: Invoker, behavior: str, payload: Any = None, **options: Any) -> Any:
-    """``dms.invoke("/dms/node/…", payload, to=…)``: any behavior by name; ``payload`` may be a
-    model, a dict in the wire's shape, JSON text, or None."""
+def invoke_by_name(
+    invoker: Invoker,
+    behavior: str,
+    payload: Any = None,
+    *,
+    version: str = NEWEST_DMS,
+    **options: Any,
+) -> Any:
+    """``dms.invoke("/dms/node/…", payload, to=…)``: any behavior of the DMS ``version`` by
+    name; ``payload`` may be a model, a dict in the wire's shape, JSON text, or None."""
     b = get_behavior(behavior)
+    require_in_version(b, version)
     if isinstance(payload, (str, bytes)):
         try:
             payload = json.loads(payload)

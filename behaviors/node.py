@@ -52,6 +52,9 @@ TOKEN_LIFETIME_S = 600.0
 TOKEN_RENEW_MARGIN_S = 60.0
 """A cached token is replaced when less than this remains beyond the message's own expiry."""
 _RENEW_MARGIN_NS = int(TOKEN_RENEW_MARGIN_S * NS_PER_SECOND)
+GRANT_DURATION = "8760h"
+"""How long the grants the hints propose last: a year, long enough to forget about, short
+enough to expire."""
 GRANT_WARNINGS_S = (7 * 24 * 3600.0, 24 * 3600.0, 3600.0)
 """The log warns once when the grant has less than each of these left (a week, a day, an hour)."""
 
@@ -110,13 +113,6 @@ class NotGrantedError(DmsgwError):
     """No capability delegated to the gateway covers the behavior: refused before sending."""
 
 
-_OUTCOMES: tuple[tuple[type[BaseException], str], ...] = (
-    (asyncio.CancelledError, "cancelled"),
-    (NotGrantedError, "not_granted"),
-    (CapabilityExpiredError, "grant_expired"),
-)
-
-
 class Invoke(Protocol):
     """How code reaches the DMS: a behavior of the catalog and its request in, the decoded
     reply out, checked by the type checker end to end (``Req`` must be the behavior's
@@ -134,39 +130,34 @@ class Invoke(Protocol):
 
 
 class CallObserver(Protocol):
-    """Told of every call :meth:`NodeClient.invoke` made: the behavior's name, its
-    :func:`call_outcome` and how long it took (s). The gateway counts them on its operator
-    port; this layer knows nothing of metrics."""
+    """Told of every call :meth:`NodeClient.invoke` made: the behavior's name, the error it
+    ended with (``None``: a reply) and how long it took (s). The gateway counts them on its
+    operator port; this layer knows nothing of metrics."""
 
-    def __call__(self, behavior: str, outcome: str, seconds: float) -> None: ...
-
-
-_NAMED_KINDS = (DMSErrorKind.NOT_FOUND, DMSErrorKind.TIMEOUT, DMSErrorKind.REFUSED)
-
-
-def call_outcome(error: BaseException | None) -> str:
-    """How a DMS call ended, as a metric label: ``ok``; ``not_found`` or ``error`` (the DMS
-    answered an error); ``timeout`` or ``refused`` (its silence); ``not_granted`` or
-    ``grant_expired`` (not sent); ``transport`` (unreachable, or a bad reply); ``cancelled``."""
-    if error is None:
-        return "ok"
-    if isinstance(error, DMSError):
-        return error.kind.name.lower() if error.kind in _NAMED_KINDS else "error"
-    return next((name for kind, name in _OUTCOMES if isinstance(error, kind)), "transport")
+    def __call__(self, behavior: str, error: BaseException | None, seconds: float) -> None: ...
 
 
 GrantHint = Callable[[Behavior[Any, Any]], str]
 """Where the capability for a behavior comes from, as a sentence naming the command."""
 
 
+def nunet_grant_command(did: str, caps: Sequence[str], topics: Sequence[str] = ()) -> str:
+    """The ``nunet cap grant`` a DMS operator runs on the DMS host to delegate ``caps`` (and
+    broadcasts on ``topics``) to ``did`` for :data:`GRANT_DURATION`: the one place it is
+    written, for every hint and message that names it."""
+    scope = [arg for c in caps for arg in ("--cap", c)]
+    scope += [arg for t in topics for arg in ("--topic", t)]
+    argv = ["nunet", "cap", "grant", "--context", "dms", *scope, "--duration", GRANT_DURATION]
+    return shlex.join([*argv, did])
+
+
 def dms_grant_hint(did: str) -> GrantHint:
     """The hint for a real DMS: its operator runs ``nunet cap grant`` on the DMS host."""
 
     def hint(b: Behavior[Any, Any]) -> str:
-        topic = f" --topic {b.topic}" if b.broadcast else ""
+        topics = (b.topic,) if b.broadcast else ()
         return (
-            "the DMS operator grants it with "
-            f"`nunet cap grant --context dms --cap {b.capability}{topic} --duration 8760h {did}`"
+            f"the DMS operator grants it with `{nunet_grant_command(did, (b.capability,), topics)}`"
         )
 
     return hint
@@ -368,13 +359,14 @@ class NodeActor(AsyncActor):
         """The commands that renew ``grant`` (same capabilities and topics, a year long)."""
         did = self.security.did.uri
         context = self.security.capabilities.name
-        scope = [arg for c in grant.capability() or () for arg in ("--cap", c)]
-        scope += [arg for t in grant.topic() or () for arg in ("--topic", t)]
-        nunet = shlex.join(["nunet", "cap", "grant", "--context", "dms", *scope])
+        caps, topics = grant.capability() or (), grant.topic() or ()
+        scope = [arg for c in caps for arg in ("--cap", c)]
+        scope += [arg for t in topics for arg in ("--topic", t)]
+        nunet = nunet_grant_command(did, caps, topics)
         devnet = shlex.join(["dmsgw", "devnet", "grant", *scope, "--anchor", context, did])
         anchor = shlex.join(["dmsgw", "cap", "anchor", "--context", context, "--provide"])
         return (
-            f"on a DMS, its operator runs `{nunet} --duration 8760h {did}` (or `dmsgw cap "
+            f"on a DMS, its operator runs `{nunet}` (or `dmsgw cap "
             f"grant` with the same arguments) and you add the token list it prints with "
             f"`{anchor} '<token list>'`; on a `dmsgw devnet`, `{devnet}` does both; then "
             "restart the gateway (or reconnect)"
@@ -429,7 +421,7 @@ class NodeClient:
             raise
         finally:
             if self.observer is not None:
-                self.observer(behavior.name, call_outcome(error), time.perf_counter() - started)
+                self.observer(behavior.name, error, time.perf_counter() - started)
 
     async def _invoke(
         self,
@@ -474,8 +466,7 @@ class NodeClient:
         message's expiry: a gateway working by delegation holding nothing that covers ``b``.
         A gateway with no grant at all may be a root of the DMS, so it is let through unless
         ``delegation_only``."""
-        _, _, provide, _ = self.security.capabilities.list_roots()
-        grants = provide.present()
+        grants = self.security.capabilities.provide_anchors()
         if any(covers(t, b) for t in grants):
             return
         if not grants and (
@@ -562,8 +553,7 @@ class NodeClient:
     def _delegation_hint(self, b: Behavior[Any, Any]) -> str:
         """What the gateway was delegated and how to get what it lacks, when none of its
         grants covers ``b``."""
-        _, _, provide, _ = self.security.capabilities.list_roots()
-        grants = provide.present()
+        grants = self.security.capabilities.provide_anchors()
         if any(covers(t, b) for t in grants):
             return ""
         return f"\n  hint: {self._holdings(grants, b)}; {self.grant_hint(b)}"
@@ -587,7 +577,7 @@ def _time_left(ns: int) -> str:
 def grant_expiry(capabilities: CapabilityContext) -> int | None:
     """When the gateway's grant runs (or ran) out, Unix ns: the latest chain expiry among its
     provide anchors, the live ones if any are left; ``None`` when it was given none."""
-    anchors = capabilities.list_roots()[2].present() or capabilities.lapsed_anchors().present()
+    anchors = capabilities.provide_anchors() or capabilities.lapsed_anchors().present()
     return max((t.chain_expiry() for t in anchors), default=None)
 
 

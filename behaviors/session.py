@@ -6,6 +6,9 @@ background thread, unless the caller hands in its own — and returns a :class:`
 namespaces mirror the behavior paths. Calls return results in plain code and awaitables where
 an event loop runs in the calling thread.
 
+The facade offers the behaviors of one DMS version (``dms_version``): the newest by default,
+one named, or ``"auto"``, the version learned from the DMS (:meth:`Node.learn_version`).
+
 With no URL given or in ``$DMSGW_DMS_URL`` it talks to node 0 of a running ``dmsgw devnet up``
 (:mod:`dmsgw.behaviors.devnet_record`), else to ``http://127.0.0.1:9999``. A node on its private
 loop is closed by ``with``/``async with``, :meth:`Node.close`, or at the latest when it is garbage
@@ -15,6 +18,7 @@ collected or the interpreter exits, so a script that forgets to close leaves no 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import weakref
@@ -31,12 +35,17 @@ from ..keys.ucan.context import CapabilityContext
 from ..transport.rest import DEFAULT_URL, RestTransport, Transport
 from ..transport.security import SecurityContext
 from . import devnet_record
-from .catalog import Behavior, Rep, Req
+from .catalog import DMS_VERSIONS, NEWEST_DMS, Behavior, Rep, Req
 from .client import build_namespaces, invoke_by_name, run
 from .devnet_record import RunningDevnet, grant_command
-from .node import GrantHint, NodeActor, NodeClient, dms_grant_hint
+from .dms_version import learn_dms_version
+from .node import GrantHint, NodeActor, NodeClient, NotGrantedError, dms_grant_hint
+
+log = logging.getLogger(__name__)
 
 URL_ENV = "DMSGW_DMS_URL"
+LEARN_VERSION = "auto"
+"""``connect(dms_version=…)``: learn the version from the DMS."""
 
 
 class ConnectSettingError(DmsgwError):
@@ -131,7 +140,34 @@ class Node:
             else None
         )
         self.url = url
-        self.__dict__.update(build_namespaces(runtime))
+        self._version = NEWEST_DMS
+        self._namespaces = build_namespaces(runtime)
+        self.__dict__.update(self._namespaces)
+
+    @property
+    def dms_version(self) -> str:
+        """The DMS version whose behaviors the facade and :meth:`invoke` offer."""
+        return self._version
+
+    def use_version(self, version: str) -> None:
+        """Offer the behaviors of DMS ``version`` (one of ``DMS_VERSIONS``)."""
+        if version not in DMS_VERSIONS:
+            raise _unknown_version(version)
+        for name in self._namespaces:
+            del self.__dict__[name]
+        self._version = version
+        self._namespaces = build_namespaces(self._runtime, version)
+        self.__dict__.update(self._namespaces)
+
+    def learn_version(self) -> Any:
+        """Ask the DMS which version it is, and offer its behaviors from then on."""
+
+        async def learn() -> str:
+            version = await learn_dms_version(self._runtime.client.invoke, self.url)
+            self.use_version(version)
+            return version
+
+        return run(self._runtime, learn, "learning the DMS's version")
 
     @property
     def did(self) -> str:
@@ -141,7 +177,7 @@ class Node:
     def invoke(self, behavior: str, payload: Any = None, **options: Any) -> Any:
         """Invoke any behavior by name; ``payload`` may be a model, a dict or JSON text.
         Options: ``to=`` (peer ID, DID or handle JSON), ``timeout=`` (seconds)."""
-        return invoke_by_name(self._runtime, behavior, payload, **options)
+        return invoke_by_name(self._runtime, behavior, payload, version=self._version, **options)
 
     def handle(self) -> Any:
         """The DMS's root handle (ID, DID, peer ID)."""
@@ -191,14 +227,13 @@ class Node:
             sorted(k for k in self.__dict__ if not k.startswith("_") and k != "url")
         )
         raise AttributeError(
-            f"the DMS has no behavior namespace {name!r} (there are: {namespaces})"
+            f"DMS {self._version} has no behavior namespace {name!r} (there are: {namespaces})"
         )
 
     def __dir__(self) -> list[str]:
-        return sorted(
-            {*self.__dict__, "did", "invoke", "handle", "close", "aclose", "url"}
-            - {k for k in self.__dict__ if k.startswith("_")}
-        )
+        methods = {"did", "invoke", "handle", "close", "aclose", "url", "dms_version"}
+        methods |= {"use_version", "learn_version"}
+        return sorted({*self.__dict__, *methods} - {k for k in self.__dict__ if k.startswith("_")})
 
 
 def resolve_url(url: str | None) -> tuple[str, RunningDevnet | None]:
@@ -257,6 +292,24 @@ def grant_hint(
     )
 
 
+def _check_version(setting: str, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Refuse a ``dms_version`` setting that cannot work, saying which would."""
+    if setting == LEARN_VERSION and loop is not None:
+        raise ConnectSettingError(
+            f"dms_version={LEARN_VERSION!r} blocks, which it cannot on your event loop: "
+            "connect without it, then `await node.learn_version()`"
+        )
+    if setting not in (*DMS_VERSIONS, LEARN_VERSION):
+        raise _unknown_version(setting)
+
+
+def _unknown_version(setting: str) -> ConnectSettingError:
+    return ConnectSettingError(
+        f"DMS version {setting!r} is not one this client speaks: "
+        f"{', '.join(DMS_VERSIONS)} (or {LEARN_VERSION!r} to ask the DMS)"
+    )
+
+
 def connect(
     url: str | None = None,
     *,
@@ -269,6 +322,7 @@ def connect(
     transport: Transport | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
     clock: Clock = system_clock,
+    dms_version: str | None = None,
 ) -> Node:
     """Connect to the DMS at ``url`` (default ``$DMSGW_DMS_URL``, else a running ``dmsgw
     devnet up``'s node 0, else http://127.0.0.1:9999).
@@ -278,8 +332,12 @@ def connect(
     name in ``cap_dir`` (default: the key's name; an empty one if there is no such file) or a
     context. ``dms_context``: the DMS's own context (default ``dms.cap`` if present), used to
     explain refusals. ``loop``: run on this event loop instead of a private one (then close
-    it yourself: ``async with`` or ``await node.aclose()``).
+    it yourself: ``async with`` or ``await node.aclose()``). ``dms_version``: offer that DMS
+    version's behaviors (default: the newest), or ``"auto"`` to ask the DMS (on a private
+    loop only; on yours, ``await node.learn_version()``).
     """
+    if dms_version is not None:
+        _check_version(dms_version, loop)
     if transport is None:
         target_url, devnet = resolve_url(url)
     else:  # the transport knows where it goes: the URL only names it
@@ -307,4 +365,19 @@ def connect(
         grant_hint=hint,
         delegation_only=devnet is not None,
     )
-    return Node(_Runtime(actor_loop, client), security, wire, target_url, loop_thread)
+    node = Node(_Runtime(actor_loop, client), security, wire, target_url, loop_thread)
+    if dms_version == LEARN_VERSION:  # on a private loop: close it if the DMS is refused
+        try:
+            node.learn_version()
+        except NotGrantedError:
+            log.info(
+                "not granted the questions that tell the DMS's version: offering DMS %s's "
+                "behaviors",
+                NEWEST_DMS,
+            )
+        except BaseException:
+            node.close()
+            raise
+    elif dms_version is not None:
+        node.use_version(dms_version)
+    return node

@@ -2,7 +2,8 @@
 
 All three connect like :func:`dmsgw.connect` (``--url``, ``--key``, ``--context``, key and
 capability directories; ``$DMSGW_DMS_URL`` or a running ``dmsgw devnet up``,
-``$DMSGW_KEY_DIR``, ``$DMSGW_CAP_DIR``, ``$DMS_PASSPHRASE``). ``invoke`` prints the reply
+``$DMSGW_KEY_DIR``, ``$DMSGW_CAP_DIR``, ``$DMS_PASSPHRASE``), and offer the behaviors of the
+DMS's version, asked of the DMS unless ``--dms-version`` names it. ``invoke`` prints the reply
 as JSON; ``deploy --wait`` follows the deployment until it runs, completes or fails. Every
 failure is one line on stderr and a non-zero exit code.
 """
@@ -23,7 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..behaviors.session import Node, connect
+from ..behaviors.catalog import DMS_VERSIONS
+from ..behaviors.session import LEARN_VERSION, Node, connect
 from ..behaviors.status import DeploymentStatus
 from ..errors import DmsgwError
 
@@ -47,11 +49,22 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="capability directory (default $DMSGW_CAP_DIR, else ~/.nunet/cap)",
     )
+    group.add_argument(
+        "--dms-version",
+        choices=[LEARN_VERSION, *DMS_VERSIONS],
+        default=LEARN_VERSION,
+        help="the DMS version whose behaviors to offer (default: ask the DMS)",
+    )
 
 
 def _connect(args: argparse.Namespace) -> Node:
     return connect(
-        args.url, key=args.key, context=args.context, key_dir=args.key_dir, cap_dir=args.cap_dir
+        args.url,
+        key=args.key,
+        context=args.context,
+        key_dir=args.key_dir,
+        cap_dir=args.cap_dir,
+        dms_version=args.dms_version,
     )
 
 

@@ -34,7 +34,7 @@ from ..devnet.sandbox import Isolation
 from ..devnet.timeouts import DEVNET_TIMEOUTS, DMS_TIMEOUTS
 from ..errors import DmsgwError
 from ..keys.did import DID, DIDError
-from ..keys.keystore import KeyStore, read_passphrase, validate_key_name
+from ..keys.keystore import KeyStore, validate_key_name
 from ..keys.trust import provider_from_private_key
 from ..keys.ucan import CapabilityContext, TokenList, load_context, save_context
 from ..keys.ucan.expiry import ExpiryError, expiry_after
@@ -212,8 +212,7 @@ def _subject(args: argparse.Namespace, cap_dir: Path) -> DID:
         return load_context(args.anchor, directory=cap_dir).did
     keys = KeyStore()
     if keys.exists(args.anchor):
-        secret = read_passphrase(args.anchor, confirm=False)
-        return DID.from_public_key(keys.priv_key(args.anchor, secret).public_key())
+        return DID.from_public_key(keys.unlock(args.anchor).public_key())
     raise DevnetCliError(
         f"no capability context {args.anchor!r} in {cap_dir} and no key {args.anchor!r} in "
         f"{keys.keys_dir}: run `dmsgw whoami` first (it creates the key), or give the DID"

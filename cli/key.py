@@ -19,6 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..behaviors.node import GRANT_DURATION, nunet_grant_command
 from ..errors import DmsgwError
 from ..keys.crypto import (
     Ed25519PrivKey,
@@ -34,10 +35,9 @@ from ..keys.id import ID
 from ..keys.keystore import KeyExistsError, KeyStore, read_passphrase, validate_key_name
 from ..keys.peer import peer_id_from_public_key
 
-__all__ = ["DEFAULT_GATEWAY_KEY", "Identity", "grant_command", "parse_private_key", "register"]
+__all__ = ["DEFAULT_GATEWAY_KEY", "Identity", "parse_private_key", "register"]
 
 DEFAULT_GATEWAY_KEY = "dmsgw"
-GRANT_DURATION = "8760h"  # one year: long enough to forget about, short enough to expire
 FULL_CAPABILITIES = ("/dms/node",)
 LEAST_CAPABILITIES = ("/dms/node/deployment", "/dms/node/resources", "/dms/node/peers")
 
@@ -82,14 +82,6 @@ class Identity:
         ]
 
 
-def grant_command(did: str, capabilities: tuple[str, ...]) -> str:
-    """The ``nunet cap grant`` a DMS operator runs to delegate ``capabilities`` to ``did``."""
-    argv = ["nunet", "cap", "grant", "--context", "dms"]
-    for cap in capabilities:
-        argv += ["--cap", cap]
-    return shlex.join([*argv, "--duration", GRANT_DURATION, did])
-
-
 def parse_private_key(text: str) -> PrivKey:
     """``ImportAndStorePrivKey``'s rules: a libp2p private-key protobuf, else a raw Ed25519
     seed (32 bytes) or seed || public key (64 bytes), all hex."""
@@ -132,11 +124,6 @@ def _create(store: KeyStore, name: str, key: PrivKey) -> Path:
     return store.save(name, marshal_private_key(key), passphrase)
 
 
-def _unlock(store: KeyStore, name: str) -> PrivKey:
-    store.existing_path(name)
-    return store.priv_key(name, read_passphrase(name, confirm=False))
-
-
 def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2))
 
@@ -159,7 +146,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_did(args: argparse.Namespace) -> int:
-    key = _unlock(_store(args), validate_key_name(args.name))
+    key = _store(args).unlock(validate_key_name(args.name))
     print(DID.from_public_key(key.public_key()))
     return 0
 
@@ -176,7 +163,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_export_public(args: argparse.Namespace) -> int:
     name = validate_key_name(args.name)
-    identity = Identity.of(name, _unlock(_store(args), name))
+    identity = Identity.of(name, _store(args).unlock(name))
     if args.json:
         _print_json(identity.as_dict())
     else:
@@ -185,8 +172,8 @@ def cmd_export_public(args: argparse.Namespace) -> int:
 
 
 def _whoami_text(identity: Identity, key_file: Path) -> str:
-    full = grant_command(identity.did, FULL_CAPABILITIES)
-    least = grant_command(identity.did, LEAST_CAPABILITIES)
+    full = nunet_grant_command(identity.did, FULL_CAPABILITIES)
+    least = nunet_grant_command(identity.did, LEAST_CAPABILITIES)
     anchor = shlex.join(
         ["dmsgw", "cap", "anchor", "--context", identity.name, "--provide", "<token list JSON>"]
     )
@@ -219,7 +206,7 @@ def cmd_whoami(args: argparse.Namespace) -> int:
     store = _store(args)
     name = validate_key_name(args.key)
     if store.exists(name):
-        key = _unlock(store, name)
+        key = store.unlock(name)
     else:
         key = generate_key_pair()
         _create(store, name, key)
@@ -231,8 +218,10 @@ def cmd_whoami(args: argparse.Namespace) -> int:
             {
                 **identity.as_dict(),
                 "key_file": str(key_file),
-                "grant_command": grant_command(identity.did, FULL_CAPABILITIES),
-                "grant_command_least_privilege": grant_command(identity.did, LEAST_CAPABILITIES),
+                "grant_command": nunet_grant_command(identity.did, FULL_CAPABILITIES),
+                "grant_command_least_privilege": nunet_grant_command(
+                    identity.did, LEAST_CAPABILITIES
+                ),
             }
         )
     else:

@@ -55,6 +55,7 @@ from .executor import ProcessExecutor, probe_isolation, remove_tree
 from .forwarding import HostNetwork
 from .handlers import install_basic_behaviors
 from .handlers_deployment import Deployments
+from .handlers_newest import install_newest_behaviors
 from .handlers_node import install_node_behaviors
 from .network import Network
 from .node import DmsNode
@@ -156,6 +157,7 @@ class Devnet:
             profile = (profiles or default_profiles(nodes))[i]
             node = DmsNode(key, self.network, name=f"node{i}", capabilities=ctx, clock=clock)
             install_basic_behaviors(node)
+            install_newest_behaviors(node)
             self.nodes.append(
                 DevnetNode(node, profile, ResourceLedger(profile.hardware, profile.onboarded))
             )

@@ -3,7 +3,8 @@
 As ``dms/node/behaviors_deployment.go`` (newest): ``new`` refuses an envelope expiring within
 ``MinDeploymentTime`` (59 s), an empty or invalid ensemble, then replies at once with the new
 ensemble ID and deploys in the background until the request's expiry minus 15 s; ``status``,
-``manifest`` and ``list`` read every deployment ever made here (failed ones included);
+``manifest``, ``info`` and ``list`` read every deployment ever made here (failed ones
+included; ``info`` answers the status and manifest, not the allocations' details);
 ``logs`` fetches an allocation's output from its node and writes it on this host, replying
 with the directory; ``shutdown`` acts on a ``Running`` deployment only.
 
@@ -25,6 +26,8 @@ from typing import Any
 
 from ..behaviors.deployment import (
     DeploymentInfo,
+    DeploymentInfoRequest,
+    DeploymentInfoResponse,
     DeploymentListRequest,
     DeploymentListResponse,
     DeploymentLogsRequest,
@@ -85,6 +88,7 @@ class Deployments:
             ("/dms/node/deployment/list", self._list),
             ("/dms/node/deployment/status", self._status),
             ("/dms/node/deployment/manifest", self._manifest),
+            ("/dms/node/deployment/info", self._deployment_info),
             ("/dms/node/deployment/logs", self._logs),
             ("/dms/node/deployment/shutdown", self._shutdown),
         ):
@@ -172,6 +176,14 @@ class Deployments:
         if o is None:
             return DeploymentManifestResponse(error=f"failed to get deployment: {NOT_FOUND}")
         return DeploymentManifestResponse(manifest=o.manifest())
+
+    async def _deployment_info(
+        self, msg: Envelope, request: DeploymentInfoRequest
+    ) -> DeploymentInfoResponse:
+        o = self.orchestrators.get(request.id)
+        if o is None:
+            return DeploymentInfoResponse(error=f"failed to get deployment: {NOT_FOUND}")
+        return DeploymentInfoResponse(id=o.id, status=o.status.go_name, manifest=o.manifest())
 
     async def _logs(self, msg: Envelope, request: DeploymentLogsRequest) -> DeploymentLogsResponse:
         o = self.orchestrators.get(request.ensemble_id)

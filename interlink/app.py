@@ -12,8 +12,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 
-from ..behaviors.node import NodeActor, NodeClient, seconds_until_grant_expiry
+from prometheus_client import Gauge
+
+from ..behaviors.catalog import Behavior, Rep, Req, require_in_version
+from ..behaviors.dms_version import learn_dms_version
+from ..behaviors.node import NodeActor, NodeClient, ReplyError, seconds_until_grant_expiry
 from ..clock import Clock, system_clock
 from ..devnet.devnet import Devnet
 from ..keys.crypto import Ed25519PrivKey, PrivKey
@@ -22,7 +27,7 @@ from ..keys.keystore import KeyStore
 from ..keys.loading import load_capabilities, load_key
 from ..keys.trust import provider_from_private_key
 from ..keys.ucan.context import CapabilityContext
-from ..transport.rest import RestTransport
+from ..transport.rest import DMSError, RestTransport, TransportError
 from ..transport.security import SecurityContext
 from .bodies import PodStatus
 from .config import GatewayConfig
@@ -38,13 +43,28 @@ from .usage import UsageBook
 log = logging.getLogger(__name__)
 
 
+VersionSeen = Callable[[str], None]
+"""Told the DMS's version each time the gateway learns it (the operator port shows it)."""
+
+
 class DmsConnection:
     """The gateway's link to the DMS: the node actor that signs its requests and the transport
-    that carries them, and the embedded devnet they go to when it runs one (stopped with it)."""
+    that carries them, and the embedded devnet they go to when it runs one (stopped with it).
 
-    def __init__(self, client: NodeClient, devnet: Devnet | None = None) -> None:
+    It learns the DMS's version (:meth:`learn_version`) when the gateway starts and again on
+    the first call after the DMS could not be reached (it may have come back upgraded), and
+    :meth:`invoke` refuses at once a behavior that version does not have."""
+
+    def __init__(
+        self, client: NodeClient, devnet: Devnet | None = None, *, where: str = "the DMS"
+    ) -> None:
         self.client = client
         self._devnet = devnet
+        self.where = where
+        self.version: str | None = None
+        self.on_version: VersionSeen | None = None
+        self._lost = False
+        self._relearning = asyncio.Lock()
 
     @classmethod
     def open(
@@ -60,12 +80,60 @@ class DmsConnection:
         transport = RestTransport(url)
         security = SecurityContext(key, capabilities)
         node = NodeActor.start(security, transport, loop=loop)
-        return cls(NodeClient(node, transport, security), devnet)
+        return cls(NodeClient(node, transport, security), devnet, where=url)
 
     @property
     def did(self) -> DID:
         """The gateway's DID: the owner label of its ensembles."""
         return self.client.security.did
+
+    async def learn_version(self) -> str:
+        """Ask the DMS which version it is (:func:`~dmsgw.behaviors.dms_version.
+        learn_dms_version`), log it and tell :attr:`on_version`; a DMS whose wire the gateway
+        does not speak raises :class:`~dmsgw.behaviors.dms_version.UnsupportedDmsError`."""
+        version = await learn_dms_version(self.client.invoke, self.where)
+        if version != self.version:
+            log.info("the DMS at %s is DMS %s", self.where, version, extra={"dms_version": version})
+        self.version = version
+        if self.on_version is not None:
+            self.on_version(version)
+        return version
+
+    async def learn_version_or_defer(self) -> None:
+        """At start: learn the version now, or on the first call when the DMS cannot be
+        reached yet (the gateway starts whether its DMS is up or not, as before it asked;
+        it refuses only a DMS that answers and does not speak its wire)."""
+        try:
+            await self.learn_version()
+        except TransportError as exc:
+            if not _unreachable(exc):
+                raise
+            log.warning("cannot ask the DMS its version yet (%s): asking on the first call", exc)
+            self._lost = True
+
+    async def invoke(
+        self,
+        behavior: Behavior[Req, Rep],
+        payload: Req | None = None,
+        *,
+        to: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Rep:
+        """:meth:`NodeClient.invoke`, for the DMS's version: a behavior it does not have is
+        refused before it is sent; the first call after the DMS was unreachable learns its
+        version again first."""
+        if self._lost:
+            async with self._relearning:  # calls waiting here learn it once between them
+                if self._lost:
+                    await self.learn_version()
+                    self._lost = False
+        if self.version is not None:
+            require_in_version(behavior, self.version)
+        try:
+            return await self.client.invoke(behavior, payload, to=to, timeout_s=timeout_s)
+        except TransportError as exc:
+            self._lost = self._lost or _unreachable(exc)
+            raise
 
     async def close(self) -> None:
         """Stop the node actor, close the transport, then stop the embedded devnet."""
@@ -96,12 +164,17 @@ async def connect_dms(config: GatewayConfig, loop: asyncio.AbstractEventLoop) ->
     return DmsConnection.open(devnet.urls[0], key, capabilities, loop=loop, devnet=devnet)
 
 
+def _unreachable(exc: TransportError) -> bool:
+    """Whether ``exc`` says the DMS could not be reached (not its answer, nor a bad reply)."""
+    return not isinstance(exc, (DMSError, ReplyError))
+
+
 def _embedded_key(config: GatewayConfig, passphrase: str | None) -> PrivKey:
     """The configured key when it exists and can be unlocked without asking; otherwise a key
     for this run only (the embedded devnet lives no longer than the process either)."""
     store = KeyStore(config.key_dir)
     if passphrase is not None and store.exists(config.key_name):
-        return store.priv_key(config.key_name, passphrase)
+        return store.unlock(config.key_name, passphrase)
     return Ed25519PrivKey.generate()
 
 
@@ -117,13 +190,19 @@ async def start_backend(
     backend. ``clock`` times the gateway's background passes."""
     loop = asyncio.get_running_loop()
     dms = await connect_dms(config, loop)
+    dms.on_version = functools.partial(_show_version, _dms_info(metrics))
+    try:
+        await dms.learn_version_or_defer()
+    except BaseException:
+        await dms.close()
+        raise
     catalog = GpuCatalog()
-    resources = ResourceActor.start(dms.client.invoke, catalog=catalog, loop=loop)
+    resources = ResourceActor.start(dms.invoke, catalog=catalog, loop=loop)
     capacity = Capacity(
         resources, pods_capacity=config.pods_capacity, gpu_prefix=config.gpu_resource_prefix
     )
     parts = GatewayParts(
-        invoke=dms.client.invoke,
+        invoke=dms.invoke,
         store=PodStore(config.state_path),
         translate=Translator(catalog, capacity.free_resources),
         snapshot=snapshot_now,
@@ -140,6 +219,19 @@ async def start_backend(
     _export_metrics(metrics, gateway, dms.client.security.capabilities)
     gateway.start_orphan_collection()
     return gateway
+
+
+def _dms_info(metrics: Metrics) -> Gauge:
+    """``dmsgw_dms_info{version}``: 1 for the version of the DMS the gateway talks to."""
+    return metrics.gauge(
+        "dms_info", "The DMS the gateway talks to (1 for its version)", ["version"]
+    )
+
+
+def _show_version(info: Gauge, version: str) -> None:
+    """The version learned replaces the one shown (a DMS may come back upgraded)."""
+    info.clear()
+    info.labels(version=version).set(1)
 
 
 def _export_metrics(metrics: Metrics, gateway: Gateway, capabilities: CapabilityContext) -> None:

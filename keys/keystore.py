@@ -275,6 +275,14 @@ class KeyStore:
         """The unlocked private key of ``<key_id>.json``."""
         return self.get(key_id, passphrase).priv_key()
 
+    def unlock(self, key_id: str, passphrase: str | None = None) -> PrivKey:
+        """The private key ``key_id``, unlocked with ``passphrase``, else ``$DMS_PASSPHRASE`` or
+        a prompt: the one way a stored key is unlocked. A missing key is reported before a
+        passphrase is asked for."""
+        self.existing_path(key_id)
+        secret = passphrase if passphrase is not None else read_passphrase(key_id, confirm=False)
+        return self.priv_key(key_id, secret)
+
     def delete(self, key_id: str, passphrase: str) -> None:
         """Remove a key file; like the DMS, only for whoever can unlock it."""
         path = self.path(key_id)

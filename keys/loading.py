@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..clock import Clock
 from .crypto import PrivKey
-from .keystore import KeyStore, read_passphrase
+from .keystore import KeyStore
 from .trust import provider_from_private_key
 from .ucan.context import CapabilityContext
 from .ucan.store import default_cap_dir, load_context
@@ -27,9 +27,7 @@ def load_key(
     if isinstance(key, PrivKey):
         return DEFAULT_KEY_NAME, key
     name = key or DEFAULT_KEY_NAME
-    store = KeyStore(key_dir)
-    secret = passphrase if passphrase is not None else read_passphrase(name, confirm=False)
-    return name, store.priv_key(name, secret)
+    return name, KeyStore(key_dir).unlock(name, passphrase)
 
 
 def load_capabilities(

@@ -346,9 +346,11 @@ def test_deployment_lifetimes_respect_the_dms_minimum() -> None:
 def test_broadcasts_carry_their_topic() -> None:
     assert get_behavior("/broadcast/hello").topic == "/nunet/hello"
     assert get_behavior("/broadcast/dms/status").topic == "/nunet/status"
+    assert get_behavior("/dms/cap/revoke/broadcast").topic == "/nunet/revocation"
     assert {b.name for b in CATALOG.values() if b.broadcast} == {
         "/broadcast/hello",
         "/broadcast/dms/status",
+        "/dms/cap/revoke/broadcast",
     }
 
 

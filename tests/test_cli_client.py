@@ -187,3 +187,16 @@ def test_deploy_of_an_allocation_the_devnet_cannot_run_says_why_at_once(
     err = capsys.readouterr().err
     assert "allocation alloc1" in err and "not image entrypoints" in err
     assert "Traceback" not in err
+
+
+def test_invoke_offers_the_behaviors_of_the_dms_version(
+    setup: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Asked, the devnet is the newest DMS: ``deployment/info`` is sent (and answered);
+    told ``v0.5``, the CLI refuses what that version lacks before sending it."""
+    args = ["invoke", "/dms/node/deployment/info", "--data", '{"id":"nope"}', *setup]
+    assert main(args) == 2  # an error answered by the DMS
+    assert "the DMS answered: failed to get deployment" in capsys.readouterr().err
+    assert main([*args, "--dms-version", "v0.5"]) != 0
+    err = capsys.readouterr().err
+    assert "/dms/node/deployment/info is not a behavior of DMS v0.5" in err

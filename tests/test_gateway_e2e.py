@@ -16,7 +16,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
-from dmsgw.interlink.app import start_backend
+from dmsgw.behaviors.dms_version import UnsupportedDmsError
+from dmsgw.interlink import app
+from dmsgw.interlink.app import DmsConnection, start_backend
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway, job_id
 from dmsgw.interlink.pod_record import PodPolicy
@@ -213,3 +215,30 @@ async def test_pods_resume_after_a_restart_of_the_gateway(tmp_path: Path) -> Non
         assert "55555555-2222-3333-4444-555555555555" in second.snapshots
     finally:
         await second.close()
+
+
+async def test_the_gateway_shows_the_dms_version_and_refuses_a_dms_it_does_not_speak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded devnet is the newest DMS; a DMS the version check refuses stops the start
+    with its message (the connection, and the devnet with it, closed)."""
+    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
+    metrics = Metrics()
+    backend = await start_backend(config, metrics=metrics)
+    await backend.close()
+    assert 'dmsgw_dms_info{version="v0.6"} 1.0' in metrics.render().decode()
+    closed: list[bool] = []
+
+    async def refuse(invoke: Any, where: str) -> str:
+        raise UnsupportedDmsError(f"the DMS at {where} does not speak a wire this gateway knows")
+
+    async def close(self: DmsConnection) -> None:
+        closed.append(True)
+        await real_close(self)
+
+    real_close = DmsConnection.close
+    monkeypatch.setattr(app, "learn_dms_version", refuse)
+    monkeypatch.setattr(DmsConnection, "close", close)
+    with pytest.raises(UnsupportedDmsError, match="does not speak a wire this gateway knows"):
+        await start_backend(config, metrics=Metrics())
+    assert closed == [True]

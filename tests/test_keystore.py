@@ -372,3 +372,21 @@ def test_a_go_written_file_opens_from_the_store(store: KeyStore) -> None:
     (store.keys_dir / "dms.json").write_bytes(_SMALL_TEXT)
     assert store.list_keys() == ["dms"]
     assert store.get("dms", PASSPHRASE).data == PLAINTEXT
+
+
+def test_unlock_reports_a_missing_key_before_asking_for_its_passphrase(
+    store: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one way a stored key is unlocked (the CLI's commands, ``dmsgw.connect``, the
+    embedded devnet's key): asked without a passphrase, it reads ``$DMS_PASSPHRASE`` or
+    prompts, but only for a key that exists."""
+    monkeypatch.delenv("DMS_PASSPHRASE", raising=False)
+    monkeypatch.setattr(keystore, "_can_prompt", lambda: True)
+    monkeypatch.setattr(keystore.getpass, "getpass", lambda prompt: "pw")
+    key = _new_key_bytes()
+    store.save("gw", key, "pw")
+    assert marshal_private_key(store.unlock("gw")) == key
+    assert marshal_private_key(store.unlock("gw", "pw")) == key
+    monkeypatch.setattr(keystore.getpass, "getpass", lambda prompt: pytest.fail("asked"))
+    with pytest.raises(KeyNotFoundError, match="no key named 'nope'"):
+        store.unlock("nope")

@@ -76,3 +76,25 @@ async def test_a_message_cannot_ride_on_the_tokens_of_one_already_handled() -> N
         assert "requiring capabilities" in node.dropped[-1].reason
     finally:
         await dms.aclose()
+
+
+async def test_a_request_reads_only_the_provide_anchors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each request checks the gateway's grants before it is sent: it reads the live provide
+    anchors, not a copy of every anchor table and the revocations (``list_roots``)."""
+    devnet = Devnet(1, seed="memory-anchors")
+    api = DmsApi(devnet.nodes[0].node, early_timeout=True)
+    grant = devnet.grant(DID.from_public_key(KEY.public_key()), ["/dms/node"])
+    ctx = CapabilityContext(provider_from_private_key(KEY), provide=grant)
+    dms = dmsgw.connect(
+        key=KEY, context=ctx, transport=MemoryTransport(api), loop=asyncio.get_running_loop()
+    )
+    try:
+
+        def copied(self: CapabilityContext) -> None:
+            raise AssertionError("list_roots() copied on a request")
+
+        monkeypatch.setattr(CapabilityContext, "list_roots", copied)
+        for _ in range(2):
+            assert (await dms.peers.self()).id == devnet.nodes[0].node.peer_id
+    finally:
+        await dms.aclose()

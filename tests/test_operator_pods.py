@@ -17,13 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from dmsgw.behaviors.catalog import Behavior
 from dmsgw.behaviors.deployment import DeploymentStatusRequest, DeploymentStatusResponse
 from dmsgw.behaviors.executor_stats import CPUUsageStats, ExecutorStats, MemoryStats
-from dmsgw.behaviors.node import DMSBehaviorError, NotGrantedError, call_outcome
+from dmsgw.behaviors.node import DMSBehaviorError, NotGrantedError
 from dmsgw.cli.pods import table, watch
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.bodies import PodStatus
 from dmsgw.interlink.pod_record import Phase, PodRecord
 from dmsgw.interlink.pod_report import PodReport
 from dmsgw.interlink.server import Health, ListenAddress, Metrics, Pods, ServerOptions, operator_app
+from dmsgw.interlink.server.metrics import call_outcome
 from dmsgw.interlink.usage import ContainerUsage, UsageBook
 from dmsgw.transport.rest import DMSErrorKind, DMSTimeoutError
 

@@ -19,7 +19,7 @@ from ...errors import DmsgwError
 from ...gojson import GoDecodeError
 from ...gojson.scanner import go_syntax_error
 from ...keys.did import DID, DIDError, from_string
-from ...keys.keystore import KeyStore, read_passphrase, validate_key_name
+from ...keys.keystore import KeyStore, validate_key_name
 from ...keys.trust import Provider, provider_from_private_key
 from ...keys.ucan import Token, TokenList, default_cap_dir, unmarshal_token_list
 from ...keys.ucan.cap import Capability, CapabilityError, check_capability
@@ -179,8 +179,7 @@ def existing_context_file(directory: Path, name: str) -> Path:
 
 def unlock(store: KeyStore, name: str) -> Provider:
     """The key ``name`` as a signer, unlocked with ``$DMS_PASSPHRASE`` or a prompt."""
-    store.existing_path(name)  # a missing key is reported before a passphrase is asked for
-    return provider_from_private_key(store.priv_key(name, read_passphrase(name, confirm=False)))
+    return provider_from_private_key(store.unlock(name))
 
 
 def _span(ns: int) -> str:

@@ -127,7 +127,7 @@ def _no_anchor_allows(
 ) -> CapCliError:
     """The error for a delegation that no provide anchor allows: the rule each anchor breaks,
     or, with none, how to get one."""
-    anchors = ctx.list_roots()[2].present()
+    anchors = ctx.provide_anchors()
     if not anchors:
         return CapCliError(
             f"context {ctx.name!r} has no provide anchor to delegate from (add one with "

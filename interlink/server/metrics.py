@@ -16,7 +16,9 @@ from prometheus_client import (
     generate_latest,
 )
 
+from ...behaviors.node import CapabilityExpiredError, NotGrantedError
 from ...errors import DmsgwError
+from ...transport.rest import DMSError, DMSErrorKind
 
 STALL_PROBE_S = 0.1
 DMS_CALL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -127,6 +129,25 @@ class LoopStalls:
 # --- the gateway's DMS calls -----------------------------------------------------------------
 
 
+_OUTCOMES: tuple[tuple[type[BaseException], str], ...] = (
+    (asyncio.CancelledError, "cancelled"),
+    (NotGrantedError, "not_granted"),
+    (CapabilityExpiredError, "grant_expired"),
+)
+_NAMED_KINDS = (DMSErrorKind.NOT_FOUND, DMSErrorKind.TIMEOUT, DMSErrorKind.REFUSED)
+
+
+def call_outcome(error: BaseException | None) -> str:
+    """How a DMS call ended, as a metric label: ``ok``; ``not_found`` or ``error`` (the DMS
+    answered an error); ``timeout`` or ``refused`` (its silence); ``not_granted`` or
+    ``grant_expired`` (not sent); ``transport`` (unreachable, or a bad reply); ``cancelled``."""
+    if error is None:
+        return "ok"
+    if isinstance(error, DMSError):
+        return error.kind.name.lower() if error.kind in _NAMED_KINDS else "error"
+    return next((name for kind, name in _OUTCOMES if isinstance(error, kind)), "transport")
+
+
 class DmsCalls:
     """Every DMS call the gateway makes, by behavior and outcome, with its latency: the
     :class:`~dmsgw.behaviors.node.CallObserver` of the gateway's DMS client. One histogram
@@ -141,5 +162,5 @@ class DmsCalls:
             buckets=DMS_CALL_BUCKETS,
         )
 
-    def observe(self, behavior: str, outcome: str, seconds: float) -> None:
-        self._seconds.labels(behavior=behavior, outcome=outcome).observe(seconds)
+    def observe(self, behavior: str, error: BaseException | None, seconds: float) -> None:
+        self._seconds.labels(behavior=behavior, outcome=call_outcome(error)).observe(seconds)

@@ -303,6 +303,11 @@ class CapabilityContext:
             revoke = self._revocations.list(now)
         return roots, TokenList.of(require), TokenList.of(provide), TokenList.of(revoke)
 
+    def provide_anchors(self) -> tuple[Token, ...]:
+        """The live provide anchors, and nothing else: what a sender reads on every message
+        (:meth:`list_roots` copies every table, roots, require anchors and revocations too)."""
+        return tuple(t for issuer in list(self._provide) for t in self._live(self._provide, issuer))
+
     def lapsed_anchors(self) -> TokenList:
         """The provide anchors we were given that have run out — and were otherwise sound
         (validly signed, not revoked, on the day they last held). Not in the DMS, which
@@ -328,10 +333,10 @@ class CapabilityContext:
         chain ``action`` tokens for every one of ``caps`` on ``audience``, time aside: what
         :meth:`delegate_invocation` and :meth:`delegate_broadcast` decide, asked at each
         anchor's last valid instant (:meth:`Token.chain_expiry`)."""
-        anchors = self.lapsed_anchors() if lapsed else self.list_roots()[2]
+        anchors = self.lapsed_anchors().present() if lapsed else self.provide_anchors()
         return [
             t
-            for t in anchors.present()
+            for t in anchors
             if all(
                 t.allow_delegation(action, self._did, audience, topics, t.chain_expiry(), c)
                 for c in caps
@@ -473,7 +478,7 @@ class CapabilityContext:
         """Why :meth:`delegate` chains nothing on our provide anchors: for each live anchor
         that refuses, the first rule of ``AllowDelegation`` it breaks (``expire`` 0 meaning
         each anchor's own expiry, as in :meth:`delegate`)."""
-        anchors = self.list_roots()[2].present()
+        anchors = self.provide_anchors()
         refusals = (
             _delegation_refusal(t, self._did, audience, topics, expire or t.expire(), caps)
             for t in anchors
