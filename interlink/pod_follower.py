@@ -32,6 +32,7 @@ from ..behaviors.deployment import (
 from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import DMSBehaviorError, Invoke
 from ..behaviors.status import AllocationStatus, DeploymentStatus
+from ..clock import Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from .container_runs import Runs
@@ -113,6 +114,7 @@ class PodFollower:
 
     # One per pod, kept as long as the pod: no __dict__ (10,000 pods are the target).
     __slots__ = (
+        "_clock",
         "_inflight",
         "_invoke",
         "_policy",
@@ -133,8 +135,10 @@ class PodFollower:
         policy: PodPolicy,
         rng: random.Random,
         report: Report,
+        clock: Clock = system_clock,
     ) -> None:
         self._uid = uid
+        self._clock = clock
         self._request = request
         self._invoke = invoke
         self._translate = translate
@@ -253,6 +257,7 @@ class PodFollower:
         interval = self._policy.poll_min_s
         last: tuple[Any, ...] | None = None
         containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped
+        initializing = _init_containers(self._request)
         runs = {name: Runs.from_map(runs_so_far.get(name)) for name in containers}
         seen: dict[str, tuple[str, str] | None] = {}
         end_reads_left = END_READ_TRIES
@@ -288,11 +293,15 @@ class PodFollower:
                         states[name][0] not in _NOT_STARTED
                         and (states[name] != seen.get(name) or states[name][1] == _UNHEALTHY)
                     )
+                    or (name in initializing and _initializes(runs[name], states[name][0]))
                 )
             ]
+            at_ns = self._clock()
             found = await asyncio.gather(
                 *(
-                    read_runs(self._invoke, ensemble_id, name, runs[name], uid=self._uid)
+                    read_runs(
+                        self._invoke, ensemble_id, name, runs[name], uid=self._uid, at_ns=at_ns
+                    )
                     for name in read
                 )
             )
@@ -310,7 +319,9 @@ class PodFollower:
                 # its status without its markers would count a run they may yet show.
                 name: now[name]
                 if name in unread and not ended
-                else now[name].saw(states[name][0], deployment_ended=ended, wrapped=wraps)
+                else now[name].saw(
+                    states[name][0], deployment_ended=ended, wrapped=wraps, at_ns=at_ns
+                )
                 for name, wraps in containers.items()
             }
             # A container whose log could not be read is read again at the next poll.
@@ -387,11 +398,24 @@ def _wrapped_containers(request: bytes) -> dict[str, bool]:
     return {c.name: is_wrapped(pod, c) for c in (*pod.spec.init_containers, *pod.spec.containers)}
 
 
+def _init_containers(request: bytes) -> frozenset[str]:
+    """The names of the pod's init containers."""
+    return frozenset(c.name for c in parsed_request(request).pod.spec.init_containers)
+
+
+def _initializes(runs: Runs, status: str) -> bool:
+    """Whether an init container may be running unseen: the DMS runs it while it provisions
+    the deployment (the main containers' provision scripts wait for it) and lists it only
+    once provisioning is over, so its markers are the only news of its run until then."""
+    return status in _NOT_STARTED and (runs.running or not runs.ended)
+
+
 async def read_runs(
-    invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str
+    invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str, at_ns: int = 0
 ) -> Runs | None:
-    """``runs`` after the markers that the container's stderr gained since the last read;
-    ``None`` when the log cannot be had (pod ``uid`` names it in the log message)."""
+    """``runs`` after the markers that the container's stderr gained since the last read
+    (made at ``at_ns``); ``None`` when the log cannot be had (pod ``uid`` names it in the log
+    message)."""
     try:
         directory = await log_directory(invoke, ensemble_id, allocation_key(container))
         text, read_to = await asyncio.to_thread(
@@ -400,7 +424,7 @@ async def read_runs(
     except (DmsgwError, OSError) as exc:
         log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
         return None
-    return runs.read(markers(text), read_to)
+    return runs.read(markers(text), read_to, at_ns=at_ns)
 
 
 def _allocation_state(
