@@ -36,7 +36,7 @@ from ..clock import Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from .container_runs import Runs
-from .logs import STDERR_LOG, lines_after, log_directory
+from .logs import STDERR_LOG, fetched_logs, lines_after
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .pod_status import allocation_of
 from .run_markers import markers
@@ -417,10 +417,10 @@ async def read_runs(
     (made at ``at_ns``); ``None`` when the log cannot be had (pod ``uid`` names it in the log
     message)."""
     try:
-        directory = await log_directory(invoke, ensemble_id, allocation_key(container))
-        text, read_to = await asyncio.to_thread(
-            lines_after, directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT
-        )
+        async with fetched_logs(invoke, ensemble_id, allocation_key(container)) as directory:
+            text, read_to = await asyncio.to_thread(
+                lines_after, directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT
+            )
     except (DmsgwError, OSError) as exc:
         log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
         return None

@@ -3,6 +3,8 @@ the marker format, the ledger that reconciles both sources, and the log reads th
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -205,8 +207,9 @@ async def test_the_markers_are_not_part_of_the_container_log(tmp_path: Path) -> 
     (tmp_path / "stdout.log").write_bytes(b"out\n")
     (tmp_path / "stderr.log").write_bytes(START + b"err" + EXIT % 3)
 
-    async def fetch() -> Path:
-        return tmp_path
+    @contextlib.asynccontextmanager
+    async def fetch() -> AsyncIterator[Path]:
+        yield tmp_path
 
     chunks = [c async for c in read_logs(fetch, ContainerLogOpts(), running=lambda: False)]
     assert b"".join(chunks) == b"out\nerr\n"
