@@ -7,15 +7,19 @@ is rewriting (a DMS rewrites it in place on every ``deployment/logs``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from dmsgw.behaviors.catalog import Behavior
 from dmsgw.behaviors.deployment import DeploymentLogsResponse
-from dmsgw.clock import FixedClock
-from dmsgw.interlink.logs import fetched_logs
+from dmsgw.behaviors.log_times import Written, entry, parse, times_path, written_by
+from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.interlink.bodies import ContainerLogOpts
+from dmsgw.interlink.logs import fetched_logs, read_logs
 from dmsgw.interlink.parsing import parse_logs_body
 from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
 from tests.test_gateway_e2e import plugin, wait_state
@@ -119,3 +123,50 @@ async def test_the_fetches_of_one_allocations_logs_are_made_one_at_a_time(
 
     await asyncio.gather(*(read("pod.main") for _ in range(8)), read("pod.side"))
     assert most == {"pod.main": 1, "pod.side": 1}
+
+
+def test_the_side_record_skips_what_is_garbled_and_covers_a_line_by_its_end() -> None:
+    record = parse(b"5 100\ngarbage\n3 90\n12 200\n12 300\n7\n20 400")
+    assert record == [Written(5, 100), Written(12, 200), Written(20, 400)]
+    assert [written_by(record, end) for end in (1, 5, 6, 12, 20, 21)] == [
+        100,
+        100,
+        200,
+        200,
+        400,
+        None,
+    ]
+
+
+async def test_followed_output_is_stamped_by_the_record_and_counts_against_bytes(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "stdout.log"
+    log.write_bytes(b"one\n")
+    times_path(log).write_bytes(entry(4, 1_000 * NS_PER_SECOND))
+    writes = iter([(b"two\nthree\n", 2_000), (b"", 0)])
+
+    @contextlib.asynccontextmanager
+    async def fetch() -> AsyncIterator[Path]:
+        yield tmp_path
+
+    async def grow() -> None:
+        data, at_s = next(writes)
+        if data:
+            with log.open("ab") as f:
+                f.write(data)
+            with times_path(log).open("ab") as f:
+                f.write(entry(log.stat().st_size, at_s * NS_PER_SECOND))
+
+    opts = ContainerLogOpts(Follow=True, Timestamps=True, Bytes=60)
+    chunks = []
+    async for chunk in read_logs(fetch, opts, running=lambda: True, interval_s=0):
+        chunks.append(chunk)
+        await grow()
+    assert (
+        b"".join(chunks)
+        == (
+            b"1970-01-01T00:16:40.000000Z one\n"
+            b"1970-01-01T00:33:20.000000Z two\n"  # its record's time, not the read's
+        )[:60]
+    )
