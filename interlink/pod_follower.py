@@ -257,7 +257,7 @@ class PodFollower:
         interval = self._policy.poll_min_s
         last: tuple[Any, ...] | None = None
         containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped
-        initializing = _init_containers(self._request)
+        inits = _init_containers(self._request)
         runs = {name: Runs.from_map(runs_so_far.get(name)) for name in containers}
         seen: dict[str, tuple[str, str] | None] = {}
         end_reads_left = END_READ_TRIES
@@ -293,7 +293,7 @@ class PodFollower:
                         states[name][0] not in _NOT_STARTED
                         and (states[name] != seen.get(name) or states[name][1] == _UNHEALTHY)
                     )
-                    or (name in initializing and _initializes(runs[name], states[name][0]))
+                    or name == _initializing(inits, runs, states)
                 )
             ]
             at_ns = self._clock()
@@ -398,16 +398,24 @@ def _wrapped_containers(request: bytes) -> dict[str, bool]:
     return {c.name: is_wrapped(pod, c) for c in (*pod.spec.init_containers, *pod.spec.containers)}
 
 
-def _init_containers(request: bytes) -> frozenset[str]:
-    """The names of the pod's init containers."""
-    return frozenset(c.name for c in parsed_request(request).pod.spec.init_containers)
+def _init_containers(request: bytes) -> tuple[str, ...]:
+    """The names of the pod's init containers, in the order they run."""
+    return tuple(c.name for c in parsed_request(request).pod.spec.init_containers)
 
 
-def _initializes(runs: Runs, status: str) -> bool:
-    """Whether an init container may be running unseen: the DMS runs it while it provisions
-    the deployment (the main containers' provision scripts wait for it) and lists it only
-    once provisioning is over, so its markers are the only news of its run until then."""
-    return status in _NOT_STARTED and (runs.running or not runs.ended)
+def _initializing(
+    inits: tuple[str, ...], runs: Mapping[str, Runs], states: Mapping[str, tuple[str, str]]
+) -> str:
+    """The init container that may be running unseen (``""``: none): the first one that has
+    not completed, while the DMS does not list it. The DMS runs it while it provisions the
+    deployment (the main containers' set-ups wait for it) and lists it only once provisioning
+    is over, so its markers are the only news of its run until then; the ones after it wait
+    for it."""
+    for name in inits:
+        if runs[name].ended and not runs[name].running and runs[name].exit_code == 0:
+            continue
+        return name if states[name][0] in _NOT_STARTED else ""
+    return ""
 
 
 async def read_runs(
