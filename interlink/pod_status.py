@@ -15,8 +15,8 @@ virtual kubelet needs to turn them into the right pod phase (``interlink-plugin.
 * a failed init container that will not be retried (``restartPolicy: Never``, or the
   caller's ``final``) ends the pod: the containers after it never ran and are reported
   ``waiting`` (``PodInitializing``, with a message naming it), as the kubelet does; once the
-  caller says the pod has ended (``final``) they are reported ``terminated`` too, or the
-  virtual kubelet would keep the pod Pending forever;
+  pod has ended (the caller's ``final``, or the deployment ended) they are reported
+  ``terminated`` too, or the virtual kubelet would keep the pod Pending forever;
 * a container that ended and that the pod's ``restartPolicy`` runs again — under ``Always``
   any main container, under ``OnFailure`` one that failed, and a failed init container under
   either — is ``waiting`` (``CrashLoopBackOff``) with the run that ended as its
