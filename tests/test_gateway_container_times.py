@@ -24,7 +24,7 @@ from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import PodRecord, snapshot_of
+from dmsgw.interlink.pod_record import Phase, PodRecord, snapshot_of
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.store import PodStore
 from tests.gateway_fakes import FAST
@@ -132,3 +132,25 @@ async def test_an_init_container_runs_then_fails_with_its_own_code_and_the_rest_
     assert main["waiting"]["reason"] == "PodInitializing", main
     assert "init container 'init' failed" in main["waiting"]["message"]
     await client.post("/delete", data=json.dumps(spec))
+
+
+def test_a_pod_that_failed_before_it_ran_ends_at_one_time_whatever_the_snapshot() -> None:
+    """A pod the DMS refused has no runs: its containers end when the pod ended, as recorded,
+    not at the time of each snapshot (a restarted gateway's included)."""
+    spec = _pod([_container("main", "true")])
+    record = PodRecord(
+        uid=spec["metadata"]["uid"],
+        namespace="default",
+        name=spec["metadata"]["name"],
+        jid="j",
+        request=json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode(),
+        phase=Phase.TERMINAL,
+        reason="ProviderFailed",
+        message="no peer can run it",
+        finished_ns=(T0 + 3) * NS_PER_SECOND,
+    )
+    for later in (5, 500):
+        snapshot = snapshot_of(record, now_ns=(T0 + later) * NS_PER_SECOND)
+        terminated = snapshot.containers[0].state.terminated
+        assert terminated is not None and terminated.finished_at is not None
+        assert terminated.finished_at.timestamp() == T0 + 3
