@@ -4,8 +4,10 @@ All three connect like :func:`dmsgw.connect` (``--url``, ``--key``, ``--context`
 capability directories; ``$DMSGW_DMS_URL`` or a running ``dmsgw devnet up``,
 ``$DMSGW_KEY_DIR``, ``$DMSGW_CAP_DIR``, ``$DMS_PASSPHRASE``), and offer the behaviors of the
 DMS's version, asked of the DMS unless ``--dms-version`` names it. ``invoke`` prints the reply
-as JSON; ``deploy --wait`` follows the deployment until it runs, completes or fails. Every
-failure is one line on stderr and a non-zero exit code.
+as JSON; ``deploy --wait`` shows the deployment's progress, one line per change (its status,
+each allocation's placement, status, health and end), until its services run or, for a job
+(tasks only), until it ends, and exits with its outcome. Every failure is one line on stderr
+and a non-zero exit code.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import ast
 import asyncio
 import code
+import dataclasses
 import inspect
 import json
 import sys
@@ -25,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from ..behaviors.catalog import DMS_VERSIONS
+from ..behaviors.ensemble import AllocationType
 from ..behaviors.session import LEARN_VERSION, Node, connect
-from ..behaviors.status import DeploymentStatus
+from ..behaviors.status import AllocationStatus, DeploymentStatus, is_terminal
 from ..errors import DmsgwError
-
-TERMINAL = {DeploymentStatus.RUNNING, DeploymentStatus.COMPLETED, DeploymentStatus.FAILED}
 
 
 def _add_connection_options(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +108,75 @@ def _invoke(args: argparse.Namespace) -> int:
 # --- deploy --------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class Progress:
+    """What ``deploy --wait`` has shown of a deployment, to print only what changed."""
+
+    ensemble_id: str
+    out: Any
+    start: float = dataclasses.field(default_factory=time.monotonic)
+    status: DeploymentStatus | None = None
+    allocations: dict[str, str] = dataclasses.field(default_factory=dict)
+    placed: set[str] = dataclasses.field(default_factory=set)
+    types: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def line(self, text: str) -> None:
+        elapsed = time.monotonic() - self.start
+        print(f"[{elapsed:6.1f}s] {text}", file=self.out, flush=True)
+
+    def short(self, allocation: str) -> str:
+        """An allocation's name without its ensemble's ID (``node.allocation``)."""
+        return allocation.removeprefix(f"{self.ensemble_id}_")
+
+    def saw_status(self, reply: Any) -> bool:
+        """Show the deployment's status if it changed; whether it did."""
+        status = DeploymentStatus.parse(reply.status)
+        if status == self.status:
+            return False
+        self.status = status
+        self.line(f"{self.ensemble_id}: {status.go_name}")
+        return True
+
+    def saw_allocations(self, reply: Any) -> None:
+        """Show each allocation's status and health where they changed."""
+        for name, info in sorted((reply.allocation_info or {}).items()):
+            state = info.status + (f" ({info.health})" if info.health else "")
+            if self.allocations.get(self.short(name)) != state:
+                self.allocations[self.short(name)] = state
+                self.line(f"{self.short(name)}: {state}")
+
+    def saw_manifest(self, manifest: Any) -> None:
+        """Show where each allocation was placed, and how it ended once the DMS lists it
+        (the manifest keeps what ``allocation_info`` stops listing at the end)."""
+        nodes = manifest.nodes or {} if manifest is not None else {}
+        for name, allocation in sorted((manifest.allocations or {}).items() if manifest else ()):
+            self.types[name] = allocation.type
+            node = nodes.get(allocation.node_id)
+            if name not in self.placed and node is not None and node.peer:
+                self.placed.add(name)
+                self.line(f"{name}: placed on node {allocation.node_id} (peer {node.peer})")
+            known = self.allocations.get(name, "").split(" ")[0]
+            if allocation.status and allocation.status != known:
+                self.allocations[name] = allocation.status
+                self.line(f"{name}: {allocation.status}")
+
+    @property
+    def is_task(self) -> bool:
+        """An ensemble of tasks only (a job): it is followed to its end, not to Running."""
+        return bool(self.types) and all(t == AllocationType.TASK for t in self.types.values())
+
+    def failure(self, error: str) -> str:
+        """Why the deployment failed ("" if it did not): the DMS's error, else the
+        allocations that failed."""
+        if self.status == DeploymentStatus.FAILED:
+            return error or "the DMS gave no reason"
+        failed = sorted(n for n, s in self.allocations.items() if s.startswith(_FAILED))
+        return ", ".join(f"allocation {n} failed" for n in failed)
+
+
+_FAILED = AllocationStatus.FAILED.value
+
+
 def follow(
     dms: Node,
     ensemble_id: str,
@@ -113,22 +184,23 @@ def follow(
     out: Any = None,
     max_wait_s: float = 3600.0,
     sleep: Callable[[float], None] = time.sleep,
-) -> DeploymentStatus:
-    """Poll the deployment's status (quickly at first, then every few seconds), printing each
-    transition as it happens, until it is Running, Completed or Failed."""
-    out = out if out is not None else sys.stdout
-    start = time.monotonic()
-    interval, last = 0.2, None
+) -> tuple[DeploymentStatus, str]:
+    """Poll the deployment (quickly at first, then every few seconds), printing one line per
+    change: its status, each allocation's placement (from the manifest), status and health,
+    and how it ended. A deployment of services is followed until it runs; one of tasks (a
+    job) until it ends. Returns the last status and why it failed (``""``: it did not)."""
+    progress = Progress(ensemble_id, out if out is not None else sys.stdout)
+    interval = 0.2
     while True:
         reply = dms.deployment.status(ensemble_id)
-        status = DeploymentStatus.parse(reply.status)
-        if status != last:
-            elapsed = time.monotonic() - start
-            print(f"[{elapsed:6.1f}s] {ensemble_id}: {status.go_name}", file=out, flush=True)
-            last = status
-        if status in TERMINAL:
-            return status
-        if time.monotonic() - start > max_wait_s:
+        if progress.saw_status(reply) or is_terminal(reply.status):
+            progress.saw_manifest(dms.deployment.manifest(ensemble_id).manifest)
+        progress.saw_allocations(reply)
+        status = progress.status
+        assert status is not None
+        if is_terminal(status) or (status == DeploymentStatus.RUNNING and not progress.is_task):
+            return status, progress.failure(reply.error)
+        if time.monotonic() - progress.start > max_wait_s:
             raise DmsgwError(f"{ensemble_id} is still {status.go_name} after {max_wait_s:g} s")
         sleep(interval)
         interval = min(interval * 1.5, 5.0)
@@ -140,8 +212,11 @@ def _deploy(args: argparse.Namespace) -> int:
         print(f"deployed {args.ensemble}: ensemble {reply.ensemble_id}", flush=True)
         if not args.wait:
             return 0
-        final = follow(dms, reply.ensemble_id)
-    return 1 if final is DeploymentStatus.FAILED else 0
+        _, failure = follow(dms, reply.ensemble_id)
+    if failure:
+        print(f"dmsgw: deployment {reply.ensemble_id} failed: {failure}", file=sys.stderr)
+        return 1
+    return 0
 
 
 # --- repl ----------------------------------------------------------------------------------
@@ -216,7 +291,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     deploy = sub.add_parser("deploy", help="deploy an ensemble (YAML) on the DMS network")
     deploy.add_argument("ensemble", help="ensemble YAML file")
     deploy.add_argument(
-        "--wait", action="store_true", help="follow it until Running/Completed/Failed"
+        "--wait",
+        action="store_true",
+        help="show its progress until it runs (a job: until it ends); exit 1 if it failed",
     )
     deploy.add_argument("--timeout", type=float, help="seconds the request lives (>= 60)")
     _add_connection_options(deploy)

@@ -137,8 +137,10 @@ class Allocation:
     async def _handle_logs(self, msg: Envelope, request: Any) -> AllocationLogsResponse:
         if self.plan is None:
             return AllocationLogsResponse(error=f"allocation {self.id} has not started")
-        stdout, stderr = await ProcessExecutor.read_logs(self.plan)
-        return AllocationLogsResponse(stdout=stdout, stderr=stderr)
+        stdout, stderr, stdout_times, stderr_times = await ProcessExecutor.read_logs(self.plan)
+        return AllocationLogsResponse(
+            stdout=stdout, stderr=stderr, stdout_times=stdout_times, stderr_times=stderr_times
+        )
 
     async def _handle_stats(self, msg: Envelope, request: Any) -> AllocationStatsResponse:
         """``handleAllocationStats``: the run's usage, measured now; all zeros (nothing

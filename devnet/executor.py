@@ -3,8 +3,8 @@
 It stands in for the DMS's docker executor (``executor/docker``): no image is pulled, the
 command runs directly on the host, in the allocation's sandbox (:mod:`.sandbox`), as an asyncio
 subprocess in its own process group, with stdout and stderr appended to the sandbox's log
-files — as an unprivileged user when the devnet is root, and never outliving the devnet
-(:mod:`.confinement`). What it keeps of Docker's behaviour:
+files as they arrive, with when (:mod:`.output`) — as an unprivileged user when the devnet is
+root, and never outliving the devnet (:mod:`.confinement`). What it keeps of Docker's behaviour:
 
 * **Exit codes** as Docker reports them: the process's own, or 128 + N for a process killed by
   signal N (137 for SIGKILL, 143 for SIGTERM).
@@ -47,9 +47,11 @@ from typing import Any
 import aiohttp
 
 from ..behaviors.ensemble import HealthCheckManifest
+from ..behaviors.log_times import times_path
 from .cgroups import Cgroups, RunGroup
 from .confinement import RunAs, Watchdog, child_setup
 from .forwarding import HostNetwork
+from .output import OutputCopies
 from .protocol import AllocationDeploymentConfig
 from .sandbox import (
     Isolation,
@@ -236,6 +238,7 @@ class Execution:
         plan: SandboxPlan,
         status_fd: int,
         stderr_at: int,
+        output: OutputCopies,
         watchdog: Watchdog | None = None,
         group: RunGroup | None = None,
     ) -> None:
@@ -248,6 +251,7 @@ class Execution:
         self._kernel_oom = False
         self._status_fd = status_fd
         self._stderr_at = stderr_at
+        self._output = output
         self._watchdog = watchdog
         if watchdog is not None:
             watchdog.watch(self.pid)
@@ -274,6 +278,7 @@ class Execution:
         """The exit status, once the main process has ended (its OOM kills counted first:
         then its groups go, unless a descendant still holds them)."""
         code = exit_status(await self.proc.wait())
+        await self._output.drained()  # what it wrote is in the logs before its end is told
         if self.group is not None:
             _ = self.oom_killed
             self.group.remove()
@@ -448,27 +453,31 @@ class ProcessExecutor:
         except OSError as exc:
             os.close(status_fd)
             raise SandboxError(f"cannot set the allocation's resource limits: {exc}") from exc
+        output: OutputCopies | None = None
         try:
-            with plan.stdout.open("ab") as out, plan.stderr.open("ab") as err:
-                proc = await asyncio.create_subprocess_exec(
-                    *plan.argv(),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    env=dict(plan.environment),
-                    cwd=plan.root,
-                    start_new_session=True,
-                    **self._child_options(plan.isolation, group),
-                )
+            output = OutputCopies(plan.stdout, plan.stderr)
+            proc = await asyncio.create_subprocess_exec(
+                *plan.argv(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=output.stdout.write_fd,
+                stderr=output.stderr.write_fd,
+                env=dict(plan.environment),
+                cwd=plan.root,
+                start_new_session=True,
+                **self._child_options(plan.isolation, group),
+            )
         except BaseException:
             os.close(status_fd)
+            if output is not None:
+                output.close()
             if group is not None:
                 group.close()
                 group.remove()
             raise
+        output.started()
         if group is not None:
             group.close()
-        return Execution(proc, plan, status_fd, stderr_at, self.watchdog, group)
+        return Execution(proc, plan, status_fd, stderr_at, output, self.watchdog, group)
 
     def _child_options(self, isolation: Isolation, group: RunGroup | None = None) -> dict[str, Any]:
         """How a process of an allocation is started: it joins the run's control ``group``
@@ -492,13 +501,21 @@ class ProcessExecutor:
         await asyncio.to_thread(remove_tree, plan.root)
 
     @staticmethod
-    async def read_logs(plan: SandboxPlan) -> tuple[bytes, bytes]:
+    async def read_logs(plan: SandboxPlan) -> tuple[bytes, bytes, bytes, bytes]:
+        """stdout, stderr, and their side records of when they were written (the records
+        first: read before the logs, they cover no less of them)."""
+
         def read(path: Path) -> bytes:
             return path.read_bytes() if path.exists() else b""
 
-        return await asyncio.to_thread(read, plan.stdout), await asyncio.to_thread(
-            read, plan.stderr
-        )
+        def read_all() -> tuple[bytes, bytes, bytes, bytes]:
+            stdout_times, stderr_times = (
+                read(times_path(plan.stdout)),
+                read(times_path(plan.stderr)),
+            )
+            return read(plan.stdout), read(plan.stderr), stdout_times, stderr_times
+
+        return await asyncio.to_thread(read_all)
 
     async def check_health(
         self, execution: Execution, check: HealthCheckManifest, timeout_s: float

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..behaviors.ensemble import AllocationType, EnsembleConfigV1, NodeConfig
 from ..behaviors.executor_stats import AllocationStatsResponse, ExecutorStats
+from ..behaviors.log_times import times_path
 from ..behaviors.status import (
     AllocationInfo,
     AllocationManifest,
@@ -481,6 +482,9 @@ class Orchestrator:
 
         def write() -> None:
             directory.mkdir(parents=True, exist_ok=True)
+            # The records first: a reader between two writes finds them covering no less.
+            _replace(times_path(directory / "stdout.log"), logs.stdout_times or b"")
+            _replace(times_path(directory / "stderr.log"), logs.stderr_times or b"")
             _replace(directory / "stdout.log", logs.stdout or b"")
             _replace(directory / "stderr.log", logs.stderr or b"")
 

@@ -328,9 +328,14 @@ class AllocationLogsRequest(GoStruct):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AllocationLogsResponse(GoStruct):
+    """The DMS's reply, and (the devnet's own) the side records of when each log was written
+    (:mod:`dmsgw.behaviors.log_times`)."""
+
     stdout: bytes | None = go_field("Stdout", BYTES, default=None)
     stderr: bytes | None = go_field("Stderr", BYTES, default=None)
     error: str = go_field("Error", STRING, default="")
+    stdout_times: bytes | None = go_field("StdoutTimes", BYTES, default=None)
+    stderr_times: bytes | None = go_field("StderrTimes", BYTES, default=None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -29,10 +29,9 @@ from ..keys.trust import provider_from_private_key
 from ..keys.ucan.context import CapabilityContext
 from ..transport.rest import DMSError, RestTransport, TransportError
 from ..transport.security import SecurityContext
-from .bodies import PodStatus
 from .config import GatewayConfig
 from .gateway import Gateway, GatewayParts
-from .pod_record import PodRecord, snapshot_of
+from .pod_record import Snapshot, snapshot_of
 from .pod_report import PodReport
 from .resources import Capacity, GpuCatalog, ResourceActor
 from .server import DmsCalls, Metrics
@@ -178,9 +177,10 @@ def _embedded_key(config: GatewayConfig, passphrase: str | None) -> PrivKey:
     return Ed25519PrivKey.generate()
 
 
-def snapshot_now(record: PodRecord) -> PodStatus:
-    """A pod's ``/status`` entry as of the wall clock (the times interLink shows)."""
-    return snapshot_of(record, now_ns=system_clock())
+def snapshot_by(clock: Clock) -> Snapshot:
+    """How a pod's record reads as its ``/status`` entry as of ``clock``: the gateway's own
+    clock, which also stamps the containers' runs (the times interLink shows)."""
+    return lambda record: snapshot_of(record, now_ns=clock())
 
 
 async def start_backend(
@@ -205,7 +205,7 @@ async def start_backend(
         invoke=dms.invoke,
         store=PodStore(config.state_path),
         translate=Translator(catalog, capacity.free_resources),
-        snapshot=snapshot_now,
+        snapshot=snapshot_by(clock),
         capacity=capacity,
         loop=loop,
         clock=clock,

@@ -16,7 +16,12 @@ Runs after the first in one ensemble are the DMS's own restarts of the allocatio
 failure under ``one_for_one``, or failed health checks); :meth:`Runs.next_ensemble` carries
 their count and the last run's end over to the pod's next deployment, whose runs start again.
 :meth:`Runs.observation` is what :func:`~dmsgw.interlink.pod_status.container_statuses` needs:
-the current run's exit code, the previous run as ``lastState``, the restart count.
+the current run's exit code and times, the previous run as ``lastState``, the restart count.
+
+The times are the gateway's: when a poll first showed a run started or ended (``at_ns`` of
+:meth:`Runs.read` and :meth:`Runs.saw`; 0 is unknown). They are kept here, with the pod's record,
+so that a snapshot taken later, or by a gateway that restarted, reports the same ``startedAt``
+and ``finishedAt`` instead of the time it is taken.
 
 Pure and immutable; :meth:`Runs.to_map` / :meth:`Runs.from_map` persist it in the pod record
 (msgpack), where a missing or malformed field reads as its default.
@@ -26,9 +31,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from ..behaviors.status import AllocationStatus
+from ..clock import NS_PER_SECOND
 from . import k8s
 from .pod_status import FAILED_EXIT_CODE, ContainerObservation, terminated_state
 from .probe_state import ProbeState
@@ -50,6 +57,16 @@ _ENDED = frozenset(
 
 
 _UNKNOWN_CODE = "the run left no exit code (the DMS reports none)"
+_COUNTS = ("read_to", "started", "ended", "earlier_restarts")
+_TIMES = (
+    "started_ns",
+    "ended_started_ns",
+    "ended_ns",
+    "previous_started_ns",
+    "previous_ended_ns",
+    "earlier_started_ns",
+    "earlier_ended_ns",
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -58,7 +75,10 @@ class Runs:
     for markers; ``started`` and ``ended``, runs seen to start and to end; ``exit_code`` and
     ``previous_exit_code``, those of the latest ended run and of the one before it (``None``:
     unknown). From the pod's earlier ensembles: ``earlier_restarts``, the DMS's restarts of
-    the container; ``earlier_ended`` and ``earlier_exit_code``, the last run's end."""
+    the container; ``earlier_ended`` and ``earlier_exit_code``, the last run's end. Each
+    ``*_ns`` is a time in Unix nanoseconds (0: unknown): ``started_ns`` the latest run's start,
+    ``ended_started_ns`` and ``ended_ns`` the latest ended run's start and end, ``previous_*``
+    those of the ended run before it, ``earlier_*`` those of the earlier ensembles' last run."""
 
     read_to: int = 0
     started: int = 0
@@ -70,6 +90,13 @@ class Runs:
     earlier_exit_code: int | None = None
     probes: ProbeState = dataclasses.field(default_factory=ProbeState)
     """What the wrapper's probes reported in the current ensemble (:mod:`.probe_state`)."""
+    started_ns: int = 0
+    ended_started_ns: int = 0
+    ended_ns: int = 0
+    previous_started_ns: int = 0
+    previous_ended_ns: int = 0
+    earlier_started_ns: int = 0
+    earlier_ended_ns: int = 0
 
     @property
     def running(self) -> bool:
@@ -95,19 +122,25 @@ class Runs:
         """The DMS's restarts of the container, over the pod's life."""
         return self.earlier_restarts + max(self.started - 1, 0)
 
-    def _before_current(self) -> tuple[bool, int | None]:
-        """Whether a run ended before the current one (the latest, ended or not), its code."""
+    def _before_current(self) -> tuple[bool, int | None, int, int]:
+        """Whether a run ended before the current one (the latest, ended or not), its code,
+        start and end."""
         if self.running or not self.ended:  # the latest ended run came before this one
             if self.ended:
-                return True, self.exit_code
+                return True, self.exit_code, self.ended_started_ns, self.ended_ns
         elif self.ended >= 2:
-            return True, self.previous_exit_code
-        return self.earlier_ended, self.earlier_exit_code
+            return True, self.previous_exit_code, self.previous_started_ns, self.previous_ended_ns
+        return (
+            self.earlier_ended,
+            self.earlier_exit_code,
+            self.earlier_started_ns,
+            self.earlier_ended_ns,
+        )
 
     def observation(self, redeploys: int) -> ContainerObservation:
         """The container as :func:`~dmsgw.interlink.pod_status.container_statuses` sees it;
         ``redeploys`` counts the pod's whole redeployments, which restart it too."""
-        ended, code = self._before_current()
+        ended, code, started_ns, ended_ns = self._before_current()
         last: k8s.ContainerState | None = None
         if ended:
             last = terminated_state(
@@ -115,13 +148,20 @@ class Runs:
                 oom_killed=code == OOM_EXIT_CODE,
                 # a probe's kill of the run before this one (a new run moved it there)
                 message=_UNKNOWN_CODE if code is None else self.probes.previous_killed_by,
+                started_at=_time(started_ns),
+                finished_at=_time(ended_ns),
             )
+        current_ended = not self.running and self.ended > 0
         return ContainerObservation(
+            started_at=_time(self.ended_started_ns if current_ended else self.started_ns),
+            finished_at=_time(self.ended_ns) if current_ended else None,
             exit_code=self.last_exit_code,
             oom_killed=self.oom_killed,
             restart_count=redeploys + self.restarts,
             last_state=last,
             **self._probed(),
+            running=self.running,
+            ended=current_ended,
         )
 
     def _probed(self) -> dict[str, Any]:
@@ -141,50 +181,76 @@ class Runs:
         the last run's end carry over (a run still open was ended by the redeployment,
         with an unknown code)."""
         if self.running:
-            ended, code = True, None
+            ended, code, started_ns, ended_ns = True, None, self.started_ns, 0
+        elif self.ended:
+            ended, code = True, self.exit_code
+            started_ns, ended_ns = self.ended_started_ns, self.ended_ns
         else:
-            ended, code = (True, self.exit_code) if self.ended else (False, None)
+            ended, code, started_ns, ended_ns = False, None, 0, 0
+        if not ended:
+            return Runs(
+                earlier_restarts=self.restarts,
+                earlier_ended=self.earlier_ended,
+                earlier_exit_code=self.earlier_exit_code,
+                earlier_started_ns=self.earlier_started_ns,
+                earlier_ended_ns=self.earlier_ended_ns,
+            )
         return Runs(
             earlier_restarts=self.restarts,
-            earlier_ended=ended or self.earlier_ended,
-            earlier_exit_code=code if ended else self.earlier_exit_code,
+            earlier_ended=True,
+            earlier_exit_code=code,
+            earlier_started_ns=started_ns,
+            earlier_ended_ns=ended_ns,
         )
 
-    def _end(self, code: int | None) -> Runs:
+    def _start(self, at_ns: int) -> Runs:
+        return dataclasses.replace(self, started=self.started + 1, started_ns=at_ns)
+
+    def _end(self, code: int | None, at_ns: int) -> Runs:
+        """The latest run ended: it becomes the latest ended run, whose place the one before
+        it takes."""
         return dataclasses.replace(
-            self, ended=self.ended + 1, exit_code=code, previous_exit_code=self.exit_code
+            self,
+            ended=self.ended + 1,
+            exit_code=code,
+            previous_exit_code=self.exit_code,
+            ended_started_ns=self.started_ns,
+            ended_ns=at_ns,
+            previous_started_ns=self.ended_started_ns,
+            previous_ended_ns=self.ended_ns,
         )
 
-    def read(self, found: Iterable[Marker], read_to: int) -> Runs:
-        """The ledger after the markers ``found`` in stderr up to byte ``read_to``."""
+    def read(self, found: Iterable[Marker], read_to: int, *, at_ns: int = 0) -> Runs:
+        """The ledger after the markers ``found`` in stderr up to byte ``read_to``, read at
+        ``at_ns``: what they show starting or ending did so by then."""
         runs = dataclasses.replace(self, read_to=read_to)
         for marker in found:
             if marker.exit_code is None:  # a run starts
                 if runs.running:
-                    runs = runs._end(None)
-                runs = dataclasses.replace(runs, started=runs.started + 1)
+                    runs = runs._end(None, at_ns)
+                runs = runs._start(at_ns)
             elif runs.running:
-                runs = runs._end(marker.exit_code)
+                runs = runs._end(marker.exit_code, at_ns)
             elif runs.ended and runs.exit_code is None:
                 # A run the status ended before its marker was read: the code is now known.
                 runs = dataclasses.replace(runs, exit_code=marker.exit_code)
             else:  # its start marker was before what was read
-                runs = dataclasses.replace(runs, started=runs.started + 1)._end(marker.exit_code)
+                runs = runs._start(at_ns)._end(marker.exit_code, at_ns)
         return runs
 
-    def saw(self, status: str, *, deployment_ended: bool, wrapped: bool) -> Runs:
-        """The ledger after the allocation was seen in ``status`` (``""``: not listed), once
-        the markers of the same poll have been read."""
+    def saw(self, status: str, *, deployment_ended: bool, wrapped: bool, at_ns: int = 0) -> Runs:
+        """The ledger after the allocation was seen in ``status`` (``""``: not listed) at
+        ``at_ns``, once the markers of the same poll have been read."""
         if status in _ENDED and not self.started:  # it ran, and left no marker
-            return dataclasses.replace(self, started=1)._end(None)
+            return self._start(at_ns)._end(None, at_ns)
         if self.running and (status in _ENDED or deployment_ended):
-            return self._end(None)
+            return self._end(None, at_ns)
         if wrapped:  # the markers say when a wrapped container starts and restarts
             return self
         if status == AllocationStatus.RESTARTING and self.running:
-            return self._end(None)
+            return self._end(None, at_ns)
         if status == AllocationStatus.RUNNING and not self.running:
-            return dataclasses.replace(self, started=self.started + 1)
+            return self._start(at_ns)
         return self
 
     def to_map(self) -> dict[str, Any]:
@@ -197,7 +263,7 @@ class Runs:
             return cls()
         counts = {
             name: value[name]
-            for name in ("read_to", "started", "ended", "earlier_restarts")
+            for name in (*_COUNTS, *_TIMES)
             if type(value.get(name)) is int and value[name] >= 0
         }
         codes = {
@@ -208,3 +274,8 @@ class Runs:
         ended = value.get("earlier_ended") is True
         probes = ProbeState.from_map(value.get("probes"))
         return cls(**counts, **codes, earlier_ended=ended, probes=probes)
+
+
+def _time(ns: int) -> datetime | None:
+    """A stored time as Kubernetes reports it (``None``: unknown)."""
+    return datetime.fromtimestamp(ns / NS_PER_SECOND, UTC) if ns else None

@@ -28,8 +28,6 @@ from ..actors.base import ActorExit
 from ..actors.registry import Registry
 from ..actors.supervision import Backoff, Intensity, Restart, Strategy
 from ..actors.supervisor import ChildSpec, Supervisor
-from ..behaviors.catalog import DEPLOYMENT_MANIFEST
-from ..behaviors.deployment import DeploymentManifestRequest
 from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND, Clock, system_clock
@@ -43,7 +41,7 @@ from .bodies import (
     PodStatus,
     RetrievedPodData,
 )
-from .logs import log_directory, read_logs
+from .logs import fetched_logs, read_logs
 from .parsing import PodRef, in_turns
 from .pod import PodActor
 from .pod_record import DEFAULT_POLICY, Phase, PodPolicy, PodRecord, Snapshot, request_data
@@ -52,6 +50,7 @@ from .recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_st
 from .resources import Capacity
 from .server import BackendUnavailable, UnknownPodError
 from .store import PodStore
+from .translate import allocation_key
 from .translation import Translate
 
 log = logging.getLogger(__name__)
@@ -327,10 +326,22 @@ class Gateway:
             what = "no previous run" if request.opts.previous else "not been deployed yet"
             raise DmsgwError(f"pod {record.namespace}/{record.name} has {what}")
         container = request.container_name or _pod(record).spec.containers[0].name
-        allocation = await self._allocation_key(ensemble, container)
+        allocation = allocation_key(container)
 
-        async def fetch() -> Path:
-            return await log_directory(self.parts.invoke, ensemble, allocation)
+        @contextlib.asynccontextmanager
+        async def fetch() -> AsyncIterator[Path]:
+            """The allocation's log files, by its key (no manifest needed). An ensemble the
+            DMS no longer knows took its logs with it: the pod's logs are gone, which is the
+            client's 404, not the gateway's failure."""
+            try:
+                async with fetched_logs(self.parts.invoke, ensemble, allocation) as directory:
+                    yield directory
+            except DMSError as exc:
+                if exc.kind is DMSErrorKind.NOT_FOUND:
+                    raise UnknownPodError(
+                        f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc})"
+                    ) from None
+                raise
 
         def running() -> bool:
             snapshot = self.snapshots.get(record.uid)
@@ -342,25 +353,6 @@ class Gateway:
 
         async for chunk in read_logs(fetch, request.opts, running=running):
             yield chunk
-
-    async def _allocation_key(self, ensemble: str, container: str) -> str:
-        """The manifest's name for the container's allocation (``<node>.<allocation>``). An
-        ensemble the DMS no longer knows took its logs with it: the pod's logs are gone, which
-        is the client's 404, not the gateway's failure."""
-        try:
-            reply = await self.parts.invoke(
-                DEPLOYMENT_MANIFEST, DeploymentManifestRequest(ensemble)
-            )
-        except DmsgwError as exc:
-            if isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND:
-                raise UnknownPodError(
-                    f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc})"
-                ) from None
-            raise
-        for key in reply.manifest.allocations or {}:
-            if key == container or key.endswith("." + container):
-                return str(key)
-        raise DmsgwError(f"ensemble {ensemble} has no allocation for container {container!r}")
 
     # --- recovery ---------------------------------------------------------------------------
 

@@ -1,29 +1,44 @@
 """Container logs from the files the DMS writes, shaped by interLink's log options.
 
 The DMS's ``deployment/logs`` answers with a directory on the DMS host (the gateway's host in
-NuNet's topology) holding the allocation's ``stdout.log`` and ``stderr.log``. The files carry no
-per-line times, so ``Timestamps`` stamps a line with the time the gateway read it (for lines
-that already existed: the file's last modification, an upper bound), and ``SinceSeconds`` /
-``SinceTime`` compare against those same times. ``Tail`` and ``Bytes`` are exact. The DMS
-writes the files when asked, so ``Follow`` asks again every interval and sends what is new,
-until the container ends. The pod wrapper's markers (:mod:`dmsgw.interlink.run_markers`) are
-the gateway's, not the container's output: they are left out of ``stderr.log``.
+NuNet's topology) holding the allocation's ``stdout.log`` and ``stderr.log``, rewritten in place
+on every request: the gateway's own fetches of one allocation's logs (``/getLogs`` calls and
+the pod actor's marker reads) are made one at a time, each read before the next fetch
+(:func:`fetched_logs`).
 
-A pod's follower reads the same files for those markers: :func:`log_directory` and
+``Timestamps``, ``SinceSeconds`` and ``SinceTime`` use the time each line was written where the
+producer recorded it (:mod:`dmsgw.behaviors.log_times`: the embedded devnet does). A DMS keeps
+no such record (its docker executor copies the container's output without Docker's
+timestamps), so there the gateway falls back to what it can know: a line that was already in
+the file when first read is stamped with the file's last modification (an upper bound of when
+it was written), a line that ``Follow`` sees appear with the time it was read. ``Tail`` keeps
+the last lines, then ``Bytes`` (the kubelet's ``limitBytes``) the first bytes of what is left,
+over the whole reply, followed output included. The DMS writes the files when asked, so
+``Follow`` asks again every interval and sends what is new, until the container ends. The pod
+wrapper's markers (:mod:`dmsgw.interlink.run_markers`) are the gateway's, not the container's
+output: they are left out of ``stderr.log``.
+
+A pod's follower reads the same files for those markers: :func:`fetched_logs` and
 :func:`lines_after` serve both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import datetime as dt
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import NamedTuple
 
 from ..behaviors.catalog import DEPLOYMENT_LOGS
 from ..behaviors.deployment import DeploymentLogsRequest
+from ..behaviors.log_times import parse, times_path, written_by
 from ..behaviors.node import Invoke
+from ..clock import NS_PER_SECOND
 from ..errors import DmsgwError
 from .bodies import ContainerLogOpts
 from .run_markers import strip_marker
@@ -32,6 +47,35 @@ STDERR_LOG = "stderr.log"
 LOG_FILES = ("stdout.log", STDERR_LOG)
 FOLLOW_INTERVAL_S = 0.2
 
+Fetch = Callable[[], AbstractAsyncContextManager[Path]]
+"""Has the DMS write the log files and holds them while the caller reads their directory."""
+
+
+@dataclasses.dataclass
+class _Fetching:
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+_FETCHING: dict[tuple[asyncio.AbstractEventLoop, str, str], _Fetching] = {}
+"""The fetches under way or waiting, per event loop and allocation (gone when none is)."""
+
+
+@contextlib.asynccontextmanager
+async def _one_at_a_time(ensemble_id: str, allocation: str) -> AsyncIterator[None]:
+    """Exclusive use of one allocation's log files: the DMS rewrites them in place on each
+    request, so a fetch while another reader reads would hand that reader a cut file."""
+    key = (asyncio.get_running_loop(), ensemble_id, allocation)
+    fetching = _FETCHING.setdefault(key, _Fetching())
+    fetching.users += 1
+    try:
+        async with fetching.lock:
+            yield
+    finally:
+        fetching.users -= 1
+        if not fetching.users:
+            del _FETCHING[key]
+
 
 async def log_directory(invoke: Invoke, ensemble_id: str, allocation: str) -> Path:
     """Have the DMS write ``allocation``'s log files (``deployment/logs``); their directory."""
@@ -39,6 +83,13 @@ async def log_directory(invoke: Invoke, ensemble_id: str, allocation: str) -> Pa
     if not reply.logs_written_to:
         raise DmsgwError(f"the DMS wrote no logs for {allocation} of {ensemble_id}")
     return Path(reply.logs_written_to)
+
+
+@contextlib.asynccontextmanager
+async def fetched_logs(invoke: Invoke, ensemble_id: str, allocation: str) -> AsyncIterator[Path]:
+    """:func:`log_directory`, with the files to the caller alone until it is done reading."""
+    async with _one_at_a_time(ensemble_id, allocation):
+        yield await log_directory(invoke, ensemble_id, allocation)
 
 
 def lines_after(path: Path, offset: int, limit: int | None = None) -> tuple[bytes, int]:
@@ -63,15 +114,38 @@ def lines_after(path: Path, offset: int, limit: int | None = None) -> tuple[byte
     return complete, start + len(complete)
 
 
-def _visible(name: str, lines: list[bytes]) -> list[bytes]:
-    """The lines of log file ``name`` that are the container's own output."""
-    if name != STDERR_LOG:
-        return lines
-    return [kept for kept in map(strip_marker, lines) if kept]
+class _Line(NamedTuple):
+    """A line of a log file and when it was written (Unix seconds)."""
+
+    at: float
+    text: bytes
+
+
+def _timed(path: Path, start: int, data: bytes, fallback: float) -> list[_Line]:
+    """The lines of ``data``, read from ``path`` at byte ``start``, with the time each was
+    written by its producer's record, or ``fallback`` where there is none; the lines that
+    are the container's own output only (the wrapper's markers left out of ``stderr.log``)."""
+    try:
+        record = parse(times_path(path).read_bytes())
+    except FileNotFoundError:
+        record = []
+    lines: list[_Line] = []
+    end = start
+    for text in data.splitlines(keepends=True):
+        end += len(text)
+        at_ns = written_by(record, end)
+        kept = strip_marker(text) if path.name == STDERR_LOG else text
+        if kept:
+            lines.append(_Line(fallback if at_ns is None else at_ns / NS_PER_SECOND, kept))
+    return lines
 
 
 def _stamp(ts: float) -> bytes:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ ").encode()
+
+
+def _shown(lines: list[_Line], timestamps: bool) -> list[bytes]:
+    return [(_stamp(line.at) if timestamps else b"") + line.text for line in lines]
 
 
 def _since_ts(opts: ContainerLogOpts, now: float) -> float | None:
@@ -85,7 +159,8 @@ def _since_ts(opts: ContainerLogOpts, now: float) -> float | None:
 def _existing_lines(
     directory: Path, opts: ContainerLogOpts, now: float
 ) -> tuple[list[bytes], dict[str, int]]:
-    """The lines already written (stdout then stderr), and where each file ends."""
+    """The lines already written (stdout then stderr) that the options select, and where
+    each file ends."""
     lines: list[bytes] = []
     offsets: dict[str, int] = {}
     since = _since_ts(opts, now)
@@ -98,24 +173,31 @@ def _existing_lines(
             offsets[name] = 0
             continue
         offsets[name] = len(data)
-        if since is not None and mtime < since:
-            continue
-        prefix = _stamp(mtime) if opts.timestamps else b""
-        lines += [prefix + line for line in _visible(name, data.splitlines(keepends=True))]
+        timed = _timed(path, 0, data, mtime)
+        lines += _shown([t for t in timed if since is None or t.at >= since], opts.timestamps)
     return lines, offsets
 
 
-def _limit(lines: list[bytes], opts: ContainerLogOpts) -> bytes:
-    if opts.tail:
-        lines = lines[-opts.tail :]
-    text = b"".join(lines)
-    if opts.limit_bytes and len(text) > opts.limit_bytes:
-        text = text[-opts.limit_bytes :]
-    return text
+class _Budget:
+    """What is left of ``Bytes`` for the rest of the reply (``None``: no limit)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.left: int | None = limit_bytes or None
+
+    def take(self, chunk: bytes) -> bytes:
+        if self.left is None:
+            return chunk
+        chunk = chunk[: self.left]
+        self.left -= len(chunk)
+        return chunk
+
+    @property
+    def spent(self) -> bool:
+        return self.left == 0
 
 
 async def read_logs(
-    fetch: Callable[[], Awaitable[Path]],
+    fetch: Fetch,
     opts: ContainerLogOpts,
     *,
     running: Callable[[], bool],
@@ -123,23 +205,23 @@ async def read_logs(
     interval_s: float = FOLLOW_INTERVAL_S,
 ) -> AsyncIterator[bytes]:
     """Yield the container's log, then (with ``Follow``) new output until ``running()`` is
-    false and nothing more was written. ``fetch()`` has the DMS write the log files and
-    returns their directory."""
-    now = (clock or _wall)()
-    lines, offsets = await asyncio.to_thread(_existing_lines, await fetch(), opts, now)
-    first = _limit(lines, opts)
+    false and nothing more was written, or ``Bytes`` have been sent. ``fetch()`` has the DMS
+    write the log files and holds them while they are read."""
+    now = clock or _wall
+    budget = _Budget(opts.limit_bytes)
+    async with fetch() as directory:
+        lines, offsets = await asyncio.to_thread(_existing_lines, directory, opts, now())
+    first = budget.take(b"".join(lines[-opts.tail :] if opts.tail else lines))
     if first:
         yield first
     if not opts.follow:
         return
-    while True:
+    while not budget.spent:
         alive = running()
-        directory = await fetch()
-        chunk = await asyncio.to_thread(
-            _new_output, directory, offsets, opts.timestamps, clock or _wall
-        )
+        async with fetch() as directory:
+            chunk = await asyncio.to_thread(_new_output, directory, offsets, opts.timestamps, now)
         if chunk:
-            yield chunk
+            yield budget.take(chunk)
         elif not alive:
             return
         await asyncio.sleep(interval_s)  # paces reads of a growing file
@@ -150,12 +232,9 @@ def _new_output(
 ) -> bytes:
     out = b""
     for name, offset in offsets.items():
-        complete, offsets[name] = lines_after(directory / name, offset)
-        lines = _visible(name, complete.splitlines(keepends=True))
-        if lines and timestamps:
-            stamp = _stamp(clock())
-            lines = [stamp + line for line in lines]
-        out += b"".join(lines)
+        path = directory / name
+        complete, offsets[name] = lines_after(path, offset)
+        out += b"".join(_shown(_timed(path, offset, complete, clock()), timestamps))
     return out
 
 

@@ -96,6 +96,7 @@ class PodActor(AsyncActor):
             policy=policy,
             rng=rng or random.Random(),
             report=self._report,
+            clock=clock,
         )
         self._task: asyncio.Task[None] | None = None
 

@@ -32,11 +32,12 @@ from ..behaviors.deployment import (
 from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import DMSBehaviorError, Invoke
 from ..behaviors.status import AllocationStatus, DeploymentStatus
+from ..clock import Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from .container_runs import Runs
 from .endpoints import endpoints_of, has_ports
-from .logs import STDERR_LOG, lines_after, log_directory
+from .logs import STDERR_LOG, fetched_logs, lines_after
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .pod_status import allocation_of
 from .run_markers import markers, probe_markers
@@ -115,6 +116,7 @@ class PodFollower:
 
     # One per pod, kept as long as the pod: no __dict__ (10,000 pods are the target).
     __slots__ = (
+        "_clock",
         "_inflight",
         "_invoke",
         "_policy",
@@ -135,8 +137,10 @@ class PodFollower:
         policy: PodPolicy,
         rng: random.Random,
         report: Report,
+        clock: Clock = system_clock,
     ) -> None:
         self._uid = uid
+        self._clock = clock
         self._request = request
         self._invoke = invoke
         self._translate = translate
@@ -257,6 +261,7 @@ class PodFollower:
         last: tuple[Any, ...] | None = None
         containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped
         probed = _probed_containers(self._request)
+        inits = _init_containers(self._request)
         runs = {name: Runs.from_map(runs_so_far.get(name)) for name in containers}
         seen: dict[str, tuple[str, str] | None] = {}
         end_reads_left = END_READ_TRIES
@@ -303,11 +308,15 @@ class PodFollower:
                             or name in probed
                         )
                     )
+                    or name == _initializing(inits, runs, states)
                 )
             ]
+            at_ns = self._clock()
             found = await asyncio.gather(
                 *(
-                    read_runs(self._invoke, ensemble_id, name, runs[name], uid=self._uid)
+                    read_runs(
+                        self._invoke, ensemble_id, name, runs[name], uid=self._uid, at_ns=at_ns
+                    )
                     for name in read
                 )
             )
@@ -325,7 +334,9 @@ class PodFollower:
                 # its status without its markers would count a run they may yet show.
                 name: now[name]
                 if name in unread and not ended
-                else now[name].saw(states[name][0], deployment_ended=ended, wrapped=wraps)
+                else now[name].saw(
+                    states[name][0], deployment_ended=ended, wrapped=wraps, at_ns=at_ns
+                )
                 for name, wraps in containers.items()
             }
             # A container whose log could not be read is read again at the next poll.
@@ -412,20 +423,41 @@ def _probed_containers(request: bytes) -> frozenset[str]:
     )
 
 
+def _init_containers(request: bytes) -> tuple[str, ...]:
+    """The names of the pod's init containers, in the order they run."""
+    return tuple(c.name for c in parsed_request(request).pod.spec.init_containers)
+
+
+def _initializing(
+    inits: tuple[str, ...], runs: Mapping[str, Runs], states: Mapping[str, tuple[str, str]]
+) -> str:
+    """The init container that may be running unseen (``""``: none): the first one that has
+    not completed, while the DMS does not list it. The DMS runs it while it provisions the
+    deployment (the main containers' set-ups wait for it) and lists it only once provisioning
+    is over, so its markers are the only news of its run until then; the ones after it wait
+    for it."""
+    for name in inits:
+        if runs[name].ended and not runs[name].running and runs[name].exit_code == 0:
+            continue
+        return name if states[name][0] in _NOT_STARTED else ""
+    return ""
+
+
 async def read_runs(
-    invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str
+    invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str, at_ns: int = 0
 ) -> Runs | None:
-    """``runs`` after the markers that the container's stderr gained since the last read;
-    ``None`` when the log cannot be had (pod ``uid`` names it in the log message)."""
+    """``runs`` after the markers that the container's stderr gained since the last read
+    (made at ``at_ns``); ``None`` when the log cannot be had (pod ``uid`` names it in the log
+    message)."""
     try:
-        directory = await log_directory(invoke, ensemble_id, allocation_key(container))
-        text, read_to = await asyncio.to_thread(
-            lines_after, directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT
-        )
+        async with fetched_logs(invoke, ensemble_id, allocation_key(container)) as directory:
+            text, read_to = await asyncio.to_thread(
+                lines_after, directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT
+            )
     except (DmsgwError, OSError) as exc:
         log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
         return None
-    return runs.read(markers(text), read_to).read_probes(probe_markers(text))
+    return runs.read(markers(text), read_to, at_ns=at_ns).read_probes(probe_markers(text))
 
 
 def _allocation_state(

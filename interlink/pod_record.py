@@ -128,6 +128,10 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
         if record.observed.get("manifest")
         else None
     )
+    # A time that no run knows reads, for a pod that has ended, as when it ended: a later
+    # snapshot (a restarted gateway's) reports the same.
+    if record.phase == Phase.TERMINAL and record.finished_ns:
+        now_ns = record.finished_ns
     statuses = container_statuses(
         pod,
         status,

@@ -9,9 +9,14 @@ virtual kubelet needs to turn them into the right pod phase (``interlink-plugin.
 * every container of the pod is reported, init containers included; never an empty list;
 * init containers complete in order: after one that has not completed, the rest and every
   main container are ``waiting`` (``PodInitializing``);
+* an init container runs while the DMS still provisions the deployment (the provision
+  scripts of the main containers wait for it): what its wrapper's markers showed of its run
+  (:class:`ContainerObservation` ``running`` / ``ended``) is its state until the DMS lists it;
 * a failed init container that will not be retried (``restartPolicy: Never``, or the
-  caller's ``final``) ends the pod: the containers after it are reported ``terminated`` too,
-  or the virtual kubelet would keep the pod Pending forever;
+  caller's ``final``) ends the pod: the containers after it never ran and are reported
+  ``waiting`` (``PodInitializing``, with a message naming it), as the kubelet does; once the
+  pod has ended (the caller's ``final``, or the deployment ended) they are reported
+  ``terminated`` too, or the virtual kubelet would keep the pod Pending forever;
 * a container that ended and that the pod's ``restartPolicy`` runs again — under ``Always``
   any main container, under ``OnFailure`` one that failed, and a failed init container under
   either — is ``waiting`` (``CrashLoopBackOff``) with the run that ended as its
@@ -76,6 +81,8 @@ _WAITING = frozenset(
 )
 _STOPPED = frozenset({AllocationStatus.STOPPED, AllocationStatus.TERMINATED})
 _ENDED = frozenset({DeploymentStatus.FAILED, DeploymentStatus.COMPLETED})
+_UNLISTED = frozenset({"", AllocationStatus.PENDING})
+"""What the DMS says of an allocation it has not started, as far as it knows."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,7 +92,9 @@ class ContainerObservation:
     ``exit_code`` is the code of the run that ended, when the caller knows it (the DMS's
     status reply has none; without it a failed allocation reports 1); ``oom_killed`` marks it
     as killed over its memory limit; ``last_state`` is the state of the previous run, kept by
-    the caller across restarts.
+    the caller across restarts. ``running`` and ``ended`` say that the caller saw the current
+    run start, or end, before the DMS lists the allocation (an init container runs while the
+    DMS is still provisioning the deployment: its wrapper's markers tell).
     """
 
     started_at: datetime | None = None
@@ -100,6 +109,8 @@ class ContainerObservation:
     """The readiness probe's verdict, as the wrapper ran it (``None``: not reported)."""
     message: str = ""
     """Why the run ended, when the caller knows (a probe killed it)."""
+    running: bool = False
+    ended: bool = False
 
 
 class PodContainerStatuses(NamedTuple):
@@ -228,6 +239,11 @@ class _Deployment:
             )
         if status in _WAITING and seen.restart_count:
             return _State(_waiting(CRASH_LOOP, "restarting"), allocation_id=ident)
+        if status in _UNLISTED and seen.running:
+            running = k8s.ContainerStateRunning(started_at=seen.started_at or now)
+            return _State(k8s.ContainerState(running=running), healthy, ident)
+        if status in _UNLISTED and seen.ended and seen.exit_code is not None:
+            return _State(_terminated(seen.exit_code, seen, now), allocation_id=ident)
         return _State(_waiting("ContainerCreating"), allocation_id=ident)
 
 
@@ -282,6 +298,7 @@ def container_statuses(
     seen = observations or {}
     policy = pod.spec.restart_policy
     ends_pod = final or policy == "Never"
+    over = final or parsed in _ENDED  # the containers that did not run never will
     blocked = ""  # the init container that has not completed yet
     failed = ""  # the init container whose failure ended the pod
     init: list[k8s.ContainerStatus] = []
@@ -291,7 +308,7 @@ def container_statuses(
         if not ends_pod and state.failed:
             state, own = _restarting(state, own)
         if failed:
-            state = _not_run(failed, own, now)
+            state = _not_run(failed, over, error)
         elif blocked and state.state.terminated is None:
             state = _State(_waiting("PodInitializing"), allocation_id=state.allocation_id)
         if not failed and state.failed and ends_pod:
@@ -305,9 +322,9 @@ def container_statuses(
         state = deployment.state(container.name, own, now)
         if not ends_pod and (state.failed or (policy == "Always" and state.succeeded)):
             state, own = _restarting(state, own)
-        if failed and state.state.terminated is None:
-            state = _not_run(failed, own, now)
-        elif blocked and not failed:
+        if failed:
+            state = _not_run(failed, over, error)
+        elif blocked:
             state = _State(_waiting("PodInitializing"), allocation_id=state.allocation_id)
         main.append(_status(container, state, own))
     return PodContainerStatuses(init, main)
@@ -323,9 +340,16 @@ def _restarting(ended: _State, seen: ContainerObservation) -> tuple[_State, Cont
     )
 
 
-def _not_run(failed: str, seen: ContainerObservation, now: datetime) -> _State:
-    message = f"not run: init container {failed!r} failed"
-    return _State(_terminated(NOT_RUN_EXIT_CODE, seen, now, message))
+def _not_run(failed: str, over: bool, error: str) -> _State:
+    """A container that the failure of init container ``failed`` kept from running (its
+    provision script waits for the init containers and fails with them): ``waiting``
+    (``PodInitializing``), as the kubelet reports it, while the pod lives; once it is
+    ``over``, ``terminated`` with no times, because the virtual kubelet fails a pod only when
+    all its containers are reported terminated. ``error``: the DMS's reason, if it gave one."""
+    message = f"not run: init container {failed!r} failed" + (f" ({error})" if error else "")
+    if not over:
+        return _State(_waiting("PodInitializing", message))
+    return _State(terminated_state(NOT_RUN_EXIT_CODE, message=message))
 
 
 def pod_status(pod: k8s.Pod, job_id: str, statuses: PodContainerStatuses) -> interlink.PodStatus:

@@ -151,22 +151,34 @@ allocations:
     execution:
       type: docker
       image: busybox:1.36
-      cmd: ["sh", "-c", "echo deployed from the cli"]
+      cmd: ["sh", "-c", "echo deployed from the cli; exit %d"]
 nodes:
   n1:
     allocations: [job]
 """
 
 
-def test_deploy_waits_and_shows_each_transition(
-    setup: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(("code", "outcome"), [(0, "completed"), (3, "failed")])
+def test_deploy_wait_shows_a_jobs_progress_to_its_end_and_exits_with_its_outcome(
+    setup: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], code: int, outcome: str
 ) -> None:
     path = tmp_path / "job.yaml"
-    path.write_text(ENSEMBLE)
-    assert main(["deploy", str(path), "--wait", *setup]) == 0
-    out = capsys.readouterr().out
-    assert "deployed " in out and ": ensemble " in out
-    assert out.strip().splitlines()[-1].endswith(("Running", "Completed"))
+    path.write_text(ENSEMBLE % code)
+    assert main(["deploy", str(path), "--wait", *setup]) == (0 if code == 0 else 1)
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    assert "deployed " in lines[0] and ": ensemble " in lines[0]
+    ensemble = lines[0].rsplit(" ", 1)[-1]
+    shown = [line.split("] ", 1)[1] for line in lines[1:]]
+    assert shown[0] == f"{ensemble}: Preparing"
+    assert any(line.startswith("n1.job: placed on node n1 (peer ") for line in shown), shown
+    assert f"{ensemble}: Completed" in shown  # a job is followed past Running, to its end
+    assert shown[-1] == f"n1.job: {outcome}"
+    assert len(shown) == len(set(shown)), "one line per change"
+    if code:
+        assert err.strip() == f"dmsgw: deployment {ensemble} failed: allocation n1.job failed"
+    else:
+        assert err == ""
 
 
 def test_deploy_refuses_a_bad_file_in_one_line(

@@ -3,6 +3,8 @@ the marker format, the ledger that reconciles both sources, and the log reads th
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -205,8 +207,9 @@ async def test_the_markers_are_not_part_of_the_container_log(tmp_path: Path) -> 
     (tmp_path / "stdout.log").write_bytes(b"out\n")
     (tmp_path / "stderr.log").write_bytes(START + b"err" + EXIT % 3)
 
-    async def fetch() -> Path:
-        return tmp_path
+    @contextlib.asynccontextmanager
+    async def fetch() -> AsyncIterator[Path]:
+        yield tmp_path
 
     chunks = [c async for c in read_logs(fetch, ContainerLogOpts(), running=lambda: False)]
     assert b"".join(chunks) == b"out\nerr\n"
@@ -277,3 +280,30 @@ def test_a_record_whose_stored_ledger_is_garbled_loads_with_an_empty_one() -> No
     stored = {"uid": "u", "namespace": "d", "name": "p", "jid": "j", "request": b"{}"}
     assert PodRecord.from_map({**stored, "runs": "garbage"}).runs == {}
     assert PodRecord.from_map({**stored, "runs": {"main": {}}}).runs == {"main": {}}
+
+
+def _seconds(at: Any) -> float | None:
+    return None if at is None else at.timestamp()
+
+
+def test_each_run_keeps_the_times_it_was_seen_to_start_and_end_across_ensembles() -> None:
+    """The times are stamped when a poll first shows a run start or end, kept in the ledger
+    (persisted with the pod's record) and carried to the run's last state."""
+    s = 1_000_000_000
+    first = Runs().read(markers(START), 10, at_ns=100 * s)
+    running = first.observation(0)
+    assert (_seconds(running.started_at), running.finished_at, running.running) == (100, None, True)
+    ended = first.read(markers(EXIT % 3), 20, at_ns=107 * s)
+    seen = ended.observation(0)
+    assert (_seconds(seen.started_at), _seconds(seen.finished_at)) == (100, 107)
+    again = Runs.from_map(ended.to_map()).read(markers(START), 30, at_ns=120 * s)
+    last = again.observation(0).last_state
+    assert last is not None and last.terminated is not None
+    times = (_seconds(last.terminated.started_at), _seconds(last.terminated.finished_at))
+    assert times == (100, 107)
+    assert _seconds(again.observation(0).started_at) == 120
+    redeployed = again.read(markers(EXIT % 1), 40, at_ns=130 * s).next_ensemble()
+    carried = Runs.from_map(redeployed.to_map()).observation(1).last_state
+    assert carried is not None and carried.terminated is not None
+    times = (_seconds(carried.terminated.started_at), _seconds(carried.terminated.finished_at))
+    assert times == (120, 130)

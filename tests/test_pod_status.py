@@ -202,7 +202,11 @@ def test_a_failed_deployment_terminates_every_container_with_its_reason() -> Non
     assert states(result.containers) == [("a", "terminated", 1), ("b", "terminated", 1)]
     for s in (*result.init_containers, *result.containers):
         assert s.state.terminated is not None
-        assert s.state.terminated.message == "failed to create deployment"
+        assert "failed to create deployment" in s.state.terminated.message
+    for s in result.containers:  # they never ran: no times are made up for them
+        assert s.state.terminated is not None
+        assert s.state.terminated.message.startswith("not run: init container 'init' failed")
+        assert (s.state.terminated.started_at, s.state.terminated.finished_at) == (None, None)
 
 
 def test_a_completed_deployment_leaves_nothing_running() -> None:
@@ -247,16 +251,26 @@ def test_init_containers_gate_each_other_and_the_main_containers() -> None:
     assert result.containers[0].ready is True
 
 
-def test_a_failed_init_container_terminates_the_main_containers_under_never() -> None:
+def test_a_failed_init_container_keeps_the_rest_waiting_under_never_until_the_pod_ends() -> None:
+    """As the kubelet reports them: the containers after a failed init container never ran
+    (waiting, PodInitializing); only once the pod has ended are they reported terminated,
+    which the virtual kubelet needs to fail the pod."""
     pod = make_pod(c("app"), c("side"), init=[c("first"), c("second")], policy="Never")
     failed = manifest(first="failed", second="running", app="running", side="pending")
     seen = {"first": ContainerObservation(exit_code=2, started_at=at(0), finished_at=at(1))}
     result = container_statuses(pod, "Running", failed, now=NOW, observations=seen)
     assert states(result.init_containers) == [
         ("first", "terminated", 2),
-        ("second", "terminated", NOT_RUN_EXIT_CODE),
+        ("second", "waiting", "PodInitializing"),
     ]
     assert states(result.containers) == [
+        ("app", "waiting", "PodInitializing"),
+        ("side", "waiting", "PodInitializing"),
+    ]
+    waiting = result.containers[0].state.waiting
+    assert waiting is not None and waiting.message == "not run: init container 'first' failed"
+    ended = container_statuses(pod, "Failed", failed, now=NOW, observations=seen, final=True)
+    assert states(ended.containers) == [
         ("app", "terminated", NOT_RUN_EXIT_CODE),
         ("side", "terminated", NOT_RUN_EXIT_CODE),
     ]

@@ -1,0 +1,156 @@
+"""Container times and exit codes as the kubelet reports them, through the plugin API over the
+embedded devnet: a run's ``startedAt`` and ``finishedAt`` are stamped once, when the gateway
+first sees the run start or end (with its injected clock), and stay put across polls and a
+restart of the gateway; an init container is ``running`` while it runs and reports its own exit
+code as soon as it ends, and the containers after it show that they never ran.
+
+The gateway's clock is a :class:`~dmsgw.clock.FixedClock` the test moves: a time that follows
+the clock (the defect) shows as a jump. The waits are bounded polls of ``/status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.interlink.app import start_backend
+from dmsgw.interlink.config import load_config
+from dmsgw.interlink.gateway import Gateway
+from dmsgw.interlink.pod_record import Phase, PodRecord, snapshot_of
+from dmsgw.interlink.server import Metrics, PluginServer
+from dmsgw.interlink.store import PodStore
+from tests.gateway_fakes import FAST
+from tests.test_gateway_pods import _container, _create, _pod
+
+T0 = 1_700_000_000
+Status = dict[str, Any]
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(T0 * NS_PER_SECOND)
+
+
+@pytest.fixture
+async def plugin(
+    tmp_path: Path, clock: FixedClock
+) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
+    """The plugin API of a gateway on its embedded devnet, whose clock the test holds."""
+    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
+    backend = await start_backend(config, metrics=Metrics(process=False), clock=clock)
+    backend.parts.policy = FAST
+    server = PluginServer(backend, config.server_options(), Metrics(process=False))
+    client = TestClient(
+        TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
+    )
+    await client.start_server()
+    try:
+        yield client, backend
+    finally:
+        await client.close()
+        await backend.close()
+
+
+def _at(seconds: int) -> str:
+    return datetime.fromtimestamp(T0 + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _by_name(status: Status) -> dict[str, Status]:
+    return {c["name"]: c for c in (*status.get("initContainers", ()), *status["containers"])}
+
+
+async def _until(
+    client: TestClient[Any, Any], spec: Status, done: Callable[[dict[str, Status]], bool]
+) -> dict[str, Status]:
+    """Poll ``/status`` as interLink does (bounded) until ``done`` holds of the containers."""
+    for _ in range(400):
+        resp = await client.get("/status", data=json.dumps([spec]))
+        assert resp.status == 200, await resp.text()
+        (status,) = await resp.json()
+        containers = _by_name(status)
+        if done(containers):
+            return containers
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never got there: {containers}")
+
+
+def _in(state: str, *names: str) -> Callable[[dict[str, Status]], bool]:
+    return lambda containers: all(state in containers[name]["state"] for name in names)
+
+
+async def test_a_runs_times_stay_put_when_others_change_and_across_a_restart(
+    plugin: Any, clock: FixedClock, tmp_path: Path
+) -> None:
+    client, gateway = plugin
+    spec = _pod([_container("short", "sleep 0.6"), _container("long", "sleep 2")])
+    await _create(client, spec)
+    await _until(client, spec, _in("running", "short", "long"))
+    clock.advance(10)
+    seen = await _until(client, spec, _in("terminated", "short"))
+    assert seen["long"]["state"]["running"]["startedAt"] == _at(0)  # not when "short" ended
+    short = seen["short"]["state"]["terminated"]
+    assert (short["startedAt"], short["finishedAt"]) == (_at(0), _at(10))
+    clock.advance(10)
+    seen = await _until(client, spec, _in("terminated", "long"))
+    short, long = (seen[name]["state"]["terminated"] for name in ("short", "long"))
+    assert (short["startedAt"], short["finishedAt"]) == (_at(0), _at(10))  # stays put
+    assert (long["startedAt"], long["finishedAt"]) == (_at(0), _at(20))
+    await gateway.close()
+    # A gateway started again reads its pods' records: the times are in them.
+    (stored,) = PodStore(tmp_path / "state.sqlite3").load_all()
+    again = snapshot_of(PodRecord.from_map(stored), now_ns=(T0 + 99) * NS_PER_SECOND)
+    short_again = again.containers[0].state.terminated
+    assert short_again is not None and short_again.finished_at is not None
+    assert short_again.finished_at.timestamp() == T0 + 10
+
+
+async def test_an_init_container_runs_then_fails_with_its_own_code_and_the_rest_never_run(
+    plugin: Any, clock: FixedClock
+) -> None:
+    client, _ = plugin
+    spec = _pod(
+        [_container("main", "echo main")],
+        init=[_container("init", "sleep 1; exit 2")],
+    )
+    await _create(client, spec)
+    running = await _until(client, spec, _in("running", "init"))
+    assert running["init"]["state"]["running"]["startedAt"] == _at(0)
+    assert running["main"]["state"]["waiting"]["reason"] == "PodInitializing"
+    clock.advance(5)
+    ended = await _until(client, spec, _in("terminated", "init"))
+    init = ended["init"]["state"]["terminated"]
+    assert (init["exitCode"], init["startedAt"], init["finishedAt"]) == (2, _at(0), _at(5))
+    main = ended["main"]["state"]
+    assert main["waiting"]["reason"] == "PodInitializing", main
+    assert "init container 'init' failed" in main["waiting"]["message"]
+    await client.post("/delete", data=json.dumps(spec))
+
+
+def test_a_pod_that_failed_before_it_ran_ends_at_one_time_whatever_the_snapshot() -> None:
+    """A pod the DMS refused has no runs: its containers end when the pod ended, as recorded,
+    not at the time of each snapshot (a restarted gateway's included)."""
+    spec = _pod([_container("main", "true")])
+    record = PodRecord(
+        uid=spec["metadata"]["uid"],
+        namespace="default",
+        name=spec["metadata"]["name"],
+        jid="j",
+        request=json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode(),
+        phase=Phase.TERMINAL,
+        reason="ProviderFailed",
+        message="no peer can run it",
+        finished_ns=(T0 + 3) * NS_PER_SECOND,
+    )
+    for later in (5, 500):
+        snapshot = snapshot_of(record, now_ns=(T0 + later) * NS_PER_SECOND)
+        terminated = snapshot.containers[0].state.terminated
+        assert terminated is not None and terminated.finished_at is not None
+        assert terminated.finished_at.timestamp() == T0 + 3
