@@ -61,6 +61,9 @@ ORPHAN_PASS_EVERY_S = 60.0
 ROOT_INTENSITY = Intensity(max_restarts=100, period_s=60.0)
 """Pod actor restarts the root supervisor allows before it gives up (and the process ends)."""
 ROOT_BACKOFF = Backoff(min_s=0.5, max_s=30.0)
+RESUME_BATCH = 64
+"""Pods resumed per supervisor message at start: one thread round trip each, and between two
+the loop runs the batch's first steps (64 x ~0.3 ms holds it ~20 ms)."""
 
 
 def job_id(uid: str) -> str:
@@ -128,12 +131,16 @@ class Gateway:
     async def start(self) -> None:
         """Resume every stored pod (crash-only recovery)."""
         records = [PodRecord.from_map(m) for m in self.parts.store.load_all()]
+        live = []
         for record in records:
             if record.phase == Phase.TERMINAL:
                 self._records[record.uid] = record
                 self.snapshots[record.uid] = self.parts.snapshot(record)
-                continue
-            await self._spawn(record)
+            else:
+                live.append(record)
+        for first in range(0, len(live), RESUME_BATCH):
+            specs = [self._child(record) for record in live[first : first + RESUME_BATCH]]
+            await bridge.call(self._supervisor_proxy.start_children(specs))
         log.info("gateway resumed %d pods from %s", len(records), self.parts.store.path)
 
     def start_orphan_collection(self, every_s: float = ORPHAN_PASS_EVERY_S) -> None:
@@ -177,6 +184,10 @@ class Gateway:
             self.parts.loop.call_soon_threadsafe(_settle, self.gave_up, reason)
 
     async def _spawn(self, record: PodRecord) -> None:
+        await bridge.call(self._supervisor_proxy.start_child(self._child(record)))
+
+    def _child(self, record: PodRecord) -> ChildSpec:
+        """The supervisor's spec of the pod's actor; the pod is known from now on."""
         self._records[record.uid] = record
         self._polls.took(record.uid)
         parts = self.parts
@@ -198,8 +209,7 @@ class Gateway:
                 exit_hook=hook,
             )
 
-        spec = ChildSpec(_name(record.uid), start, Restart.TRANSIENT)
-        await bridge.call(self._supervisor_proxy.start_child(spec))
+        return ChildSpec(_name(record.uid), start, Restart.TRANSIENT)
 
     def _forget(self, uid: str) -> None:
         """A pod actor finished deleting its pod."""

@@ -201,6 +201,7 @@ class PodActor(AsyncActor):
         if self.record.phase != Phase.RUNNING:
             return
         record = self.record
+        before = _followed(record)
         record.dms_status = message.status.go_name
         observed = _plain(message.reply)
         if not observed.get("allocation_info") and record.observed.get("allocation_info"):
@@ -234,6 +235,8 @@ class PodActor(AsyncActor):
                 self._run(self._follower.back_off(record.attempt, delay_s=delay))
                 return
             record.phase = Phase.TERMINAL
+        elif _followed(record) == before:
+            return  # a resumed pod's first status is what was saved: no write, no new snapshot
         await self._save()
 
     async def _on_lost(self, message: Lost) -> None:
@@ -346,6 +349,11 @@ def _ran_here(ledger: Any) -> bool:
     """Whether a container's ledger shows a run that ended in the current ensemble (no
     ledger: nothing tells, so the status is taken as it is)."""
     return ledger is None or Runs.from_map(ledger).ended > 0
+
+
+def _followed(record: PodRecord) -> tuple[Any, ...]:
+    """What following a running ensemble may change in its pod's record."""
+    return (record.dms_status, record.observed, record.runs, record.started_ns, record.running_ns)
 
 
 def _plain(reply: Any) -> dict[str, Any]:

@@ -11,12 +11,17 @@ from typing import Any
 
 import pytest
 
+from dmsgw.actors.registry import Registry
+from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
 from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink import resources
+from dmsgw.interlink.pod_record import Phase
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.server import front_door, host_is_local
-from tests.gateway_fakes import FakeDMS
+from dmsgw.interlink.store import PodStore
+from tests.gateway_fakes import WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
+from tests.test_actors_runtime import Echo
 
 
 @pytest.fixture
@@ -80,3 +85,61 @@ def test_the_host_check_parses_a_host_and_address_once(monkeypatch: pytest.Monke
     assert not host_is_local("127.0.0.1:4001", sockname)
     assert not host_is_local("evil.example:4000", sockname)
     assert host_is_local("localhost:4000", sockname)
+
+
+# --- resuming pods ---------------------------------------------------------------------------
+
+
+def test_children_started_in_one_message_are_each_supervised() -> None:
+    """``start_children`` starts every spec in order, in one message, as ``start_child``
+    would one by one: each is registered, and a duplicate name is refused."""
+    supervisor = Supervisor.start(registry=(registry := Registry()))
+    try:
+        specs = [ChildSpec(name, lambda hook: Echo.start(exit_hook=hook)) for name in "abc"]
+        refs = supervisor.proxy().start_children(specs).get(timeout=WAIT_S)
+        assert [registry.get(name) for name in "abc"] == refs
+        assert supervisor.proxy().which_children().get(timeout=WAIT_S) == [
+            ("a", True),
+            ("b", True),
+            ("c", True),
+        ]
+        with pytest.raises(DuplicateChildError):
+            supervisor.proxy().start_children(specs[:1]).get(timeout=WAIT_S)
+    finally:
+        supervisor.stop()
+
+
+class _CountingStore(PodStore):
+    """A store that keeps the phase of every record written."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.phases: list[str] = []
+
+    async def put(self, uid: str, record: dict[str, Any]) -> None:
+        self.phases.append(record["phase"])
+        await super().put(uid, record)
+
+
+async def test_a_resumed_pod_saves_only_what_changed(tmp_path: Path, clock: FixedClock) -> None:
+    """After a restart, the first status of a pod that is as it was saved is not written
+    again (10,000 pods wrote 10,000 identical records); the next change is."""
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        await create(gateway, pod(uid(1)))
+        await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
+    finally:
+        await gateway.close()
+    store = _CountingStore(tmp_path / "state")
+    asked = dms.asked["deployment/status"]
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, store=store
+    )
+    try:
+        await until(lambda: dms.asked["deployment/status"] > asked, "a status asked after restart")
+        dms.live()[0].status = "Completed"
+        await until(lambda: gateway._records[uid(1)].phase == Phase.TERMINAL, "completed")
+    finally:
+        await gateway.close()
+    assert store.phases == [Phase.TERMINAL]
