@@ -99,6 +99,7 @@ from dmsgw.interlink.gateway import (
     Gateway,
     GatewayParts,
 )
+from dmsgw.interlink.heap import FREEZE_EVERY
 from dmsgw.interlink.parsing import parse_create_body
 from dmsgw.interlink.pod_record import PodPolicy, PodRecord, snapshot_of
 from dmsgw.interlink.resources import Capacity, ResourceActor
@@ -328,6 +329,7 @@ def _gateway(tmp: Path, dms: FakeDMS, loop: asyncio.AbstractEventLoop, pods: int
         capacity=Capacity(ResourceActor.start(dms, loop=loop), pods_capacity=pods * 2),
         loop=loop,
         policy=POLICY,
+        freeze_every=FREEZE_EVERY,  # as `dmsgw serve` runs it
     )
     return Gateway(parts)
 

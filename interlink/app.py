@@ -27,6 +27,7 @@ from ..transport.security import SecurityContext
 from .bodies import PodStatus
 from .config import GatewayConfig
 from .gateway import Gateway, GatewayParts
+from .heap import FREEZE_EVERY
 from .pod_record import PodRecord, snapshot_of
 from .resources import Capacity, GpuCatalog, ResourceActor
 from .server import Metrics
@@ -130,6 +131,7 @@ async def start_backend(
         clock=clock,
         owner=str(dms.did),
         close_dms=dms.close,
+        freeze_every=FREEZE_EVERY,
     )
     gateway = Gateway(parts)
     await gateway.start()

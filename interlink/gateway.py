@@ -27,7 +27,7 @@ from ..actors.aio import AsyncActorRef
 from ..actors.base import ActorExit
 from ..actors.registry import Registry
 from ..actors.supervision import Backoff, Intensity, Restart, Strategy
-from ..actors.supervisor import ChildSpec, Supervisor
+from ..actors.supervisor import ChildSpec, Supervisor, SupervisorEvent
 from ..behaviors.catalog import DEPLOYMENT_MANIFEST
 from ..behaviors.deployment import DeploymentManifestRequest
 from ..behaviors.ensemble import EnsembleConfig
@@ -43,6 +43,7 @@ from .bodies import (
     PodStatus,
     RetrievedPodData,
 )
+from .heap import HeapFreezer
 from .logs import log_directory, read_logs
 from .parsing import PodRef, in_turns
 from .pod import PodActor
@@ -94,6 +95,9 @@ class GatewayParts:
     close_dms: Callable[[], Awaitable[None]] | None = None
     """Closes what ``invoke`` goes through (the DMS client, the embedded devnet), last of all
     when the gateway closes."""
+    freeze_every: int = 0
+    """Freeze the heap after this many pods taken on (:class:`HeapFreezer`; ``dmsgw serve``
+    sets :data:`~dmsgw.interlink.heap.FREEZE_EVERY`); 0 never freezes."""
 
 
 class Gateway:
@@ -102,6 +106,7 @@ class Gateway:
 
     def __init__(self, parts: GatewayParts) -> None:
         self.parts = parts
+        self._heap = HeapFreezer(parts.freeze_every)
         self.registry = Registry()
         self.snapshots: dict[str, PodStatus] = {}
         self._records: dict[str, PodRecord] = {}
@@ -120,6 +125,7 @@ class Gateway:
             registry=self.registry,
             clock=parts.clock,
             exit_hook=self._supervisor_ended,
+            observer=self._supervisor_event,
         )
         self._creating: dict[str, asyncio.Future[None]] = {}  # UID -> its create under way
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
@@ -141,6 +147,8 @@ class Gateway:
         for first in range(0, len(live), RESUME_BATCH):
             specs = [self._child(record) for record in live[first : first + RESUME_BATCH]]
             await bridge.call(self._supervisor_proxy.start_children(specs))
+            self._heap.took(len(specs))
+        self._heap.settle()  # the resumed pods have settled: none of them is walked again
         log.info("gateway resumed %d pods from %s", len(records), self.parts.store.path)
 
     def start_orphan_collection(self, every_s: float = ORPHAN_PASS_EVERY_S) -> None:
@@ -169,6 +177,7 @@ class Gateway:
         await self.parts.capacity.close()
         await asyncio.get_running_loop().run_in_executor(None, self._supervisor.stop)
         await self.parts.store.close()
+        self._heap.close()
         if self.parts.close_dms is not None:
             await self.parts.close_dms()
 
@@ -183,8 +192,16 @@ class Gateway:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
             self.parts.loop.call_soon_threadsafe(_settle, self.gave_up, reason)
 
+    def _supervisor_event(self, event: SupervisorEvent) -> None:
+        """(In the supervisor's thread.) A pod actor that ended for good, its pod deleted, is
+        garbage now: the heap's freezer counts it once it is back on the loop."""
+        if event.kind == "forgotten":
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
+                self.parts.loop.call_soon_threadsafe(self._heap.dropped)
+
     async def _spawn(self, record: PodRecord) -> None:
         await bridge.call(self._supervisor_proxy.start_child(self._child(record)))
+        self._heap.took()
 
     def _child(self, record: PodRecord) -> ChildSpec:
         """The supervisor's spec of the pod's actor; the pod is known from now on."""
@@ -271,6 +288,7 @@ class Gateway:
         self.snapshots.pop(uid, None)
         self._polls.drop(uid)
         if record is not None:
+            self._heap.dropped()
             await self.parts.store.delete(uid)
 
     async def _delete_later(self, record: PodRecord) -> None:

@@ -5,7 +5,10 @@ record saved only when it changed."""
 
 from __future__ import annotations
 
+import gc
 import ipaddress
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,8 @@ from dmsgw.actors.registry import Registry
 from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
 from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink import resources
+from dmsgw.interlink import k8s, resources
+from dmsgw.interlink.heap import HeapFreezer
 from dmsgw.interlink.pod_record import Phase
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.server import front_door, host_is_local
@@ -143,3 +147,77 @@ async def test_a_resumed_pod_saves_only_what_changed(tmp_path: Path, clock: Fixe
     finally:
         await gateway.close()
     assert store.phases == [Phase.TERMINAL]
+
+
+# --- the frozen heap -------------------------------------------------------------------------
+
+
+class _Cycle:
+    """An object in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def thawed() -> Iterator[None]:
+    """Whatever a test freezes is the collector's again after it."""
+    yield
+    gc.unfreeze()
+
+
+def test_garbage_made_after_a_freeze_is_collected_as_ever(thawed: None) -> None:
+    freezer = HeapFreezer(every=2)
+    freezer.took(2)
+    assert gc.get_freeze_count() > 0
+    later = _Cycle()
+    gone = weakref.ref(later)
+    del later
+    gc.collect()
+    assert gone() is None
+
+
+def test_frozen_pods_deleted_are_collected_once_a_quarter_of_them_are_gone(thawed: None) -> None:
+    """A frozen object that becomes garbage waits for the thaw, which comes once pods
+    amounting to a quarter of those frozen (at least ``every``) have been deleted."""
+    freezer = HeapFreezer(every=2)
+    pods = [_Cycle() for _ in range(8)]
+    freezer.took(8)
+    gone = [weakref.ref(p) for p in pods]
+    del pods
+    gc.collect()
+    assert all(ref() is not None for ref in gone)  # frozen: not walked
+    freezer.dropped()
+    gc.collect()
+    assert all(ref() is not None for ref in gone)
+    freezer.dropped()  # 2 of 8: a quarter
+    assert all(ref() is None for ref in gone)
+
+
+async def test_a_deleted_pod_is_not_kept_by_the_frozen_heap(
+    tmp_path: Path, clock: FixedClock, thawed: None
+) -> None:
+    """A gateway that freezes its heap after every two pods: once both pods are deleted,
+    their actors are collected (the thaw), not kept for the life of the process."""
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2
+    )
+    try:
+        specs = [pod(uid(n)) for n in (1, 2)]
+        for spec in specs:
+            await create(gateway, spec)
+        await until(lambda: all(gateway.snapshots.get(uid(n)) for n in (1, 2)), "published")
+        actors = [weakref.ref(gateway.registry.require(f"pod/{uid(n)}")._actor) for n in (1, 2)]  # type: ignore[attr-defined]
+        assert gc.get_freeze_count() > 0
+        for spec in specs:
+            await gateway.delete(k8s.Pod.model_validate(spec))
+
+        def collected() -> bool:
+            gc.collect()
+            return all(actor() is None for actor in actors)
+
+        await until(collected, "the deleted pods' actors collected")
+    finally:
+        await gateway.close()
+    assert gc.get_freeze_count() == 0  # closing thaws what the gateway froze
