@@ -355,6 +355,7 @@ async def main(pods: int, rate: float, seconds: float, batch: int, profile: bool
             for runner in runners:
                 await runner.cleanup()
             await _close(backend, gateway, "first")
+        del load, gateway, backend  # a restarted process holds nothing of the first gateway
         await _restart(tmp, dms, loop, pods, probe, gauge, profile)
     gauge.watch.cancel()
     sampler.cancel()

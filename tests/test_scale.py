@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import ipaddress
+import json
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +21,15 @@ from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink import k8s, resources
 from dmsgw.interlink.heap import HeapFreezer
-from dmsgw.interlink.pod_record import Phase
+from dmsgw.interlink.parsing import parse_create_body
+from dmsgw.interlink.pod_record import Phase, parsed_request
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.server import front_door, host_is_local
 from dmsgw.interlink.store import PodStore
 from tests.gateway_fakes import WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
 from tests.test_actors_runtime import Echo
+
+DATA = Path(__file__).parent / "data" / "interlink"
 
 
 @pytest.fixture
@@ -221,3 +225,22 @@ async def test_a_deleted_pod_is_not_kept_by_the_frozen_heap(
     finally:
         await gateway.close()
     assert gc.get_freeze_count() == 0  # closing thaws what the gateway froze
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "create_v05_example.json",
+        "create_v04_quickstart.json",
+        "pod_full.json",
+    ],
+)
+def test_a_stored_request_reads_back_as_the_create_body_did(body: str) -> None:
+    """What a record keeps (the request as the model writes it) is read back without the
+    ``/create`` checks, to the pod those checks read from it."""
+    raw = (DATA / body).read_bytes()
+    if body.startswith("pod_"):
+        raw = json.dumps({"pod": json.loads(raw), "container": []}).encode()
+    stored = parse_create_body(raw)[0].to_json()
+    parsed_request.cache_clear()
+    assert parsed_request(stored) == parse_create_body(stored)[0]
