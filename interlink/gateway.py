@@ -144,11 +144,11 @@ class Gateway:
                 self.snapshots[record.uid] = self.parts.snapshot(record)
             else:
                 live.append(record)
-        for first in range(0, len(live), RESUME_BATCH):
-            specs = [self._child(record) for record in live[first : first + RESUME_BATCH]]
-            await bridge.call(self._supervisor_proxy.start_children(specs))
-            self._heap.took(len(specs))
-        self._heap.settle()  # the resumed pods have settled: none of them is walked again
+        with self._heap.paused():
+            for first in range(0, len(live), RESUME_BATCH):
+                specs = [self._child(record) for record in live[first : first + RESUME_BATCH]]
+                await bridge.call(self._supervisor_proxy.start_children(specs))
+        self._heap.settle(len(live))  # the resumed pods, walked once, are not walked again
         log.info("gateway resumed %d pods from %s", len(records), self.parts.store.path)
 
     def start_orphan_collection(self, every_s: float = ORPHAN_PASS_EVERY_S) -> None:

@@ -21,7 +21,13 @@ from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink import k8s, resources
 from dmsgw.interlink.heap import HeapFreezer
-from dmsgw.interlink.parsing import parse_create_body
+from dmsgw.interlink.parsing import (
+    MEMO_BYTES,
+    MEMO_ENTRIES,
+    _BodyMemo,
+    held_bytes,
+    parse_create_body,
+)
 from dmsgw.interlink.pod_record import Phase, parsed_request
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.server import front_door, host_is_local
@@ -244,3 +250,26 @@ def test_a_stored_request_reads_back_as_the_create_body_did(body: str) -> None:
     stored = parse_create_body(raw)[0].to_json()
     parsed_request.cache_clear()
     assert parsed_request(stored) == parse_create_body(stored)[0]
+
+
+def test_the_collector_waits_while_pods_are_resumed_and_runs_again_after(thawed: None) -> None:
+    freezer = HeapFreezer(every=2)
+    with pytest.raises(RuntimeError), freezer.paused():
+        assert not gc.isenabled()
+        raise RuntimeError("a resume that fails")
+    assert gc.isenabled()
+    with HeapFreezer(every=0).paused():  # a gateway that does not freeze leaves it alone
+        assert gc.isenabled()
+
+
+# --- the remembered /status bodies -------------------------------------------------------------
+
+
+def test_the_status_bodies_of_100000_pods_are_all_remembered() -> None:
+    """interLink polls each pod with its own body: 100,000 pods of a few KiB each are
+    100,000 bodies remembered, none forgotten for the others."""
+    memo = _BodyMemo(max_entries=MEMO_ENTRIES, max_bytes=MEMO_BYTES)
+    for i in range(100_000):
+        pods = ((f"00000000-0000-4000-8000-{i:012d}", "default", f"pod-{i}", 1, 4000),)
+        memo.put(i.to_bytes(4), held_bytes(pods), pods)
+    assert memo.get((0).to_bytes(4)) is not None
