@@ -171,7 +171,8 @@ class Runs:
         return self
 
     def to_map(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The stored ledger (its fields are plain numbers: no deep copy, as ``asdict`` makes)."""
+        return {name: getattr(self, name) for name in self.__slots__}
 
     @classmethod
     def from_map(cls, value: Any) -> Runs:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import random
@@ -249,7 +250,7 @@ class PodActor(AsyncActor):
         record.finished_ns = self._clock()
         record.dms_status = DeploymentStatus.FAILED.go_name
         lost = f"the DMS no longer knows deployment {message.ensemble_id} ({message.error})"
-        if request_data(record).pod.spec.restart_policy in ("Always", "OnFailure"):
+        if self._restart_policy in ("Always", "OnFailure"):
             log.warning("pod %s: %s; deploying it again", record.uid, lost)
             record.phase = Phase.BACKOFF
             delay = self._count_restart()
@@ -291,7 +292,7 @@ class PodActor(AsyncActor):
     def _restarts(self, status: DeploymentStatus) -> bool:
         """``restartPolicy``: Always redeploys, OnFailure when the deployment failed or a
         container ended with an error (an ensemble of tasks "completes" either way)."""
-        policy = request_data(self.record).pod.spec.restart_policy
+        policy = self._restart_policy
         if policy == "Always":
             return True
         if policy != "OnFailure":
@@ -305,12 +306,19 @@ class PodActor(AsyncActor):
 
     def _service_completed(self) -> bool:
         """Under ``Always``: a main container (a DMS service) ended with exit code 0."""
-        if request_data(self.record).pod.spec.restart_policy != "Always":
+        if self._restart_policy != "Always":
             return False
         return any(
             run.exit_code == 0
             for run in _latest_runs(self._snapshot(self.record), self.record.runs)
         )
+
+    @functools.cached_property
+    def _restart_policy(self) -> str:
+        """The pod's ``restartPolicy``, read once: every status of a running pod asks, and
+        the parsed request it is read from is cached for a few hundred pods only (a gateway
+        resuming 10,000 pods parsed each request again for it)."""
+        return request_data(self.record).pod.spec.restart_policy
 
     def _count_restart(self) -> float:
         """Count a restart and return its delay, as the kubelet's back-off: ``restart_min_s``
