@@ -479,6 +479,7 @@ class _Load:
         collecting = time.perf_counter()
         gc.collect()
         full_gc_s = time.perf_counter() - collecting
+        tracked = len(gc.get_objects())
         # What the gateway's thaw costs (a quarter of the frozen pods deleted): a pass over all.
         gc.unfreeze()
         thawing = time.perf_counter()
@@ -488,7 +489,6 @@ class _Load:
         grown = _rss_bytes() - baseline
         per_pod_kib = grown / pods / 1024
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        tracked = len(gc.get_objects())
         print(f"{pods:,} pods, one per backend.create call, {batch} calls in flight")
         rate = pods / created_s
         print(
