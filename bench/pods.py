@@ -552,7 +552,9 @@ async def _drive_in_child(
     pauses = _GCPauses()
     gc.callbacks.append(pauses)
     try:
-        results = await asyncio.to_thread(_receive, mine, 60 + 4 * s * len(plan))
+        # Every pod's body goes once to each server first, at a few thousand a second.
+        wait_s = 60 + 4 * s * len(plan) + pods * len(dict.fromkeys(u for _, u in plan)) / 250
+        results = await asyncio.to_thread(_receive, mine, wait_s)
     finally:
         gc.callbacks.remove(pauses)
         child.join(5)
