@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pykka
@@ -123,6 +123,13 @@ class Supervisor(Actor):
         if ref is None:
             raise DmsgwError(f"child {spec.name!r} failed to start")
         return ref
+
+    def start_children(self, specs: Sequence[ChildSpec]) -> list[Ref]:
+        """:meth:`start_child` for each spec in turn, in one message: a caller on another
+        thread waits for one round trip, not one per child (10,000 pods resumed at a restart
+        waited ~0.3 ms each). As there, the first that fails raises, and the rest are not
+        started."""
+        return [self.start_child(spec) for spec in specs]
 
     def terminate_child(self, name: str) -> bool:
         """Stop a child for good; ``False`` if there was no such child."""

@@ -1,15 +1,15 @@
 """The ping (``GET /status []``, the node's capacity) against a DMS network of 1,000 peers.
 
 The gateway is the real one (``PluginServer`` over the ``Gateway``, its ``ResourceActor``
-with the defaults ``dmsgw serve`` uses: a 20 s cache, 16 peers asked at a time, 5 s each) over
+with the defaults ``dmsgw serve`` uses: a 20 s cache, 32 peers asked at a time, 5 s each) over
 an in-process fake DMS whose ``peers/self`` and ``peers/list`` answer at once and whose
 ``resources/free`` answers for each peer after ``--peer-latency-ms`` (a round trip through
 the DMS to a remote peer; every tenth peer has a GPU). What the fake DMS counts: the calls, and
 the most ``resources/free`` calls in flight at once (the bound on concurrency).
 
 1. Cold: the first ping, nothing cached, over HTTP on loopback. The floor asks the same
-   peers the same way (the same fake DMS, the same 16 at a time, a plain sum of the answers):
-   ``ceil(peers / 16) x latency`` is the least any gateway that bounds its concurrency at 16
+   peers the same way (the same fake DMS, the same 32 at a time, a plain sum of the answers):
+   ``ceil(peers / 32) x latency`` is the least any gateway that bounds its concurrency at 32
    can take.
 2. Cold, many at once: ``--burst`` pings sent together when the cache has just expired (the
    readiness probe and interLink can ping together): how long the last one waits, and
@@ -50,13 +50,13 @@ from dmsgw.clock import system_clock
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway, GatewayParts
 from dmsgw.interlink.pod_record import snapshot_of
-from dmsgw.interlink.resources import Capacity, ResourceActor
+from dmsgw.interlink.resources import PEER_CONCURRENCY, Capacity, ResourceActor
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 
 COLD_TARGET_S = 1.0
-CONCURRENCY = 16  # ResourceActor's default, as `dmsgw serve` runs it
+CONCURRENCY = PEER_CONCURRENCY  # ResourceActor's default, as `dmsgw serve` runs it
 TTL_S = 20.0  # likewise
 PROBE_S = 0.02
 GIB = 2**30

@@ -31,6 +31,7 @@ from ..transport.rest import DMSError, RestTransport, TransportError
 from ..transport.security import SecurityContext
 from .config import GatewayConfig
 from .gateway import Gateway, GatewayParts
+from .heap import FREEZE_EVERY
 from .pod_record import Snapshot, snapshot_of
 from .pod_report import PodReport
 from .resources import Capacity, GpuCatalog, ResourceActor
@@ -211,6 +212,7 @@ async def start_backend(
         clock=clock,
         owner=str(dms.did),
         close_dms=dms.close,
+        freeze_every=FREEZE_EVERY,
     )
     gateway = Gateway(parts)
     await gateway.start()

@@ -254,7 +254,11 @@ class Runs:
         return self
 
     def to_map(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The stored ledger: its fields are plain numbers but for the probes' state (no deep
+        copy, as ``asdict`` makes)."""
+        stored = {name: getattr(self, name) for name in self.__slots__}
+        stored["probes"] = self.probes.to_map()
+        return stored
 
     @classmethod
     def from_map(cls, value: Any) -> Runs:

@@ -27,7 +27,7 @@ from ..actors.aio import AsyncActorRef
 from ..actors.base import ActorExit
 from ..actors.registry import Registry
 from ..actors.supervision import Backoff, Intensity, Restart, Strategy
-from ..actors.supervisor import ChildSpec, Supervisor
+from ..actors.supervisor import ChildSpec, Supervisor, SupervisorEvent
 from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND, Clock, system_clock
@@ -41,6 +41,7 @@ from .bodies import (
     PodStatus,
     RetrievedPodData,
 )
+from .heap import HeapFreezer
 from .logs import fetched_logs, read_logs
 from .parsing import PodRef, in_turns
 from .pod import PodActor
@@ -61,6 +62,9 @@ ORPHAN_PASS_EVERY_S = 60.0
 ROOT_INTENSITY = Intensity(max_restarts=100, period_s=60.0)
 """Pod actor restarts the root supervisor allows before it gives up (and the process ends)."""
 ROOT_BACKOFF = Backoff(min_s=0.5, max_s=30.0)
+RESUME_BATCH = 64
+"""Pods resumed per supervisor message at start: one thread round trip each, and between two
+the loop runs the batch's first steps (64 x ~0.3 ms holds it ~20 ms)."""
 
 
 def job_id(uid: str) -> str:
@@ -91,6 +95,9 @@ class GatewayParts:
     close_dms: Callable[[], Awaitable[None]] | None = None
     """Closes what ``invoke`` goes through (the DMS client, the embedded devnet), last of all
     when the gateway closes."""
+    freeze_every: int = 0
+    """Freeze the heap after this many pods taken on (:class:`HeapFreezer`; ``dmsgw serve``
+    sets :data:`~dmsgw.interlink.heap.FREEZE_EVERY`); 0 never freezes."""
 
 
 class Gateway:
@@ -99,6 +106,7 @@ class Gateway:
 
     def __init__(self, parts: GatewayParts) -> None:
         self.parts = parts
+        self._heap = HeapFreezer(parts.freeze_every)
         self.registry = Registry()
         self.snapshots: dict[str, PodStatus] = {}
         self._records: dict[str, PodRecord] = {}
@@ -121,6 +129,7 @@ class Gateway:
             registry=self.registry,
             clock=parts.clock,
             exit_hook=self._supervisor_ended,
+            observer=self._supervisor_event,
         )
         self._creating: dict[str, asyncio.Future[None]] = {}  # UID -> its create under way
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
@@ -132,12 +141,18 @@ class Gateway:
     async def start(self) -> None:
         """Resume every stored pod (crash-only recovery)."""
         records = [PodRecord.from_map(m) for m in self.parts.store.load_all()]
+        live = []
         for record in records:
             if record.phase == Phase.TERMINAL:
                 self._records[record.uid] = record
                 self.snapshots[record.uid] = self.parts.snapshot(record)
-                continue
-            await self._spawn(record)
+            else:
+                live.append(record)
+        with self._heap.paused():
+            for first in range(0, len(live), RESUME_BATCH):
+                specs = [self._child(record) for record in live[first : first + RESUME_BATCH]]
+                await bridge.call(self._supervisor_proxy.start_children(specs))
+        self._heap.settle(len(live))  # the resumed pods, walked once, are not walked again
         log.info("gateway resumed %d pods from %s", len(records), self.parts.store.path)
 
     def start_orphan_collection(self, every_s: float = ORPHAN_PASS_EVERY_S) -> None:
@@ -166,6 +181,7 @@ class Gateway:
         await self.parts.capacity.close()
         await asyncio.get_running_loop().run_in_executor(None, self._supervisor.stop)
         await self.parts.store.close()
+        self._heap.close()
         if self.parts.close_dms is not None:
             await self.parts.close_dms()
 
@@ -180,7 +196,19 @@ class Gateway:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
             self.parts.loop.call_soon_threadsafe(_settle, self.gave_up, reason)
 
+    def _supervisor_event(self, event: SupervisorEvent) -> None:
+        """(In the supervisor's thread.) A pod actor that ended for good, its pod deleted, is
+        garbage now: the heap's freezer counts it once it is back on the loop."""
+        if event.kind == "forgotten":
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
+                self.parts.loop.call_soon_threadsafe(self._heap.dropped)
+
     async def _spawn(self, record: PodRecord) -> None:
+        await bridge.call(self._supervisor_proxy.start_child(self._child(record)))
+        self._heap.took()
+
+    def _child(self, record: PodRecord) -> ChildSpec:
+        """The supervisor's spec of the pod's actor; the pod is known from now on."""
         self._records[record.uid] = record
         self._polls.took(record.uid)
         parts = self.parts
@@ -202,8 +230,7 @@ class Gateway:
                 exit_hook=hook,
             )
 
-        spec = ChildSpec(_name(record.uid), start, Restart.TRANSIENT)
-        await bridge.call(self._supervisor_proxy.start_child(spec))
+        return ChildSpec(_name(record.uid), start, Restart.TRANSIENT)
 
     def _snapshot(self, record: PodRecord) -> PodStatus:
         """A pod actor publishes ``record``: remember it, and read it as its snapshot."""
@@ -279,6 +306,7 @@ class Gateway:
         self.snapshots.pop(uid, None)
         self._polls.drop(uid)
         if record is not None:
+            self._heap.dropped()
             await self.parts.store.delete(uid)
 
     async def _delete_later(self, record: PodRecord) -> None:

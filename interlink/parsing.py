@@ -211,7 +211,7 @@ async def read_status_body(raw: bytes) -> list[PodRef]:
         (p.metadata.uid, p.metadata.namespace, p.metadata.name, *span)
         for p, span in zip(pods, spans, strict=True)
     )
-    _VALID_STATUS_BODIES.put(digest, len(raw), remembered)
+    _VALID_STATUS_BODIES.put(digest, held_bytes(remembered), remembered)
     return _refs(remembered, StatusBody(raw, spans, pods, text))
 
 
@@ -236,7 +236,7 @@ async def in_turns(items: Iterable[T]) -> AsyncIterator[T]:
 
 class _BodyMemo:
     """Validated bodies' pods (identity and place) by digest, bounded in entries and in the
-    bytes of the bodies they came from (which bound what the entries hold)."""
+    bytes the entries hold (:func:`held_bytes`)."""
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self._known: dict[bytes, _Remembered] = {}
@@ -255,7 +255,19 @@ class _BodyMemo:
         self._bytes += size
 
 
-_VALID_STATUS_BODIES = _BodyMemo(max_entries=32768, max_bytes=64 << 20)
+def held_bytes(remembered: _Remembered) -> int:
+    """Roughly what an entry holds: each pod's three strings, and ~300 bytes of tuples and
+    numbers around them (the body itself is not kept)."""
+    return sum(300 + len(uid) + len(ns) + len(name) for uid, ns, name, _, _ in remembered)
+
+
+MEMO_ENTRIES = 1 << 18
+MEMO_BYTES = 128 << 20
+"""Bounds of the remembered ``/status`` bodies: interLink sends one body per pod, so 100,000
+pods are 100,000 entries of ~400 bytes (40 MiB). Bounded by the bodies' own size instead
+(32,768 entries, 64 MiB), the memo was emptied past ~10,000 pods of a few KiB each, and past
+32,768 pods of any size: every poll then validated its pod again."""
+_VALID_STATUS_BODIES = _BodyMemo(max_entries=MEMO_ENTRIES, max_bytes=MEMO_BYTES)
 
 
 def parse_logs_body(raw: bytes) -> LogStruct:

@@ -28,6 +28,11 @@ from .server import BackendUnavailable
 
 log = logging.getLogger(__name__)
 
+PEER_CONCURRENCY = 32
+"""Peers asked for their free resources at once. At 20 ms per peer, 1,000 peers take 0.63 s
+(16 took 1.3 s); it is half of what the DMS client lets through at once (64), so the pods'
+own calls keep the other half while a ping gathers."""
+
 
 class DMSUnreachableError(DmsgwError):
     """The local DMS did not answer: nothing can be offloaded now."""
@@ -64,7 +69,7 @@ class ResourceActor(AsyncActor):
         *,
         ttl_s: float = 20.0,
         peer_timeout_s: float = 5.0,
-        concurrency: int = 16,
+        concurrency: int = PEER_CONCURRENCY,
         clock: Clock = system_clock,
         catalog: GpuCatalog | None = None,
         **kwargs: Any,
@@ -129,13 +134,18 @@ class Capacity:
         self._pods_capacity = pods_capacity
         self._gpu_prefix = gpu_prefix
         self._advertised: set[str] = set()
+        self._last: tuple[list[PeerResources], PingResponse] | None = None
 
     async def ping(self) -> PingResponse:
-        """The capacity to advertise; :class:`BackendUnavailable` when the DMS is silent."""
+        """The capacity to advertise; :class:`BackendUnavailable` when the DMS is silent.
+        Consolidating 1,000 peers takes ~20 ms of the loop, so the reply is kept for as long
+        as the actor serves the same gathering (the same list): it changes only with it."""
         try:
             peers = await self.free_resources()
         except DMSUnreachableError as exc:
             raise BackendUnavailable(str(exc)) from None
+        if self._last is not None and self._last[0] is peers:
+            return self._last[1]
         reply = consolidate_capacity(
             (p.free for p in peers),
             max_pods=self._pods_capacity,
@@ -144,6 +154,7 @@ class Capacity:
         )
         if reply.resources is not None:
             self._advertised |= {a.resource_type for a in reply.resources.accelerators or ()}
+        self._last = (peers, reply)
         return reply
 
     async def free_resources(self) -> list[PeerResources]:

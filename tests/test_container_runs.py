@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_LOGS, Behavior
@@ -18,6 +19,7 @@ from dmsgw.interlink.container_runs import Runs
 from dmsgw.interlink.logs import lines_after, read_logs
 from dmsgw.interlink.pod_follower import read_runs
 from dmsgw.interlink.pod_record import PodRecord
+from dmsgw.interlink.probe_state import ProbeState
 from dmsgw.interlink.run_markers import Marker, markers, strip_marker
 
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"
@@ -143,8 +145,14 @@ def test_a_ledger_round_trips_through_its_map() -> None:
         earlier_restarts=4,
         earlier_ended=True,
         earlier_exit_code=None,
+        started_ns=5,
+        ended_ns=6,
+        probes=ProbeState(
+            reported=True, started=True, failing=(("readiness", "503"),), killed_by="liveness: 500"
+        ),
     )
-    assert Runs.from_map(runs.to_map()) == runs
+    stored = runs.to_map()
+    assert Runs.from_map(msgpack.unpackb(msgpack.packb(stored))) == runs  # as the store keeps it
 
 
 # --- reading the log --------------------------------------------------------------------------

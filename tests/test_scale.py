@@ -1,0 +1,275 @@
+"""What the gateway keeps so that 100,000 pods and a large DMS network cost little per request,
+and that what it keeps never goes stale: the ping's consolidated capacity, the Host check,
+the heap frozen after batches of pods, pods started in one supervisor message, and a pod's
+record saved only when it changed."""
+
+from __future__ import annotations
+
+import gc
+import ipaddress
+import json
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmsgw.actors.registry import Registry
+from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
+from dmsgw.behaviors.resources import CPU, Resources
+from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.interlink import k8s, resources
+from dmsgw.interlink.heap import HeapFreezer
+from dmsgw.interlink.parsing import (
+    MEMO_BYTES,
+    MEMO_ENTRIES,
+    _BodyMemo,
+    held_bytes,
+    parse_create_body,
+)
+from dmsgw.interlink.pod_record import Phase, parsed_request
+from dmsgw.interlink.resources import Capacity, ResourceActor
+from dmsgw.interlink.server import front_door, host_is_local
+from dmsgw.interlink.store import PodStore
+from tests.gateway_fakes import WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
+from tests.test_actors_runtime import Echo
+
+DATA = Path(__file__).parent / "data" / "interlink"
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(1_700_000_000 * NS_PER_SECOND)
+
+
+# --- the ping ------------------------------------------------------------------------------
+
+
+async def test_the_ping_is_consolidated_once_per_gathering_and_again_when_it_changes(
+    tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached ping answers the reply already consolidated; once the peers are asked again
+    (the cache expired) the reply says what they answer now."""
+    dms = FakeDMS(tmp_path / "logs", free=Resources(cpu=CPU(cores=2.0)))
+    consolidations = 0
+    consolidate = resources.consolidate_capacity
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal consolidations
+        consolidations += 1
+        return consolidate(*args, **kwargs)
+
+    monkeypatch.setattr(resources, "consolidate_capacity", counting)
+    capacity = Capacity(ResourceActor.start(dms, ttl_s=20.0, clock=clock), pods_capacity=10)
+    try:
+        first = await capacity.ping()
+        assert [await capacity.ping() for _ in range(3)] == [first] * 3
+        assert (consolidations, dms.asked["resources/free"]) == (1, 1)
+        dms.free = Resources(cpu=CPU(cores=8.0))
+        clock.advance(21.0)
+        changed = await capacity.ping()
+    finally:
+        await capacity.close()
+    assert (consolidations, dms.asked["resources/free"]) == (2, 2)
+    assert first.resources is not None and first.resources.cpu == "2"
+    assert changed.resources is not None and changed.resources.cpu == "8"
+
+
+# --- the Host check --------------------------------------------------------------------------
+
+
+def test_the_host_check_parses_a_host_and_address_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request names the same Host on the same socket: it is parsed once, and the
+    answers stay what they were (a wrong port or name is still refused)."""
+    parsed: list[str] = []
+    parse = ipaddress.ip_address
+
+    def counting(text: str) -> Any:
+        parsed.append(text)
+        return parse(text)
+
+    monkeypatch.setattr(front_door.ipaddress, "ip_address", counting)
+    host_is_local.cache_clear()
+    sockname = ("127.0.0.1", 4000)
+    assert [host_is_local("127.0.0.1:4000", sockname) for _ in range(5)] == [True] * 5
+    once = len(parsed)
+    assert [host_is_local("127.0.0.1:4000", sockname) for _ in range(5)] == [True] * 5
+    assert len(parsed) == once
+    assert not host_is_local("127.0.0.1:4001", sockname)
+    assert not host_is_local("evil.example:4000", sockname)
+    assert host_is_local("localhost:4000", sockname)
+
+
+# --- resuming pods ---------------------------------------------------------------------------
+
+
+def test_children_started_in_one_message_are_each_supervised() -> None:
+    """``start_children`` starts every spec in order, in one message, as ``start_child``
+    would one by one: each is registered, and a duplicate name is refused."""
+    supervisor = Supervisor.start(registry=(registry := Registry()))
+    try:
+        specs = [ChildSpec(name, lambda hook: Echo.start(exit_hook=hook)) for name in "abc"]
+        refs = supervisor.proxy().start_children(specs).get(timeout=WAIT_S)
+        assert [registry.get(name) for name in "abc"] == refs
+        assert supervisor.proxy().which_children().get(timeout=WAIT_S) == [
+            ("a", True),
+            ("b", True),
+            ("c", True),
+        ]
+        with pytest.raises(DuplicateChildError):
+            supervisor.proxy().start_children(specs[:1]).get(timeout=WAIT_S)
+    finally:
+        supervisor.stop()
+
+
+class _CountingStore(PodStore):
+    """A store that keeps the phase of every record written."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.phases: list[str] = []
+
+    async def put(self, uid: str, record: dict[str, Any]) -> None:
+        self.phases.append(record["phase"])
+        await super().put(uid, record)
+
+
+async def test_a_resumed_pod_saves_only_what_changed(tmp_path: Path, clock: FixedClock) -> None:
+    """After a restart, the first status of a pod that is as it was saved is not written
+    again (10,000 pods wrote 10,000 identical records); the next change is."""
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        await create(gateway, pod(uid(1)))
+        await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
+    finally:
+        await gateway.close()
+    store = _CountingStore(tmp_path / "state")
+    asked = dms.asked["deployment/status"]
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, store=store
+    )
+    try:
+        await until(lambda: dms.asked["deployment/status"] > asked, "a status asked after restart")
+        dms.live()[0].status = "Completed"
+        await until(lambda: gateway._records[uid(1)].phase == Phase.TERMINAL, "completed")
+    finally:
+        await gateway.close()
+    assert store.phases == [Phase.TERMINAL]
+
+
+# --- the frozen heap -------------------------------------------------------------------------
+
+
+class _Cycle:
+    """An object in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def thawed() -> Iterator[None]:
+    """Whatever a test freezes is the collector's again after it."""
+    yield
+    gc.unfreeze()
+
+
+def test_garbage_made_after_a_freeze_is_collected_as_ever(thawed: None) -> None:
+    freezer = HeapFreezer(every=2)
+    freezer.took(2)
+    assert gc.get_freeze_count() > 0
+    later = _Cycle()
+    gone = weakref.ref(later)
+    del later
+    gc.collect()
+    assert gone() is None
+
+
+def test_frozen_pods_deleted_are_collected_once_a_quarter_of_them_are_gone(thawed: None) -> None:
+    """A frozen object that becomes garbage waits for the thaw, which comes once pods
+    amounting to a quarter of those frozen (at least ``every``) have been deleted."""
+    freezer = HeapFreezer(every=2)
+    pods = [_Cycle() for _ in range(8)]
+    freezer.took(8)
+    gone = [weakref.ref(p) for p in pods]
+    del pods
+    gc.collect()
+    assert all(ref() is not None for ref in gone)  # frozen: not walked
+    freezer.dropped()
+    gc.collect()
+    assert all(ref() is not None for ref in gone)
+    freezer.dropped()  # 2 of 8: a quarter
+    assert all(ref() is None for ref in gone)
+
+
+async def test_a_deleted_pod_is_not_kept_by_the_frozen_heap(
+    tmp_path: Path, clock: FixedClock, thawed: None
+) -> None:
+    """A gateway that freezes its heap after every two pods: once both pods are deleted,
+    their actors are collected (the thaw), not kept for the life of the process."""
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2
+    )
+    try:
+        specs = [pod(uid(n)) for n in (1, 2)]
+        for spec in specs:
+            await create(gateway, spec)
+        await until(lambda: all(gateway.snapshots.get(uid(n)) for n in (1, 2)), "published")
+        actors = [weakref.ref(gateway.registry.require(f"pod/{uid(n)}")._actor) for n in (1, 2)]  # type: ignore[attr-defined]
+        assert gc.get_freeze_count() > 0
+        for spec in specs:
+            await gateway.delete(k8s.Pod.model_validate(spec))
+
+        def collected() -> bool:
+            gc.collect()
+            return all(actor() is None for actor in actors)
+
+        await until(collected, "the deleted pods' actors collected")
+    finally:
+        await gateway.close()
+    assert gc.get_freeze_count() == 0  # closing thaws what the gateway froze
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "create_v05_example.json",
+        "create_v04_quickstart.json",
+        "pod_full.json",
+    ],
+)
+def test_a_stored_request_reads_back_as_the_create_body_did(body: str) -> None:
+    """What a record keeps (the request as the model writes it) is read back without the
+    ``/create`` checks, to the pod those checks read from it."""
+    raw = (DATA / body).read_bytes()
+    if body.startswith("pod_"):
+        raw = json.dumps({"pod": json.loads(raw), "container": []}).encode()
+    stored = parse_create_body(raw)[0].to_json()
+    parsed_request.cache_clear()
+    assert parsed_request(stored) == parse_create_body(stored)[0]
+
+
+def test_the_collector_waits_while_pods_are_resumed_and_runs_again_after(thawed: None) -> None:
+    freezer = HeapFreezer(every=2)
+    with pytest.raises(RuntimeError), freezer.paused():
+        assert not gc.isenabled()
+        raise RuntimeError("a resume that fails")
+    assert gc.isenabled()
+    with HeapFreezer(every=0).paused():  # a gateway that does not freeze leaves it alone
+        assert gc.isenabled()
+
+
+# --- the remembered /status bodies -------------------------------------------------------------
+
+
+def test_the_status_bodies_of_100000_pods_are_all_remembered() -> None:
+    """interLink polls each pod with its own body: 100,000 pods of a few KiB each are
+    100,000 bodies remembered, none forgotten for the others."""
+    memo = _BodyMemo(max_entries=MEMO_ENTRIES, max_bytes=MEMO_BYTES)
+    for i in range(100_000):
+        pods = ((f"00000000-0000-4000-8000-{i:012d}", "default", f"pod-{i}", 1, 4000),)
+        memo.put(i.to_bytes(4), held_bytes(pods), pods)
+    assert memo.get((0).to_bytes(4)) is not None
