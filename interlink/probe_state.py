@@ -73,7 +73,11 @@ class ProbeState:
         return next((why for kind, why in self.failing if kind == probe), "")
 
     def to_map(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The stored state, in the form the store reads back (lists, not tuples), so that a
+        record read back compares equal to the same record made anew."""
+        stored = dataclasses.asdict(self)
+        stored["failing"] = [list(entry) for entry in self.failing]
+        return stored
 
     @classmethod
     def from_map(cls, value: Any) -> ProbeState:
