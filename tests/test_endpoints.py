@@ -397,21 +397,32 @@ async def until_async(done: Callable[[], Awaitable[bool]], what: str) -> None:
 # --- what looking endpoints up costs -----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("ports", "manifests"), [([], 0), ([{"containerPort": 8080}], 1)])
-async def test_endpoints_are_looked_up_once_and_only_for_a_pod_with_ports(
-    tmp_path: Path, ports: list[dict[str, Any]], manifests: int
+@pytest.mark.parametrize("ports", [[], [{"containerPort": 8080}]])
+async def test_the_running_manifest_is_read_once_for_every_pod(
+    tmp_path: Path, ports: list[dict[str, Any]]
 ) -> None:
-    """10,000 running pods poll the DMS's status: only a pod with ports asks for the manifest
-    once its deployment runs, and once only."""
+    """10,000 running pods poll the DMS's status: each asks for the manifest once its
+    deployment runs, and once only, for where it runs (node and peer, with or without ports)
+    and, with ports, its endpoints."""
     dms = FakeDMS(tmp_path / "logs")
+    dms.manifest = EnsembleManifest.from_json(
+        json.dumps(
+            {
+                "allocations": {
+                    "pod.main": {"node_id": "pod", "handle": {"addr": {"host": PEER}}},
+                },
+            }
+        )
+    )
     clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
     gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
     try:
         spec = pod(uid(5), policy="Always", command=["sleep", "60"], ports=ports)
         await create(gateway, spec)
         await until(lambda: dms.asked["deployment/status"] >= 5, "five status polls")
-        assert dms.asked["deployment/manifest"] == manifests
+        assert dms.asked["deployment/manifest"] == 1
         view = _view(gateway, "default", "p-0005")
-        assert view is not None and view["endpoints"] == []  # the fake DMS publishes none
+        assert (view["node"], view["peer"]) == ("pod", PEER)
+        assert view["endpoints"] == []  # the manifest publishes no port
     finally:
         await gateway.close()
