@@ -36,20 +36,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import http.client
 import os
 import shutil
 import signal
 import stat
-from collections.abc import Iterable, Sequence
+import urllib.parse
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
-
-import aiohttp
 
 from ..behaviors.ensemble import HealthCheckManifest
 from .cgroups import Cgroups, RunGroup
 from .confinement import RunAs, Watchdog, child_setup
-from .forwarding import HostNetwork
+from .forwarding import AllocationNetworks
+from .netns import AllocationNamespace, in_namespace
 from .protocol import AllocationDeploymentConfig
 from .sandbox import (
     Isolation,
@@ -63,6 +65,8 @@ from .sandbox import (
 
 OUTPUT_LIMIT = 4096
 """How much of a health check's output, or of a failed set-up's stderr, is kept."""
+HTTP_BODY_LIMIT = 1 << 20
+"""How much of an HTTP health check's body is searched for the expected text."""
 MEMORY_SAMPLE_S = 0.1
 """How often an allocation's resident memory is compared with its ``ram.size``."""
 OOM_ERROR = "container was killed due to OOM"
@@ -380,8 +384,8 @@ class Execution:
 class ProcessExecutor:
     """Runs allocations as processes in sandboxes under ``root``, as ``run_as`` (``None``: as
     this process's user); named volumes live under ``volumes``; ``watchdog`` ends them if
-    the devnet dies; ``network`` forwards their public ports (shared by the devnet's nodes,
-    whose allocations share the host's network)."""
+    the devnet dies; ``network`` gives them their networks and forwards their public ports
+    (one for all the devnet's nodes, which share the host)."""
 
     def __init__(
         self,
@@ -392,14 +396,14 @@ class ProcessExecutor:
         run_as: RunAs | None = None,
         watchdog: Watchdog | None = None,
         cgroups: Cgroups | None = None,
-        network: HostNetwork | None = None,
+        network: AllocationNetworks | None = None,
     ) -> None:
         self.root = root
         self.isolation = isolation
         self.run_as = run_as
         self.watchdog = watchdog
         self.cgroups = cgroups or Cgroups(())
-        self.network = network or HostNetwork()
+        self.network = network or AllocationNetworks()
         self.mount_points = MountPoints()
         self.volumes = NamedVolumes(volumes)
 
@@ -449,7 +453,11 @@ class ProcessExecutor:
             os.close(status_fd)
             raise SandboxError(f"cannot set the allocation's resource limits: {exc}") from exc
         try:
-            with plan.stdout.open("ab") as out, plan.stderr.open("ab") as err:
+            with (
+                plan.stdout.open("ab") as out,
+                plan.stderr.open("ab") as err,
+                self._network_of(plan) as network,
+            ):
                 proc = await asyncio.create_subprocess_exec(
                     *plan.argv(),
                     stdin=asyncio.subprocess.DEVNULL,
@@ -458,7 +466,7 @@ class ProcessExecutor:
                     env=dict(plan.environment),
                     cwd=plan.root,
                     start_new_session=True,
-                    **self._child_options(plan.isolation, group),
+                    **self._child_options(plan.isolation, group, network),
                 )
         except BaseException:
             os.close(status_fd)
@@ -470,12 +478,30 @@ class ProcessExecutor:
             group.close()
         return Execution(proc, plan, status_fd, stderr_at, self.watchdog, group)
 
-    def _child_options(self, isolation: Isolation, group: RunGroup | None = None) -> dict[str, Any]:
-        """How a process of an allocation is started: it joins the run's control ``group``
-        (if any), dies with the devnet, and runs as the allocation's user — at once, or
-        (``namespace``) after the set-up mounted as root, through ``setpriv``."""
+    @contextlib.contextmanager
+    def _network_of(self, plan: SandboxPlan) -> Iterator[int | None]:
+        """A descriptor on the network namespace of ``plan``'s allocation, for its processes
+        to join (``None``: it shares the host's network)."""
+        namespace = self.network.namespace(plan.root.name)
+        if namespace is None:
+            yield None
+            return
+        fd = os.open(namespace.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _child_options(
+        self, isolation: Isolation, group: RunGroup | None = None, network: int | None = None
+    ) -> dict[str, Any]:
+        """How a process of an allocation is started: it joins the allocation's ``network``
+        namespace (if it has one: only in ``namespace`` isolation, where the process starts as
+        root) and the run's control ``group`` (if any), dies with the devnet, and runs as the
+        allocation's user — at once, or (``namespace``) after the set-up mounted as root,
+        through ``setpriv``."""
         fds = group.fds if group is not None else ()
-        options: dict[str, Any] = {"preexec_fn": child_setup(os.getpid(), fds)}
+        options: dict[str, Any] = {"preexec_fn": child_setup(os.getpid(), fds, network)}
         if self.run_as is not None and isolation is Isolation.REWRITE:
             options.update(self.run_as.popen_options())
         return options
@@ -506,7 +532,9 @@ class ProcessExecutor:
         """Run ``check`` against the running process; ``""`` when healthy, else why not."""
         expected = check.response.value
         if check.type == "http":
-            return await _http_check(check, timeout_s)
+            return await _http_check(
+                check, timeout_s, self.network.namespace(execution.plan.root.name)
+            )
         argv: Sequence[str] = execution.plan.host_command(check.exec or ())
         if not argv:
             return "the health check has no command"
@@ -514,15 +542,16 @@ class ProcessExecutor:
             drop = self.run_as.setpriv() if self.run_as is not None else []
             argv = ["nsenter", "--target", str(execution.pid), "--mount", "--", *drop, *argv]
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env=dict(execution.plan.environment),
-                cwd=execution.plan.root,
-                **self._child_options(execution.plan.isolation),
-            )
+            with self._network_of(execution.plan) as network:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=dict(execution.plan.environment),
+                    cwd=execution.plan.root,
+                    **self._child_options(execution.plan.isolation, network=network),
+                )
         except OSError as exc:
             return f"health check command failed to start: {exc}"
         try:
@@ -539,16 +568,16 @@ class ProcessExecutor:
         return ""
 
 
-async def _http_check(check: HealthCheckManifest, timeout_s: float) -> str:
+async def _http_check(
+    check: HealthCheckManifest, timeout_s: float, namespace: AllocationNamespace | None
+) -> str:
+    """GET the check's endpoint as the allocation sees it: from its network ``namespace``
+    when it has one (its 127.0.0.1 is its own), else from the host."""
     url = check.endpoint if "://" in check.endpoint else f"http://127.0.0.1{check.endpoint}"
     try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
-            session.get(url) as response,
-        ):
-            body = await response.text(errors="replace")
-            status = response.status
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        get = functools.partial(_http_get, url, timeout_s)
+        status, body = await (in_namespace(namespace, get) if namespace else asyncio.to_thread(get))
+    except (OSError, http.client.HTTPException, ValueError) as exc:
         return f"health check GET {url} failed: {exc or type(exc).__name__}"
     kind, expected = check.response.type, check.response.value
     if kind == "status" and expected:
@@ -558,3 +587,21 @@ async def _http_check(check: HealthCheckManifest, timeout_s: float) -> str:
     if expected and expected not in body:
         return f"GET {url}: the body lacks {expected!r}"
     return ""
+
+
+def _http_get(url: str, timeout_s: float) -> tuple[int, str]:
+    """The status and (the first :data:`HTTP_BODY_LIMIT` bytes of) the body of ``GET url``
+    (blocking: a thread of its own may be in the allocation's network namespace)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parts.hostname, parts.port, timeout=timeout_s)
+    try:
+        connection.request(
+            "GET", urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        )
+        response = connection.getresponse()
+        return response.status, response.read(HTTP_BODY_LIMIT).decode(errors="replace")
+    finally:
+        connection.close()

@@ -5,10 +5,12 @@ HTTP answer fetched through its reported endpoint, end to end on the embedded de
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from dmsgw.behaviors.status import EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
-from dmsgw.devnet.forwarding import HostNetwork
+from dmsgw.devnet.forwarding import AllocationNetworks
+from dmsgw.devnet.netns import NETNS_DIR, veth_name
 from dmsgw.devnet.sandbox import SandboxError
 from dmsgw.interlink import k8s
 from dmsgw.interlink.app import start_backend
@@ -41,7 +44,8 @@ needs_python = pytest.mark.skipif(PYTHON is None, reason="needs /usr/bin/python3
 
 
 def web_pod(n: int, private: int, answer: str, **spec: Any) -> dict[str, Any]:
-    """A pod whose container answers ``answer`` to any GET on ``private`` (loopback)."""
+    """A pod whose container answers ``answer`` to any GET on ``private`` (every address of
+    its network, as a container's server must listen to be reached through its port)."""
     server = (
         "import http.server as h, os\n"
         "class A(h.BaseHTTPRequestHandler):\n"
@@ -51,7 +55,7 @@ def web_pod(n: int, private: int, answer: str, **spec: Any) -> dict[str, Any]:
         "        self.send_header('Content-Length', str(len(b)))\n"
         "        self.end_headers()\n"
         "        self.wfile.write(b)\n"
-        f"h.HTTPServer(('127.0.0.1', {private}), A).serve_forever()\n"
+        f"h.HTTPServer(('', {private}), A).serve_forever()\n"
     )
     return pod(
         uid(n),
@@ -254,7 +258,7 @@ async def test_a_public_port_reaches_the_private_port_while_the_allocation_lives
     unused_tcp_port: int,
 ) -> None:
     server, private = await _echo_server()
-    network = HostNetwork()
+    network = AllocationNetworks()
     try:
         await network.open("ens_pod.web", {str(unused_tcp_port): private})
         assert network.public_ports("ens_pod.web") == [unused_tcp_port]
@@ -271,7 +275,7 @@ async def test_a_public_port_reaches_the_private_port_while_the_allocation_lives
 async def test_two_allocations_cannot_listen_on_one_private_port(
     unused_tcp_port_factory: Callable[[], int],
 ) -> None:
-    network = HostNetwork()
+    network = AllocationNetworks()
     first, second = unused_tcp_port_factory(), unused_tcp_port_factory()
     try:
         await network.open("a_pod.web", {str(first): 8080})
@@ -290,7 +294,7 @@ async def test_two_allocations_cannot_listen_on_one_private_port(
 async def test_a_public_port_in_use_refuses_the_allocation() -> None:
     taken = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     port = taken.sockets[0].getsockname()[1]
-    network = HostNetwork()
+    network = AllocationNetworks()
     try:
         with pytest.raises(SandboxError, match=f"public port {port} cannot be opened"):
             await network.open("a_pod.web", {str(port): 8080})
@@ -303,19 +307,55 @@ async def test_a_public_port_in_use_refuses_the_allocation() -> None:
 # --- end to end on the embedded devnet --------------------------------------------------------
 
 
-@needs_python
-async def test_a_pods_http_answer_through_its_reported_endpoint(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    unused_tcp_port: int,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """``/create``, ``/status`` until running, the endpoint from the operator port, then the
-    pod's own answer through it; a second pod listening on the same private port is refused
-    with the reason, as the devnet's allocations share the host's network."""
-    caplog.set_level(logging.INFO, logger="dmsgw.interlink.pod")
-    monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "1024")
-    devnet = Devnet(seed="endpoints")
+NAMESPACES_POSSIBLE = os.geteuid() == 0 and shutil.which("ip") is not None
+needs_namespaces = pytest.mark.skipif(
+    not NAMESPACES_POSSIBLE,
+    reason="network namespaces need root and ip (iproute2); the shared network is tested below",
+)
+
+
+class Serving:
+    """A gateway on the embedded devnet, with its plugin API and its operator port."""
+
+    def __init__(self, devnet: Devnet, gateway: Gateway, plugin: Client, operator: Client):
+        self.devnet, self.gateway, self.plugin, self.operator = devnet, gateway, plugin, operator
+
+    async def create(self, spec: dict[str, Any]) -> None:
+        body = json.dumps({"pod": spec, "container": [{"name": "main"}]})
+        assert (await self.plugin.post("/create", data=body)).status == 200
+
+    async def state(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The pod's container state, as ``/status`` reports it."""
+        (status,) = await (await self.plugin.get("/status", data=json.dumps([spec]))).json()
+        return dict(status["containers"][0]["state"])
+
+    async def endpoint(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The pod's one endpoint, from the operator port, once it runs."""
+
+        async def running() -> bool:
+            return bool((await self.state(spec)).get("running"))
+
+        name = spec["metadata"]["name"]
+        await until_async(running, f"{name} runs")
+        await until(lambda: bool(_view(self.gateway, "default", name)["endpoints"]), "endpoint")
+        view = await (await self.operator.get(f"/pods/default/{name}")).json()
+        assert view["node"] and view["peer"]  # where it runs is known while it runs
+        (endpoint,) = view["endpoints"]
+        return dict(endpoint)
+
+    def health(self, spec: dict[str, Any]) -> str:
+        """The health of the pod's allocation, as the devnet's orchestrator has it."""
+        ensemble = self.gateway._records[spec["metadata"]["uid"]].ensemble_id
+        deployments = self.devnet.nodes[0].deployments
+        assert deployments is not None
+        orchestrator = deployments.orchestrators.get(ensemble)
+        infos = orchestrator.allocation_info().values() if orchestrator is not None else ()
+        return next((info.health for info in infos), "")
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, **devnet_options: Any) -> AsyncIterator[Serving]:
+    devnet = Devnet(seed="endpoints", **devnet_options)
     await devnet.start()
     config = _gateway_config(devnet, tmp_path / "gw", seed=170)
     gateway = await start_backend(config, metrics=Metrics(process=False))
@@ -330,58 +370,104 @@ async def test_a_pods_http_answer_through_its_reported_endpoint(
     await plugin.start_server()
     await operator.start_server()
     try:
-        first = web_pod(1, unused_tcp_port, "hello from p-0001")
-        body = json.dumps({"pod": first, "container": [{"name": "main"}]})
-        assert (await plugin.post("/create", data=body)).status == 200
-
-        async def running() -> bool:
-            (status,) = await (await plugin.get("/status", data=json.dumps([first]))).json()
-            return bool(status["containers"][0]["state"].get("running"))
-
-        await until_async(running, "the web pod runs")
-        await until(lambda: bool(_view(gateway, "default", "p-0001")["endpoints"]), "endpoint")
-        view = await (await operator.get("/pods/default/p-0001")).json()
-        (endpoint,) = view["endpoints"]
-        assert (endpoint["containerPort"], endpoint["address"]) == (unused_tcp_port, "127.0.0.1")
-        url = f"http://{endpoint['address']}:{endpoint['port']}/"
-        answers: list[str] = []
-        async with ClientSession() as session:
-
-            async def answered() -> bool:
-                try:
-                    async with session.get(url) as answer:
-                        answers.append(await answer.text())
-                        return True
-                except ClientError:  # the pod's server runs but does not listen yet
-                    return False
-
-            await until_async(answered, "the pod's server answers through its endpoint")
-        assert answers == ["hello from p-0001"]
-        reachable = [r.getMessage() for r in caplog.records if "reachable at" in r.getMessage()]
-        assert reachable == [
-            f"pod default/p-0001 reachable at main:{unused_tcp_port} -> "
-            f"127.0.0.1:{endpoint['port']}"
-        ]
-
-        second = web_pod(2, unused_tcp_port, "hello from p-0002")
-        body = json.dumps({"pod": second, "container": [{"name": "main"}]})
-        assert (await plugin.post("/create", data=body)).status == 200
-
-        deployments = devnet.nodes[0].deployments
-        assert deployments is not None
-
-        def refusals() -> list[str]:
-            ensemble = gateway._records[uid(2)].ensemble_id
-            orchestrator = deployments.orchestrators.get(ensemble)
-            return orchestrator.failures if orchestrator is not None else []
-
-        reason = f"private port {unused_tcp_port} is already used by allocation"
-        await until(lambda: any(reason in f for f in refusals()), "the second pod refused")
+        yield Serving(devnet, gateway, plugin, operator)
     finally:
         await plugin.close()
         await operator.close()
         await gateway.close()
         await devnet.stop()
+
+
+async def fetch(endpoint: dict[str, Any]) -> str:
+    """The answer of the pod's server through ``endpoint`` (a running pod's server may not
+    listen yet: asked again until it answers)."""
+    url = f"http://{endpoint['address']}:{endpoint['port']}/"
+    answers: list[str] = []
+    async with ClientSession() as session:
+
+        async def answered() -> bool:
+            try:
+                async with session.get(url) as answer:
+                    answers.append(await answer.text())
+                    return True
+            except ClientError:
+                return False
+
+        await until_async(answered, f"the pod's server answers at {url}")
+    return answers[0]
+
+
+def _namespaces_of(devnet: Devnet) -> list[str]:
+    """The network namespaces the devnet made (and has not removed)."""
+    assert devnet.root is not None
+    return sorted(p.name for p in NETNS_DIR.glob(f"{devnet.root.name}-*"))
+
+
+@needs_python
+@needs_namespaces
+async def test_a_pods_http_answer_through_its_reported_endpoint(
+    tmp_path: Path, unused_tcp_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``/create``, ``/status`` until running, the endpoint from the operator port, then the
+    pod's own answer through it — for two pods whose containers both listen on one port, each
+    in a network namespace of its own, whose probes (an HTTP GET and a command, both against
+    the container's 127.0.0.1) run inside it; deleted, their namespaces and veths go."""
+    caplog.set_level(logging.INFO, logger="dmsgw.interlink.pod")
+    port = unused_tcp_port
+    http_probe = {"httpGet": {"path": "/", "port": port}, "periodSeconds": 1}
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}), 2)"
+    exec_probe = {"exec": {"command": [PYTHON, "-c", connect]}, "periodSeconds": 1}
+    first = web_pod(1, port, "hello from p-0001", livenessProbe=http_probe)
+    second = web_pod(2, port, "hello from p-0002", livenessProbe=exec_probe)
+    async with serving(tmp_path, network_namespaces=True) as s:
+        await s.create(first)
+        await s.create(second)
+        endpoints = [await s.endpoint(first), await s.endpoint(second)]
+        assert [(e["containerPort"], e["address"]) for e in endpoints] == [
+            (port, "127.0.0.1"),
+            (port, "127.0.0.1"),
+        ]
+        assert [await fetch(e) for e in endpoints] == ["hello from p-0001", "hello from p-0002"]
+        await until(lambda: s.health(first) == s.health(second) == "healthy", "both healthy")
+        reachable = {r.getMessage() for r in caplog.records if "reachable at" in r.getMessage()}
+        assert reachable == {
+            f"pod default/p-000{n} reachable at main:{port} -> 127.0.0.1:{e['port']}"
+            for n, e in enumerate(endpoints, 1)
+        }
+        made = _namespaces_of(s.devnet)
+        assert len(made) == 2
+        veths = [Path("/sys/class/net", veth_name(name)) for name in made]
+        assert all(veth.exists() for veth in veths)
+        for spec in (first, second):
+            assert (await s.plugin.post("/delete", data=json.dumps(spec))).status == 200
+        await until(lambda: not _namespaces_of(s.devnet), "the namespaces removed")
+        assert not any(veth.exists() for veth in veths)
+
+
+@needs_python
+async def test_on_a_shared_network_a_second_pod_on_a_port_fails_at_once_saying_why(
+    tmp_path: Path, unused_tcp_port: int
+) -> None:
+    """Without network namespaces (forced here; a devnet that is not root has none) the
+    allocations share the host's network: the first pod answers through its endpoint, and
+    a second one on the same port fails at once with the reason in its status, rather than
+    retrying until its deadline with the reason in the devnet's log only."""
+    async with serving(tmp_path, network_namespaces=False) as s:
+        first = web_pod(1, unused_tcp_port, "hello from p-0001")
+        await s.create(first)
+        assert await fetch(await s.endpoint(first)) == "hello from p-0001"
+        second = web_pod(2, unused_tcp_port, "hello from p-0002")
+        await s.create(second)
+        states: list[dict[str, Any]] = []
+
+        async def ended() -> bool:
+            states.append(await s.state(second))
+            return "terminated" in states[-1]
+
+        await until_async(ended, "the second pod ends")
+        message = states[-1]["terminated"].get("message", "")
+        assert f"private port {unused_tcp_port} is already used by allocation" in message
+        assert "share the host's network" in message
 
 
 async def until_async(done: Callable[[], Awaitable[bool]], what: str) -> None:
