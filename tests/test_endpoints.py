@@ -18,12 +18,19 @@ import pytest
 from aiohttp import ClientError, ClientSession
 from aiohttp.test_utils import TestClient, TestServer
 
+from dmsgw.behaviors.devnet_record import process_start_time
 from dmsgw.behaviors.status import EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.forwarding import AllocationNetworks
-from dmsgw.devnet.netns import NETNS_DIR, veth_name
-from dmsgw.devnet.sandbox import SandboxError
+from dmsgw.devnet.netns import (
+    NETNS_DIR,
+    AllocationNamespace,
+    Namespaces,
+    remove_stale,
+    veth_name,
+)
+from dmsgw.devnet.sandbox import Isolation, SandboxError
 from dmsgw.interlink import k8s
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.endpoints import endpoints_of
@@ -468,6 +475,60 @@ async def test_on_a_shared_network_a_second_pod_on_a_port_fails_at_once_saying_w
         message = states[-1]["terminated"].get("message", "")
         assert f"private port {unused_tcp_port} is already used by allocation" in message
         assert "share the host's network" in message
+
+
+# --- network namespaces -----------------------------------------------------------------------
+
+
+async def _ip(*args: str) -> None:
+    proc = await asyncio.create_subprocess_exec("ip", *args)
+    assert await proc.wait() == 0, f"ip {' '.join(args)}"
+
+
+@needs_namespaces
+async def test_namespaces_a_killed_devnet_left_are_removed_at_the_next_start() -> None:
+    """A devnet killed with SIGKILL leaves its namespaces and veths: the next one to start
+    removes those whose devnet no longer runs, and leaves a live devnet's alone."""
+    ended = await asyncio.create_subprocess_exec("true")
+    await ended.wait()
+    dead = f"dmsgw-devnet-{ended.pid}.1-left-1"  # that process never started at tick 1
+    live = f"dmsgw-devnet-{os.getpid()}.{process_start_time(os.getpid())}-live-1"
+    for name in (dead, live):
+        await _ip("netns", "add", name)
+        await _ip("link", "add", veth_name(name), "type", "veth", "peer", "eth0", "netns", name)
+    try:
+        await remove_stale()
+        assert not (NETNS_DIR / dead).exists()
+        assert not Path("/sys/class/net", veth_name(dead)).exists()
+        assert (NETNS_DIR / live).exists()
+        assert Path("/sys/class/net", veth_name(live)).exists()
+    finally:
+        await Namespaces.remove(AllocationNamespace(live, ""))
+        await Namespaces.remove(AllocationNamespace(dead, ""))
+
+
+async def test_without_root_allocations_share_the_hosts_network(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A devnet that is not root makes no namespaces, says so once in its start line, and
+    one asked for them says why it cannot have them."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert await Namespaces.probe("dmsgw-devnet-x") is None
+    caplog.set_level(logging.INFO, logger="dmsgw.devnet.devnet")
+    devnet = Devnet(nodes=1, seed="shared", isolation=Isolation.REWRITE)
+    await devnet.start()
+    try:
+        assert devnet.networks.namespaces is None
+        (started,) = [r.getMessage() for r in caplog.records if "work dir" in r.getMessage()]
+        assert started.endswith("allocations share the host's network")
+    finally:
+        await devnet.stop()
+    wanting = Devnet(nodes=1, seed="shared", network_namespaces=True)
+    try:
+        with pytest.raises(SandboxError, match="network namespaces need root"):
+            await wanting.start()
+    finally:
+        await wanting.stop()
 
 
 async def until_async(done: Callable[[], Awaitable[bool]], what: str) -> None:
