@@ -36,13 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import http.client
 import os
 import shutil
 import signal
 import stat
-import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +48,7 @@ from ..behaviors.ensemble import HealthCheckManifest
 from .cgroups import Cgroups, RunGroup
 from .confinement import RunAs, Watchdog, child_setup
 from .forwarding import AllocationNetworks
-from .netns import AllocationNamespace, in_namespace
+from .http_check import http_check
 from .protocol import AllocationDeploymentConfig
 from .sandbox import (
     Isolation,
@@ -65,8 +62,6 @@ from .sandbox import (
 
 OUTPUT_LIMIT = 4096
 """How much of a health check's output, or of a failed set-up's stderr, is kept."""
-HTTP_BODY_LIMIT = 1 << 20
-"""How much of an HTTP health check's body is searched for the expected text."""
 MEMORY_SAMPLE_S = 0.1
 """How often an allocation's resident memory is compared with its ``ram.size``."""
 OOM_ERROR = "container was killed due to OOM"
@@ -532,7 +527,7 @@ class ProcessExecutor:
         """Run ``check`` against the running process; ``""`` when healthy, else why not."""
         expected = check.response.value
         if check.type == "http":
-            return await _http_check(
+            return await http_check(
                 check, timeout_s, self.network.namespace(execution.plan.root.name)
             )
         argv: Sequence[str] = execution.plan.host_command(check.exec or ())
@@ -566,42 +561,3 @@ class ProcessExecutor:
         if expected and expected not in text:
             return f"health check output lacks {expected!r}"
         return ""
-
-
-async def _http_check(
-    check: HealthCheckManifest, timeout_s: float, namespace: AllocationNamespace | None
-) -> str:
-    """GET the check's endpoint as the allocation sees it: from its network ``namespace``
-    when it has one (its 127.0.0.1 is its own), else from the host."""
-    url = check.endpoint if "://" in check.endpoint else f"http://127.0.0.1{check.endpoint}"
-    try:
-        get = functools.partial(_http_get, url, timeout_s)
-        status, body = await (in_namespace(namespace, get) if namespace else asyncio.to_thread(get))
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        return f"health check GET {url} failed: {exc or type(exc).__name__}"
-    kind, expected = check.response.type, check.response.value
-    if kind == "status" and expected:
-        return "" if str(status) == expected else f"GET {url}: status {status}, not {expected}"
-    if not 200 <= status < 300:
-        return f"GET {url}: status {status}"
-    if expected and expected not in body:
-        return f"GET {url}: the body lacks {expected!r}"
-    return ""
-
-
-def _http_get(url: str, timeout_s: float) -> tuple[int, str]:
-    """The status and (the first :data:`HTTP_BODY_LIMIT` bytes of) the body of ``GET url``
-    (blocking: a thread of its own may be in the allocation's network namespace)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    connection = kind(parts.hostname, parts.port, timeout=timeout_s)
-    try:
-        connection.request(
-            "GET", urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        )
-        response = connection.getresponse()
-        return response.status, response.read(HTTP_BODY_LIMIT).decode(errors="replace")
-    finally:
-        connection.close()

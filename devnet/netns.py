@@ -15,7 +15,9 @@ that allocation's address alone:
   and processes join it between ``fork`` and ``exec``: :func:`~.confinement.child_setup`);
 * the allocation reaches the host at :data:`GATEWAY` (services listening on every address,
   and every allocation's public ports, which the forwarder also opens there), and nothing
-  beyond the host: there is no NAT and no forwarding between the pairs.
+  beyond the host: there is no NAT and no forwarding between the pairs, so it has a route to
+  the gateway only, and a connection anywhere else fails at once ("network is unreachable")
+  rather than waiting for packets the host would drop.
 
 An address is claimed by adding its host route, which the kernel refuses for an address
 another devnet of the host already routes, so concurrent devnets need no lock. A namespace is
@@ -140,7 +142,7 @@ class Namespaces:
         return cls(prefix)
 
     async def create(self, allocation_id: str) -> AllocationNamespace:
-        """A new namespace for ``allocation_id`` with its veth pair, address and routes."""
+        """A new namespace for ``allocation_id`` with its veth pair, address and route."""
         name = f"{self.prefix}-{next(self._serial)}"
         veth = veth_name(name)
         host = f"netns add {name}\nlink add {veth} type veth peer name {INSIDE} netns {name}\n"
@@ -152,7 +154,6 @@ class Namespaces:
                 inside = "link set lo up\n"
                 inside += f"addr add {address}/32 dev {INSIDE}\nlink set {INSIDE} up\n"
                 inside += f"route add {GATEWAY}/32 dev {INSIDE} scope link\n"
-                inside += f"route add default via {GATEWAY} dev {INSIDE}\n"
                 failed = await _ip("-n", name, batch=inside)
         except BaseException:
             await self.remove(AllocationNamespace(name, ""))

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
 import shutil
+import socket
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,9 +27,11 @@ from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.forwarding import AllocationNetworks
 from dmsgw.devnet.netns import (
+    GATEWAY,
     NETNS_DIR,
     AllocationNamespace,
     Namespaces,
+    in_namespace,
     remove_stale,
     veth_name,
 )
@@ -50,9 +55,11 @@ PYTHON = shutil.which("python3", path="/usr/bin")
 needs_python = pytest.mark.skipif(PYTHON is None, reason="needs /usr/bin/python3")
 
 
-def web_pod(n: int, private: int, answer: str, **spec: Any) -> dict[str, Any]:
+def web_pod(n: int, private: int, answer: str, public: int, **spec: Any) -> dict[str, Any]:
     """A pod whose container answers ``answer`` to any GET on ``private`` (every address of
-    its network, as a container's server must listen to be reached through its port)."""
+    its network, as a container's server must listen to be reached through its port),
+    published at ``public`` (a port the test knows free: one the gateway picks may be, by
+    chance, a port a connection of this host holds)."""
     server = (
         "import http.server as h, os\n"
         "class A(h.BaseHTTPRequestHandler):\n"
@@ -68,7 +75,7 @@ def web_pod(n: int, private: int, answer: str, **spec: Any) -> dict[str, Any]:
         uid(n),
         command=[PYTHON, "-c", server],
         env=[{"name": "ANSWER", "value": answer}],
-        ports=[{"name": "http", "containerPort": private}],
+        ports=[{"name": "http", "containerPort": private, "hostPort": public}],
         **spec,
     )
 
@@ -350,6 +357,13 @@ class Serving:
         (endpoint,) = view["endpoints"]
         return dict(endpoint)
 
+    def namespace(self, spec: dict[str, Any]) -> AllocationNamespace:
+        """The network namespace of the pod's allocation."""
+        ensemble = self.gateway._records[spec["metadata"]["uid"]].ensemble_id
+        namespace = self.devnet.networks.namespace(f"{ensemble}_pod.main")
+        assert namespace is not None
+        return namespace
+
     def health(self, spec: dict[str, Any]) -> str:
         """The health of the pod's allocation, as the devnet's orchestrator has it."""
         ensemble = self.gateway._records[spec["metadata"]["uid"]].ensemble_id
@@ -413,30 +427,43 @@ def _namespaces_of(devnet: Devnet) -> list[str]:
 @needs_python
 @needs_namespaces
 async def test_a_pods_http_answer_through_its_reported_endpoint(
-    tmp_path: Path, unused_tcp_port: int, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    unused_tcp_port_factory: Callable[[], int],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``/create``, ``/status`` until running, the endpoint from the operator port, then the
     pod's own answer through it — for two pods whose containers both listen on one port, each
     in a network namespace of its own, whose probes (an HTTP GET and a command, both against
-    the container's 127.0.0.1) run inside it; deleted, their namespaces and veths go."""
+    the container's 127.0.0.1) run inside it; from inside, a pod reaches the other's public
+    port at the host's address, and nothing beyond the host; deleted, their namespaces and
+    veths go."""
     caplog.set_level(logging.INFO, logger="dmsgw.interlink.pod")
-    port = unused_tcp_port
+    port = unused_tcp_port_factory()
     http_probe = {"httpGet": {"path": "/", "port": port}, "periodSeconds": 1}
     connect = f"import socket; socket.create_connection(('127.0.0.1', {port}), 2)"
     exec_probe = {"exec": {"command": [PYTHON, "-c", connect]}, "periodSeconds": 1}
-    first = web_pod(1, port, "hello from p-0001", livenessProbe=http_probe)
-    second = web_pod(2, port, "hello from p-0002", livenessProbe=exec_probe)
+    publics = [unused_tcp_port_factory(), unused_tcp_port_factory()]
+    first = web_pod(1, port, "hello from p-0001", publics[0], livenessProbe=http_probe)
+    second = web_pod(2, port, "hello from p-0002", publics[1], livenessProbe=exec_probe)
     async with serving(tmp_path, network_namespaces=True) as s:
         await s.create(first)
         await s.create(second)
         endpoints = [await s.endpoint(first), await s.endpoint(second)]
-        assert [(e["containerPort"], e["address"]) for e in endpoints] == [
-            (port, "127.0.0.1"),
-            (port, "127.0.0.1"),
+        assert [(e["containerPort"], e["address"], e["port"]) for e in endpoints] == [
+            (port, "127.0.0.1", public) for public in publics
         ]
         assert [await fetch(e) for e in endpoints] == ["hello from p-0001", "hello from p-0002"]
-        await until(lambda: s.health(first) == s.health(second) == "healthy", "both healthy")
-        reachable = {r.getMessage() for r in caplog.records if "reachable at" in r.getMessage()}
+        for spec in (first, second):  # probes against the container's own 127.0.0.1
+            await until(lambda spec=spec: s.health(spec) == "healthy", "its probe passes")
+        inside = s.namespace(first)
+        url = f"http://{GATEWAY}:{endpoints[1]['port']}/"
+        reply = await in_namespace(inside, lambda: urllib.request.urlopen(url, timeout=5).read())
+        assert reply == b"hello from p-0002"  # the other pod's public port, at the host
+        with pytest.raises(OSError) as beyond:  # no NAT: no route beyond the host
+            await in_namespace(inside, lambda: socket.create_connection(("192.0.2.1", 80), 5))
+        assert beyond.value.errno == errno.ENETUNREACH
+        records = [r for r in caplog.records if r.name == "dmsgw.interlink.pod"]
+        reachable = {r.getMessage() for r in records if "reachable at" in r.getMessage()}
         assert reachable == {
             f"pod default/p-000{n} reachable at main:{port} -> 127.0.0.1:{e['port']}"
             for n, e in enumerate(endpoints, 1)
@@ -449,21 +476,28 @@ async def test_a_pods_http_answer_through_its_reported_endpoint(
             assert (await s.plugin.post("/delete", data=json.dumps(spec))).status == 200
         await until(lambda: not _namespaces_of(s.devnet), "the namespaces removed")
         assert not any(veth.exists() for veth in veths)
+        for e in endpoints:  # and their public ports closed
+            with socket.create_server(("127.0.0.1", e["port"])):
+                pass
 
 
 @needs_python
 async def test_on_a_shared_network_a_second_pod_on_a_port_fails_at_once_saying_why(
-    tmp_path: Path, unused_tcp_port: int
+    tmp_path: Path, unused_tcp_port_factory: Callable[[], int]
 ) -> None:
     """Without network namespaces (forced here; a devnet that is not root has none) the
-    allocations share the host's network: the first pod answers through its endpoint, and
-    a second one on the same port fails at once with the reason in its status, rather than
-    retrying until its deadline with the reason in the devnet's log only."""
+    allocations share the host's network: the first pod answers through its endpoint (and
+    to its probe), and a second one on the same port fails at once with the reason in its
+    status, rather than retrying until its deadline with the reason in the devnet's log
+    only."""
+    port, publics = unused_tcp_port_factory(), [unused_tcp_port_factory() for _ in "ab"]
+    http_probe = {"httpGet": {"path": "/", "port": port}, "periodSeconds": 1}
     async with serving(tmp_path, network_namespaces=False) as s:
-        first = web_pod(1, unused_tcp_port, "hello from p-0001")
+        first = web_pod(1, port, "hello from p-0001", publics[0], livenessProbe=http_probe)
         await s.create(first)
         assert await fetch(await s.endpoint(first)) == "hello from p-0001"
-        second = web_pod(2, unused_tcp_port, "hello from p-0002")
+        await until(lambda: s.health(first) == "healthy", "its probe, from the host, passes")
+        second = web_pod(2, port, "hello from p-0002", publics[1])
         await s.create(second)
         states: list[dict[str, Any]] = []
 
@@ -473,7 +507,7 @@ async def test_on_a_shared_network_a_second_pod_on_a_port_fails_at_once_saying_w
 
         await until_async(ended, "the second pod ends")
         message = states[-1]["terminated"].get("message", "")
-        assert f"private port {unused_tcp_port} is already used by allocation" in message
+        assert f"private port {port} is already used by allocation" in message
         assert "share the host's network" in message
 
 
