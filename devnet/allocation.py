@@ -9,8 +9,9 @@ executor killed its largest process — 137 when that was the main one).
 A process the orchestrator stopped ends ``terminated``. Deciding what a failure means for the
 ensemble (``failure_recovery``) is the orchestrator's business.
 
-``start`` first opens its public ports (:class:`~dmsgw.devnet.forwarding.HostNetwork`), which
-stay forwarded to its private ports until it is shut down, whatever its process does.
+``start`` first gives it its network (a namespace of its own where the devnet can make one)
+and opens its public ports (:class:`~dmsgw.devnet.forwarding.AllocationNetworks`), which stay
+forwarded to its private ports until it is shut down, whatever its process does.
 ``start`` (and ``restart``) reply once the provision scripts have run and the command has been
 started, so a failing script fails the start with its stderr in the reason; how long the
 scripts may take is ``Timeouts.provision_s``, on top of the start timeout.

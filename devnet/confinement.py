@@ -47,8 +47,11 @@ NOBODY = 65534
 """The overflow user and group ID, for a host whose user database lacks ``nobody``."""
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_prctl = _LIBC.prctl
 """Resolved once, here: a child between ``fork`` and ``exec`` only calls it."""
+_setns = _LIBC.setns
+_CLONE_NEWNET = 0x40000000
 _WATCHDOG = Path(__file__).with_name("watchdog.py")
 
 
@@ -177,15 +180,29 @@ def describe_run_as(run_as: RunAs | None) -> str:
     )
 
 
-def child_setup(parent: int, cgroup_procs: Sequence[int] = ()) -> Callable[[], None]:
-    """The ``preexec_fn`` of every allocation process: it joins the control groups whose
-    ``cgroup.procs`` the devnet opened as ``cgroup_procs`` (so that its limits hold from the
-    first page it takes; ``0`` names the writer), gets SIGKILL when the thread that started it
-    (the devnet's event loop) ends, ``no_new_privs``, and dies at once if the devnet is
-    already gone (it may die between ``fork`` and the ``prctl``). It runs after the switch of
-    user (which would clear the parent-death signal) and calls nothing that takes a lock."""
+def join_network_namespace(fd: int) -> None:
+    """``setns`` into the network namespace open as ``fd``: the calling thread's (between
+    ``fork`` and ``exec``: the process's). Python 3.11 has no ``os.setns``."""
+    if _setns(fd, _CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"cannot join a network namespace: {os.strerror(errno)}")
+
+
+def child_setup(
+    parent: int, cgroup_procs: Sequence[int] = (), network: int | None = None
+) -> Callable[[], None]:
+    """The ``preexec_fn`` of every allocation process: it joins the network namespace open as
+    ``network`` (if any: the allocation's, :mod:`.netns`; this needs root, so it is only given
+    where the process starts as root), the control groups whose ``cgroup.procs`` the devnet
+    opened as ``cgroup_procs`` (so that its limits hold from the first page it takes; ``0``
+    names the writer), gets SIGKILL when the thread that started it (the devnet's event loop)
+    ends, ``no_new_privs``, and dies at once if the devnet is already gone (it may die between
+    ``fork`` and the ``prctl``). It runs after the switch of user (which would clear the
+    parent-death signal) and calls nothing that takes a lock."""
 
     def setup() -> None:
+        if network is not None:
+            join_network_namespace(network)
         for fd in cgroup_procs:
             os.write(fd, b"0")
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -220,16 +237,22 @@ def make_work_dir(parent: Path | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
+def owner_gone(name: str) -> bool:
+    """Whether ``name`` is named after a devnet (as :func:`make_work_dir` names) that no
+    longer runs."""
+    owner = _OWNED.match(name)
+    if owner is None:
+        return False
+    pid, started = int(owner.group(1)), int(owner.group(2))
+    return process_start_time(pid) != started
+
+
 def stale_work_dirs(parent: Path | None = None) -> Iterator[Path]:
     """Working directories under ``parent`` whose devnet process no longer exists."""
     where = parent or Path(tempfile.gettempdir())
     with contextlib.suppress(OSError):
         for entry in where.iterdir():
-            owner = _OWNED.match(entry.name)
-            if owner is None or not entry.is_dir() or entry.is_symlink():
-                continue
-            pid, started = int(owner.group(1)), int(owner.group(2))
-            if process_start_time(pid) != started:
+            if entry.is_dir() and not entry.is_symlink() and owner_gone(entry.name):
                 yield entry
 
 

@@ -52,18 +52,19 @@ from .confinement import (
     stale_work_dirs,
 )
 from .executor import ProcessExecutor, probe_isolation, remove_tree
-from .forwarding import HostNetwork
+from .forwarding import AllocationNetworks
 from .handlers import install_basic_behaviors
 from .handlers_deployment import Deployments
 from .handlers_newest import install_newest_behaviors
 from .handlers_node import install_node_behaviors
+from .netns import Namespaces
 from .network import Network
 from .node import DmsNode
 from .protocol import PEER_CAPABILITIES, PEER_TOPICS
 from .provider import PUBLIC_ADDRESS, Provider
 from .resources import NodeProfile, ResourceLedger, default_profiles
 from .rest import make_app
-from .sandbox import Isolation
+from .sandbox import Isolation, SandboxError
 from .timeouts import DEVNET_TIMEOUTS, Timeouts
 
 T = TypeVar("T")
@@ -107,7 +108,10 @@ class Devnet:
     """``nodes`` simulated DMS nodes (``profiles`` describe their machines; default: the
     heterogeneous trio); ``base_port`` 0 picks free ports; ``run_as``: the unprivileged
     user allocations run as when the devnet is root (default ``nobody``); ``work_parent``:
-    where the working directory is made (default: the temporary directory)."""
+    where the working directory is made (default: the temporary directory);
+    ``network_namespaces``: whether allocations with ports get network namespaces (default:
+    where they can be made; ``False``: they share the host's network; ``True``: fail clearly
+    where they cannot)."""
 
     def __init__(
         self,
@@ -123,6 +127,7 @@ class Devnet:
         early_timeout: bool = False,
         run_as: RunAs | None = None,
         work_parent: Path | None = None,
+        network_namespaces: bool | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a devnet needs at least one node")
@@ -145,8 +150,9 @@ class Devnet:
         self.root: Path | None = None
         self.watchdog: Watchdog | None = None
         self.cgroups: Cgroups | None = None
-        self.host_network = HostNetwork(PUBLIC_ADDRESS)
-        """The kernel's limits on allocations (probed at start)."""
+        self.network_namespaces = network_namespaces
+        self.networks = AllocationNetworks(PUBLIC_ADDRESS)
+        """The allocations' networks (namespaces where they can be made: probed at start)."""
         keys = [node_key(seed, i) for i in range(nodes)]
         contexts = [
             CapabilityContext(provider_from_private_key(k), name="dms", clock=clock) for k in keys
@@ -173,17 +179,33 @@ class Devnet:
             run_as = choose_run_as(self.run_as)
             self.root = await self._make_work_dir(run_as)
             self.cgroups = await asyncio.to_thread(Cgroups.probe, self.root.name)
+            self.networks.namespaces = await self._namespaces(isolation, self.root.name)
             log.info(
-                "devnet: work dir %s, %s isolation; %s; %s",
+                "devnet: work dir %s, %s isolation; %s; %s; %s",
                 self.root,
                 isolation.value,
                 describe_run_as(run_as),
                 self.cgroups.describe(),
+                self.networks.describe(),
             )
             for entry in self.nodes:
                 self._services(entry, self.root / entry.node.name, isolation, run_as)
         for i, entry in enumerate(self.nodes):
             await self._serve(entry, self.base_port + i if self.base_port else 0)
+
+    async def _namespaces(self, isolation: Isolation, prefix: str) -> Namespaces | None:
+        """Network namespaces for the allocations, if wanted and possible: an allocation's
+        process joins its namespace as root, before ``namespace`` isolation drops to its
+        user (``rewrite`` isolation starts it as that user)."""
+        if self.network_namespaces is False:
+            return None
+        namespaces = await Namespaces.probe(prefix) if isolation is Isolation.NAMESPACE else None
+        if namespaces is None and self.network_namespaces:
+            raise SandboxError(
+                "network namespaces need root, `ip` (iproute2), namespace isolation, and a "
+                "host that lets this process make namespaces and veth pairs"
+            )
+        return namespaces
 
     async def _make_work_dir(self, run_as: RunAs | None) -> Path:
         """A new working directory that ``run_as`` can reach, and its watchdog; first those
@@ -211,7 +233,7 @@ class Devnet:
             run_as=run_as,
             watchdog=self.watchdog,
             cgroups=self.cgroups,
-            network=self.host_network,
+            network=self.networks,
         )
         entry.provider = Provider(
             node, entry.profile, entry.ledger, entry.executor, self.timeouts, self.changes.notify
@@ -222,6 +244,7 @@ class Devnet:
             rng=self.rng,
             changes=self.changes,
             logs_dir=workdir / "deployments",
+            networks=self.networks,
         )
         install_node_behaviors(
             node, entry.profile, entry.ledger, entry.provider, self.changes.notify

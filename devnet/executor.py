@@ -40,17 +40,16 @@ import os
 import shutil
 import signal
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
-
-import aiohttp
 
 from ..behaviors.ensemble import HealthCheckManifest
 from ..behaviors.log_times import times_path
 from .cgroups import Cgroups, RunGroup
 from .confinement import RunAs, Watchdog, child_setup
-from .forwarding import HostNetwork
+from .forwarding import AllocationNetworks
+from .http_check import http_check
 from .output import OutputCopies
 from .protocol import AllocationDeploymentConfig
 from .sandbox import (
@@ -385,8 +384,8 @@ class Execution:
 class ProcessExecutor:
     """Runs allocations as processes in sandboxes under ``root``, as ``run_as`` (``None``: as
     this process's user); named volumes live under ``volumes``; ``watchdog`` ends them if
-    the devnet dies; ``network`` forwards their public ports (shared by the devnet's nodes,
-    whose allocations share the host's network)."""
+    the devnet dies; ``network`` gives them their networks and forwards their public ports
+    (one for all the devnet's nodes, which share the host)."""
 
     def __init__(
         self,
@@ -397,14 +396,14 @@ class ProcessExecutor:
         run_as: RunAs | None = None,
         watchdog: Watchdog | None = None,
         cgroups: Cgroups | None = None,
-        network: HostNetwork | None = None,
+        network: AllocationNetworks | None = None,
     ) -> None:
         self.root = root
         self.isolation = isolation
         self.run_as = run_as
         self.watchdog = watchdog
         self.cgroups = cgroups or Cgroups(())
-        self.network = network or HostNetwork()
+        self.network = network or AllocationNetworks()
         self.mount_points = MountPoints()
         self.volumes = NamedVolumes(volumes)
 
@@ -456,16 +455,17 @@ class ProcessExecutor:
         output: OutputCopies | None = None
         try:
             output = OutputCopies(plan.stdout, plan.stderr)
-            proc = await asyncio.create_subprocess_exec(
-                *plan.argv(),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=output.stdout.write_fd,
-                stderr=output.stderr.write_fd,
-                env=dict(plan.environment),
-                cwd=plan.root,
-                start_new_session=True,
-                **self._child_options(plan.isolation, group),
-            )
+            with self._network_of(plan) as network:
+                proc = await asyncio.create_subprocess_exec(
+                    *plan.argv(),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=output.stdout.write_fd,
+                    stderr=output.stderr.write_fd,
+                    env=dict(plan.environment),
+                    cwd=plan.root,
+                    start_new_session=True,
+                    **self._child_options(plan.isolation, group, network),
+                )
         except BaseException:
             os.close(status_fd)
             if output is not None:
@@ -479,12 +479,30 @@ class ProcessExecutor:
             group.close()
         return Execution(proc, plan, status_fd, stderr_at, output, self.watchdog, group)
 
-    def _child_options(self, isolation: Isolation, group: RunGroup | None = None) -> dict[str, Any]:
-        """How a process of an allocation is started: it joins the run's control ``group``
-        (if any), dies with the devnet, and runs as the allocation's user — at once, or
-        (``namespace``) after the set-up mounted as root, through ``setpriv``."""
+    @contextlib.contextmanager
+    def _network_of(self, plan: SandboxPlan) -> Iterator[int | None]:
+        """A descriptor on the network namespace of ``plan``'s allocation, for its processes
+        to join (``None``: it shares the host's network)."""
+        namespace = self.network.namespace(plan.root.name)
+        if namespace is None:
+            yield None
+            return
+        fd = os.open(namespace.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _child_options(
+        self, isolation: Isolation, group: RunGroup | None = None, network: int | None = None
+    ) -> dict[str, Any]:
+        """How a process of an allocation is started: it joins the allocation's ``network``
+        namespace (if it has one: only in ``namespace`` isolation, where the process starts as
+        root) and the run's control ``group`` (if any), dies with the devnet, and runs as the
+        allocation's user — at once, or (``namespace``) after the set-up mounted as root,
+        through ``setpriv``."""
         fds = group.fds if group is not None else ()
-        options: dict[str, Any] = {"preexec_fn": child_setup(os.getpid(), fds)}
+        options: dict[str, Any] = {"preexec_fn": child_setup(os.getpid(), fds, network)}
         if self.run_as is not None and isolation is Isolation.REWRITE:
             options.update(self.run_as.popen_options())
         return options
@@ -523,7 +541,9 @@ class ProcessExecutor:
         """Run ``check`` against the running process; ``""`` when healthy, else why not."""
         expected = check.response.value
         if check.type == "http":
-            return await _http_check(check, timeout_s)
+            return await http_check(
+                check, timeout_s, self.network.namespace(execution.plan.root.name)
+            )
         argv: Sequence[str] = execution.plan.host_command(check.exec or ())
         if not argv:
             return "the health check has no command"
@@ -531,15 +551,16 @@ class ProcessExecutor:
             drop = self.run_as.setpriv() if self.run_as is not None else []
             argv = ["nsenter", "--target", str(execution.pid), "--mount", "--", *drop, *argv]
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env=dict(execution.plan.environment),
-                cwd=execution.plan.root,
-                **self._child_options(execution.plan.isolation),
-            )
+            with self._network_of(execution.plan) as network:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=dict(execution.plan.environment),
+                    cwd=execution.plan.root,
+                    **self._child_options(execution.plan.isolation, network=network),
+                )
         except OSError as exc:
             return f"health check command failed to start: {exc}"
         try:
@@ -554,24 +575,3 @@ class ProcessExecutor:
         if expected and expected not in text:
             return f"health check output lacks {expected!r}"
         return ""
-
-
-async def _http_check(check: HealthCheckManifest, timeout_s: float) -> str:
-    url = check.endpoint if "://" in check.endpoint else f"http://127.0.0.1{check.endpoint}"
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
-            session.get(url) as response,
-        ):
-            body = await response.text(errors="replace")
-            status = response.status
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return f"health check GET {url} failed: {exc or type(exc).__name__}"
-    kind, expected = check.response.type, check.response.value
-    if kind == "status" and expected:
-        return "" if str(status) == expected else f"GET {url}: status {status}, not {expected}"
-    if not 200 <= status < 300:
-        return f"GET {url}: status {status}"
-    if expected and expected not in body:
-        return f"GET {url}: the body lacks {expected!r}"
-    return ""

@@ -1,13 +1,17 @@
 """Public ports of the devnet's allocations, forwarded to their private ports.
 
 A DMS node publishes an allocation's private port (``PortConfig.private``) on its public
-address at ``PortConfig.public``. The devnet's allocations are host processes sharing the
-host's network, so a private port is a port on the host's loopback: the devnet listens on
-each public port at its public address and relays every TCP connection to the private port
-(an asyncio proxy, opened when the allocation starts and closed when it is shut down, across
-restarts of its process). Two allocations that listen on one private port cannot both run on
-a shared network: the second is refused with the name of the first, as a node without
-network namespaces would fail to bind it.
+address at ``PortConfig.public``. The devnet listens on each public port at its public address
+and relays every TCP connection to the private port (an asyncio proxy, opened when the
+allocation starts and closed when it is shut down, across restarts of its process). Where it
+can, it gives each allocation with ports a network namespace of its own first (:mod:`.netns`):
+the private port is then a port at the allocation's address, two allocations listen on one
+private port as two containers do, and the public port is also opened at the gateway address
+the allocations reach the host by, so that they reach each other's public ports. Elsewhere the
+allocations share the host's network, a private port is one on the host's loopback, and a
+second allocation on a private port in use is refused with the name of the first (when its
+deployment is asked for, :meth:`AllocationNetworks.refusals`, and, should two deployments
+race, when it starts), as a node without network namespaces would fail to bind it.
 """
 
 from __future__ import annotations
@@ -15,14 +19,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Mapping
 
+from ..behaviors.ensemble import EnsembleConfigV1
+from .netns import GATEWAY, AllocationNamespace, Namespaces
 from .sandbox import SandboxError
 
 log = logging.getLogger(__name__)
 
 RELAY_CHUNK = 1 << 16
 LOOPBACK = "127.0.0.1"
+_IP_FREEBIND = 15
+"""``IP_FREEBIND`` (not in Python's ``socket``): listen at an address no interface has yet —
+the gateway address exists only while some allocation's veth carries it."""
+SHARED = "allocations share the host's network"
 
 
 async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -38,38 +49,44 @@ async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
 
 
 class _Forwarder:
-    """One allocation's listeners and the connections they relay."""
+    """One allocation's listeners and the connections they relay to ``target`` (the address
+    its private ports are at)."""
 
-    def __init__(self, allocation_id: str) -> None:
+    def __init__(self, allocation_id: str, target: str) -> None:
         self.allocation_id = allocation_id
-        self.servers: list[asyncio.Server] = []
+        self.target = target
+        self.servers: dict[str, list[asyncio.Server]] = {}
+        """Listeners by address."""
         self.relays: set[asyncio.Task[None]] = set()
 
-    async def listen(self, address: str, public: int, private: int) -> None:
+    async def listen(self, address: str, public: int, private: int) -> int:
+        """Listen at ``address``:``public`` (0: any port); the port listened on."""
+
         async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None
             self.relays.add(task)
             try:
-                await self._connect(reader, writer, private)
+                await self._connect(reader, writer, self.target, private)
             finally:
                 self.relays.discard(task)
                 writer.close()
 
         try:
-            server = await asyncio.start_server(accepted, address, public)
+            server = await asyncio.start_server(accepted, sock=_listening_socket(address, public))
         except OSError as exc:
             raise SandboxError(
                 f"public port {public} cannot be opened on {address}: {exc.strerror or exc}"
             ) from exc
-        self.servers.append(server)
+        self.servers.setdefault(address, []).append(server)
+        return int(server.sockets[0].getsockname()[1])
 
     @staticmethod
     async def _connect(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, private: int
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: str, private: int
     ) -> None:
         try:
-            inner_reader, inner_writer = await asyncio.open_connection(LOOPBACK, private)
+            inner_reader, inner_writer = await asyncio.open_connection(target, private)
         except OSError:
             return  # nothing listens on the private port (yet): the client sees it closed
         try:
@@ -78,61 +95,120 @@ class _Forwarder:
             inner_writer.close()
 
     async def close(self) -> None:
-        for server in self.servers:
+        servers = [server for listening in self.servers.values() for server in listening]
+        for server in servers:
             server.close()
         for task in list(self.relays):
             task.cancel()
-        for server in self.servers:
+        for server in servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         await asyncio.gather(*self.relays, return_exceptions=True)
 
 
-class HostNetwork:
-    """The host network every allocation of the devnet shares: which allocation holds which
-    private port, and the forwarders of their public ports (on ``address``)."""
+def _listening_socket(address: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_IP, _IP_FREEBIND, 1)
+        sock.bind((address, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
-    def __init__(self, address: str = LOOPBACK) -> None:
+
+class AllocationNetworks:
+    """The networks of the devnet's allocations (one object for all its nodes, which share
+    the host): their namespaces (``namespaces``; ``None``: they share the host's network, and
+    which allocation holds which private port is kept) and the forwarders of their public
+    ports (at ``address``)."""
+
+    def __init__(self, address: str = LOOPBACK, namespaces: Namespaces | None = None) -> None:
         self.address = address
+        self.namespaces = namespaces
         self._private: dict[int, str] = {}
         self._forwarders: dict[str, _Forwarder] = {}
+        self._namespaces: dict[str, AllocationNamespace] = {}
+
+    def describe(self) -> str:
+        """The mode, for the devnet's start log line."""
+        return self.namespaces.describe() if self.namespaces is not None else SHARED
 
     def public_ports(self, allocation_id: str) -> list[int]:
         """The public ports forwarded for ``allocation_id`` (none once it is closed)."""
         forwarder = self._forwarders.get(allocation_id)
-        return [s.sockets[0].getsockname()[1] for s in forwarder.servers] if forwarder else []
+        servers = forwarder.servers.get(self.address, []) if forwarder else []
+        return [s.sockets[0].getsockname()[1] for s in servers]
+
+    def namespace(self, allocation_id: str) -> AllocationNamespace | None:
+        """``allocation_id``'s network namespace (``None``: it shares the host's network)."""
+        return self._namespaces.get(allocation_id)
+
+    def refusals(self, v1: EnsembleConfigV1) -> list[str]:
+        """Why allocations of ``v1`` cannot listen on their private ports (one line each):
+        on a shared network, a port another allocation holds."""
+        if self.namespaces is not None:
+            return []
+        return [
+            f"allocation {port.allocation}: {self._held(port.private, '')}"
+            for _, node in sorted((v1.nodes or {}).items())
+            for port in node.ports or ()
+            if port.private in self._private
+        ]
+
+    def _held(self, private: int, allocation_id: str) -> str:
+        """Why ``allocation_id`` cannot have ``private`` (``""``: it can)."""
+        holder = self._private.get(private)
+        if holder is None or holder == allocation_id:
+            return ""
+        return (
+            f"private port {private} is already used by allocation {holder}: the devnet's {SHARED}"
+        )
 
     async def open(self, allocation_id: str, mapping: Mapping[str, int]) -> None:
         """Forward each ``public -> private`` port of ``mapping`` (Go's ``map[int]int``, keys
-        as strings); idempotent for an allocation already forwarded. A private port another
-        allocation holds, or a public port that cannot be bound, refuses the allocation."""
+        as strings) — into a namespace made for the allocation, where namespaces can be
+        made; idempotent for an allocation already forwarded. On a shared network, a private
+        port another allocation holds refuses the allocation; a public port that cannot be
+        bound refuses it anyway."""
         if allocation_id in self._forwarders or not mapping:
             return
-        for private in mapping.values():
-            holder = self._private.get(private)
-            if holder is not None and holder != allocation_id:
-                raise SandboxError(
-                    f"private port {private} is already used by allocation {holder}: the "
-                    "devnet's allocations share the host's network"
-                )
-        forwarder = _Forwarder(allocation_id)
+        namespace = None
+        if self.namespaces is not None:
+            namespace = await self.namespaces.create(allocation_id)
+        else:
+            for private in mapping.values():
+                if why := self._held(private, allocation_id):
+                    raise SandboxError(why)
+            self._private.update(dict.fromkeys(mapping.values(), allocation_id))
+        forwarder = _Forwarder(allocation_id, namespace.address if namespace else LOOPBACK)
+        self._forwarders[allocation_id] = forwarder
+        if namespace is not None:
+            self._namespaces[allocation_id] = namespace
         try:
             for public, private in sorted(mapping.items()):
-                await forwarder.listen(self.address, int(public), private)
-        except SandboxError:
-            await forwarder.close()
+                port = await forwarder.listen(self.address, int(public), private)
+                if namespace is not None:  # where the allocations reach the host
+                    await forwarder.listen(GATEWAY, port, private)
+        except BaseException:
+            await self.close(allocation_id)
             raise
-        self._forwarders[allocation_id] = forwarder
-        self._private.update(dict.fromkeys(mapping.values(), allocation_id))
         log.info(
             "devnet: %s reachable at %s",
             allocation_id,
-            ", ".join(f"{self.address}:{p} -> {q}" for p, q in sorted(mapping.items())),
+            ", ".join(
+                f"{self.address}:{p} -> {forwarder.target}:{q}" for p, q in sorted(mapping.items())
+            ),
         )
 
     async def close(self, allocation_id: str) -> None:
-        """Stop forwarding ``allocation_id``'s ports and give its private ports back."""
+        """Stop forwarding ``allocation_id``'s ports; remove its namespace, or give its
+        private ports back."""
         forwarder = self._forwarders.pop(allocation_id, None)
         self._private = {p: a for p, a in self._private.items() if a != allocation_id}
         if forwarder is not None:
             await forwarder.close()
+        namespace = self._namespaces.pop(allocation_id, None)
+        if namespace is not None:
+            await Namespaces.remove(namespace)

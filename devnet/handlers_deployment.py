@@ -49,6 +49,7 @@ from ..clock import NS_PER_SECOND
 from ..transport.envelope import Envelope
 from .actor import InvokeError
 from .changes import ChangeFeed
+from .forwarding import AllocationNetworks
 from .node import DmsNode
 from .orchestrator import Orchestrator
 from .protocol import DeploymentError
@@ -76,8 +77,10 @@ class Deployments:
         rng: random.Random,
         changes: ChangeFeed,
         logs_dir: Path,
+        networks: AllocationNetworks | None = None,
     ) -> None:
         self.node = node
+        self.networks = networks or AllocationNetworks()
         self.timeouts = timeouts
         self.rng = rng
         self.changes = changes
@@ -103,7 +106,11 @@ class Deployments:
         v1 = request.ensemble.v1
         if v1 is None:
             return NewDeploymentResponse(status="ERROR", error="empty ensemble config")
-        problems = [*map(str, validate_ensemble(request.ensemble)), *_unrunnable(v1)]
+        problems = [
+            *map(str, validate_ensemble(request.ensemble)),
+            *_unrunnable(v1),
+            *self.networks.refusals(v1),
+        ]
         if problems:
             error = f"failed to validate ensemble configuration: {'; '.join(problems)}"
             log.info("deployment refused: %s", error)

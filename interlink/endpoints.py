@@ -8,9 +8,11 @@ reaches it: that address and the public port. The DMS gives no public DNS name (
 ``dns_name`` resolves inside the ensemble's private network only), so it is reported as
 ``internalDNS`` beside the endpoint, never as its address.
 
-Pure functions over the manifest and the pod, so the endpoints can be computed once when a
-deployment runs (:func:`endpoints_of`), kept in the record (under :data:`ENDPOINTS_KEY`), and
-read without a DMS round trip by every view of the pod (:mod:`.pod_view`).
+Pure functions over the manifest and the pod, so the endpoints and the pod's placement (the
+ensemble node and the peer running it) can be computed once when a deployment runs
+(:func:`endpoints_of`, :func:`placement_of`), kept in the record (under :data:`ENDPOINTS_KEY`
+and :data:`PLACEMENT_KEY`), and read without a DMS round trip by every view of the pod
+(:mod:`.pod_view`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from .translate import allocation_key
 
 ENDPOINTS_KEY = "endpoints"
 """Where a record's ``observed`` keeps its endpoints (plain JSON, as :func:`endpoints_of`)."""
+PLACEMENT_KEY = "placement"
+"""Where a record's ``observed`` keeps where the pod runs (plain JSON, as :func:`placement_of`)."""
 
 
 def has_ports(pod: k8s.Pod) -> bool:
@@ -63,6 +67,17 @@ def endpoints_of(pod: k8s.Pod, manifest: EnsembleManifest) -> list[dict[str, Any
                 }
             )
     return found
+
+
+def placement_of(pod: k8s.Pod, manifest: EnsembleManifest) -> dict[str, str] | None:
+    """Where the pod runs: the ensemble ``node`` and the provider's ``peer`` (its libp2p host)
+    of its first placed container, init containers first (``None``: none is placed)."""
+    allocations = manifest.allocations or {}
+    for c in (*pod.spec.init_containers, *pod.spec.containers):
+        allocation = allocations.get(allocation_key(c.name))
+        if allocation is not None:
+            return {"node": allocation.node_id, "peer": allocation.handle.addr.host}
+    return None
 
 
 def describe(endpoints: Sequence[Mapping[str, Any]]) -> str:

@@ -30,7 +30,7 @@ from ..clock import NS_PER_SECOND, Clock, system_clock
 from . import k8s
 from .bodies import PodStatus
 from .container_runs import Runs
-from .endpoints import ENDPOINTS_KEY, describe
+from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY, describe
 from .pod_follower import (
     BackedOff,
     Deployed,
@@ -188,7 +188,8 @@ class PodActor(AsyncActor):
             return
         self.record.phase = Phase.RUNNING
         self.record.ensemble_id = message.ensemble_id
-        self.record.observed.pop(ENDPOINTS_KEY, None)  # the last ensemble's ports
+        for key in (ENDPOINTS_KEY, PLACEMENT_KEY):  # the last ensemble's ports and peer
+            self.record.observed.pop(key, None)
         self.record.dms_status = DeploymentStatus.PREPARING.go_name
         await self._save()
         self._run(self._follower.follow(message.ensemble_id, dict(self.record.runs)))
@@ -221,11 +222,10 @@ class PodActor(AsyncActor):
                 record.name,
                 describe(message.endpoints) or "no published port",
             )
-        endpoints = (
-            record.observed.get(ENDPOINTS_KEY) if message.endpoints is None else message.endpoints
-        )
-        if endpoints is not None:
-            observed[ENDPOINTS_KEY] = endpoints
+        for key, news in ((ENDPOINTS_KEY, message.endpoints), (PLACEMENT_KEY, message.placement)):
+            kept = record.observed.get(key) if news is None else news
+            if kept is not None:
+                observed[key] = kept
         record.observed = observed
         record.runs = {name: runs.to_map() for name, runs in message.runs.items()}
         if message.status == DeploymentStatus.RUNNING and not record.started_ns:

@@ -36,7 +36,7 @@ from ..clock import Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from .container_runs import Runs
-from .endpoints import endpoints_of, has_ports
+from .endpoints import endpoints_of, has_ports, placement_of
 from .logs import STDERR_LOG, fetched_logs, lines_after
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .pod_status import allocation_of
@@ -71,6 +71,7 @@ class Observed:
     manifest: Any = None  # fetched when the deployment ends: how each allocation ended
     runs: Mapping[str, Runs] = dataclasses.field(default_factory=dict)
     endpoints: list[dict[str, Any]] | None = None  # once running: see :mod:`.endpoints`
+    placement: dict[str, str] | None = None  # from a manifest read: node and peer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,7 +268,7 @@ class PodFollower:
         end_reads_left = END_READ_TRIES
         unknown = 0  # status polls in a row that found the deployment unknown to the DMS
         pod = parsed_request(self._request).pod
-        endpoints_due = has_ports(pod)  # looked up once the deployment runs, until found
+        placement_due = True  # the running manifest: read once the deployment runs, until read
         while True:
             try:
                 reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
@@ -287,11 +288,14 @@ class PodFollower:
             key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
             ended = status in TERMINAL_DMS
             manifest = await self._manifest(ensemble_id) if ended and key != last else None
+            placement = placement_of(pod, manifest) if manifest is not None else None
             endpoints = None
-            if endpoints_due and status == DeploymentStatus.RUNNING:
+            if placement_due and status == DeploymentStatus.RUNNING:
                 running = await self._manifest(ensemble_id)
-                endpoints = endpoints_of(pod, running) if running is not None else None
-                endpoints_due = endpoints is None
+                if running is not None:
+                    placement_due = False
+                    placement = placement_of(pod, running)
+                    endpoints = endpoints_of(pod, running) if has_ports(pod) else None
             listed = (manifest.allocations or {}) if manifest is not None else {}
             states = {name: _allocation_state(name, listed, allocations) for name in containers}
             read = [
@@ -341,8 +345,8 @@ class PodFollower:
             }
             # A container whose log could not be read is read again at the next poll.
             seen = {name: seen.get(name) if name in unread else states[name] for name in states}
-            if key != last or now != runs or endpoints is not None:
-                self._report(Observed(status, reply, manifest, now, endpoints))
+            if key != last or now != runs or endpoints is not None or placement is not None:
+                self._report(Observed(status, reply, manifest, now, endpoints, placement))
                 interval = self._policy.poll_min_s
                 last, runs = key, now
                 if ended:

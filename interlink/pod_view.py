@@ -5,13 +5,12 @@ usage (:mod:`.usage`).
 One pod's object (:func:`pod_view`), the same in the ``/pods`` list and wherever one pod is
 shown: ``namespace``, ``name``, ``uid``, ``phase`` (the Kubernetes pod phase the containers'
 states make), ``gatewayPhase`` (where the gateway is in the pod's life), ``ensemble``,
-``node`` and ``peer`` (the ensemble node and the provider's peer ID running it, ``""`` until
-the gateway has the deployment's manifest), ``restarts``, ``endpoints`` (where its services
-are reached, :mod:`.endpoints`; empty until its deployment has run once with ports),
-``containers`` (init containers
-first, each with ``init``, its Kubernetes ``state``, ``ready``, ``restarts`` and, when the DMS
-measured it, ``usage``) and the pod's ``usage`` (its containers' sums, when every running
-container has one).
+``node`` and ``peer`` (the ensemble node and the provider's peer ID running it, read once
+from the deployment's manifest when it first runs or ends; ``""`` until then), ``restarts``,
+``endpoints`` (where its services are reached, :mod:`.endpoints`; empty until its deployment
+has run once with ports), ``containers`` (init containers first, each with ``init``, its
+Kubernetes ``state``, ``ready``, ``restarts`` and, when the DMS measured it, ``usage``) and the
+pod's ``usage`` (its containers' sums, when every running container has one).
 
 Usage follows the kubelet's names (``cpu.usageNanoCores``, ``cpu.usageCoreNanoSeconds``,
 ``memory.workingSetBytes``, ``memory.usageBytes``, ``time``), and a figure the DMS did not
@@ -29,10 +28,9 @@ from typing import Any, NamedTuple
 from ..clock import NS_PER_SECOND
 from .apimachinery import format_time
 from .bodies import PodStatus
-from .endpoints import ENDPOINTS_KEY
+from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY
 from .k8s import ContainerStatus
 from .pod_record import Phase, PodRecord
-from .pod_status import find_allocation_key
 from .usage import ContainerUsage
 
 __all__ = ["PodFacts", "pod_phase", "pod_view", "stats_summary", "usage_json"]
@@ -98,18 +96,11 @@ def _pod_usage(
     )
 
 
-def _placement(record: PodRecord, containers: Iterable[str]) -> tuple[str, str]:
-    """The DMS node (in the ensemble) and provider peer of the pod's first placed
-    container, from the manifest the gateway last saw (``""``: not known yet)."""
-    manifest = record.observed.get("manifest") or {}
-    allocations = manifest.get("allocations") or {}
-    for name in containers:
-        key = find_allocation_key(allocations, name)
-        if key is not None:
-            entry = allocations[key] or {}
-            peer = ((entry.get("handle") or {}).get("addr") or {}).get("host", "")
-            return str(entry.get("node_id", "")), str(peer)
-    return "", ""
+def _placement(record: PodRecord) -> tuple[str, str]:
+    """The ensemble node and provider peer running the pod, as the gateway read them from its
+    deployment's manifest once it ran (``""``: not known yet)."""
+    placement = record.observed.get(PLACEMENT_KEY) or {}
+    return str(placement.get("node", "")), str(placement.get("peer", ""))
 
 
 def _container(
@@ -132,7 +123,7 @@ def pod_view(facts: PodFacts) -> dict[str, Any]:
     record, snapshot, usage = facts
     inits = snapshot.init_containers if snapshot else []
     mains = snapshot.containers if snapshot else []
-    node, peer = _placement(record, (s.name for s in (*inits, *mains)))
+    node, peer = _placement(record)
     view: dict[str, Any] = {
         "namespace": record.namespace,
         "name": record.name,

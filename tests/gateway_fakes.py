@@ -32,7 +32,7 @@ from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.behaviors.node_resources import ResourcesResponse
 from dmsgw.behaviors.peers import PeerAddrInfoResponse, PeersListResponse
 from dmsgw.behaviors.resources import Resources
-from dmsgw.behaviors.status import AllocationInfo
+from dmsgw.behaviors.status import AllocationInfo, EnsembleManifest
 from dmsgw.clock import FixedClock
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
 from dmsgw.interlink.bodies import RetrievedPodData
@@ -71,6 +71,8 @@ class FakeDMS:
         self.unknown_deployment = f"failed to get deployment: {NOT_FOUND}"
         """What ``status`` and ``manifest`` answer for a deployment the DMS does not know
         (by default the devnet's answer)."""
+        self.manifest = EnsembleManifest()
+        """What ``manifest`` answers for a deployment it knows."""
         self.asked: Counter[str] = Counter()  # behavior (without /dms/node/) -> times asked
         self._ids = itertools.count(1)
         logs.mkdir(parents=True, exist_ok=True)
@@ -156,7 +158,7 @@ class FakeDMS:
         if name == "deployment/manifest":
             if found is None:
                 return DeploymentManifestResponse(error=self.unknown_deployment)
-            return DeploymentManifestResponse()
+            return DeploymentManifestResponse(manifest=self.manifest)
         if name == "deployment/shutdown":
             if found is None:
                 return DeploymentShutdownResponse(error=ORCHESTRATOR_NOT_FOUND)

@@ -5,10 +5,15 @@ HTTP answer fetched through its reported endpoint, end to end on the embedded de
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
 import logging
+import os
 import shutil
-from collections.abc import Awaitable, Callable
+import socket
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +21,21 @@ import pytest
 from aiohttp import ClientError, ClientSession
 from aiohttp.test_utils import TestClient, TestServer
 
+from dmsgw.behaviors.devnet_record import process_start_time
 from dmsgw.behaviors.status import EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
-from dmsgw.devnet.forwarding import HostNetwork
-from dmsgw.devnet.sandbox import SandboxError
+from dmsgw.devnet.forwarding import AllocationNetworks
+from dmsgw.devnet.netns import (
+    GATEWAY,
+    NETNS_DIR,
+    AllocationNamespace,
+    Namespaces,
+    in_namespace,
+    remove_stale,
+    veth_name,
+)
+from dmsgw.devnet.sandbox import Isolation, SandboxError
 from dmsgw.interlink import k8s
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.endpoints import endpoints_of
@@ -28,6 +43,7 @@ from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.pod_record import PodRecord
 from dmsgw.interlink.pod_report import PodReport
 from dmsgw.interlink.server import Health, Metrics, PluginServer, Pods, operator_app
+from dmsgw.interlink.translate.wrapper import UNWRAPPED_ANNOTATION
 from dmsgw.interlink.usage import UsageBook
 from tests.gateway_fakes import FAST, WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
 from tests.test_gateway_passes import _gateway_config
@@ -40,8 +56,11 @@ PYTHON = shutil.which("python3", path="/usr/bin")
 needs_python = pytest.mark.skipif(PYTHON is None, reason="needs /usr/bin/python3")
 
 
-def web_pod(n: int, private: int, answer: str, **spec: Any) -> dict[str, Any]:
-    """A pod whose container answers ``answer`` to any GET on ``private`` (loopback)."""
+def web_pod(n: int, private: int, answer: str, public: int, **spec: Any) -> dict[str, Any]:
+    """A pod whose container answers ``answer`` to any GET on ``private`` (every address of
+    its network, as a container's server must listen to be reached through its port),
+    published at ``public`` (a port the test knows free: one the gateway picks may be, by
+    chance, a port a connection of this host holds)."""
     server = (
         "import http.server as h, os\n"
         "class A(h.BaseHTTPRequestHandler):\n"
@@ -51,13 +70,13 @@ def web_pod(n: int, private: int, answer: str, **spec: Any) -> dict[str, Any]:
         "        self.send_header('Content-Length', str(len(b)))\n"
         "        self.end_headers()\n"
         "        self.wfile.write(b)\n"
-        f"h.HTTPServer(('127.0.0.1', {private}), A).serve_forever()\n"
+        f"h.HTTPServer(('', {private}), A).serve_forever()\n"
     )
     return pod(
         uid(n),
         command=[PYTHON, "-c", server],
         env=[{"name": "ANSWER", "value": answer}],
-        ports=[{"name": "http", "containerPort": private}],
+        ports=[{"name": "http", "containerPort": private, "hostPort": public}],
         **spec,
     )
 
@@ -254,7 +273,7 @@ async def test_a_public_port_reaches_the_private_port_while_the_allocation_lives
     unused_tcp_port: int,
 ) -> None:
     server, private = await _echo_server()
-    network = HostNetwork()
+    network = AllocationNetworks()
     try:
         await network.open("ens_pod.web", {str(unused_tcp_port): private})
         assert network.public_ports("ens_pod.web") == [unused_tcp_port]
@@ -271,7 +290,7 @@ async def test_a_public_port_reaches_the_private_port_while_the_allocation_lives
 async def test_two_allocations_cannot_listen_on_one_private_port(
     unused_tcp_port_factory: Callable[[], int],
 ) -> None:
-    network = HostNetwork()
+    network = AllocationNetworks()
     first, second = unused_tcp_port_factory(), unused_tcp_port_factory()
     try:
         await network.open("a_pod.web", {str(first): 8080})
@@ -290,7 +309,7 @@ async def test_two_allocations_cannot_listen_on_one_private_port(
 async def test_a_public_port_in_use_refuses_the_allocation() -> None:
     taken = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     port = taken.sockets[0].getsockname()[1]
-    network = HostNetwork()
+    network = AllocationNetworks()
     try:
         with pytest.raises(SandboxError, match=f"public port {port} cannot be opened"):
             await network.open("a_pod.web", {str(port): 8080})
@@ -303,19 +322,62 @@ async def test_a_public_port_in_use_refuses_the_allocation() -> None:
 # --- end to end on the embedded devnet --------------------------------------------------------
 
 
-@needs_python
-async def test_a_pods_http_answer_through_its_reported_endpoint(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    unused_tcp_port: int,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """``/create``, ``/status`` until running, the endpoint from the operator port, then the
-    pod's own answer through it; a second pod listening on the same private port is refused
-    with the reason, as the devnet's allocations share the host's network."""
-    caplog.set_level(logging.INFO, logger="dmsgw.interlink.pod")
-    monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "1024")
-    devnet = Devnet(seed="endpoints")
+NAMESPACES_POSSIBLE = os.geteuid() == 0 and shutil.which("ip") is not None
+needs_namespaces = pytest.mark.skipif(
+    not NAMESPACES_POSSIBLE,
+    reason="network namespaces need root and ip (iproute2); the shared network is tested below",
+)
+
+
+class Serving:
+    """A gateway on the embedded devnet, with its plugin API and its operator port."""
+
+    def __init__(self, devnet: Devnet, gateway: Gateway, plugin: Client, operator: Client):
+        self.devnet, self.gateway, self.plugin, self.operator = devnet, gateway, plugin, operator
+
+    async def create(self, spec: dict[str, Any]) -> None:
+        body = json.dumps({"pod": spec, "container": [{"name": "main"}]})
+        assert (await self.plugin.post("/create", data=body)).status == 200
+
+    async def state(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The pod's container state, as ``/status`` reports it."""
+        (status,) = await (await self.plugin.get("/status", data=json.dumps([spec]))).json()
+        return dict(status["containers"][0]["state"])
+
+    async def endpoint(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The pod's one endpoint, from the operator port, once it runs."""
+
+        async def running() -> bool:
+            return bool((await self.state(spec)).get("running"))
+
+        name = spec["metadata"]["name"]
+        await until_async(running, f"{name} runs")
+        await until(lambda: bool(_view(self.gateway, "default", name)["endpoints"]), "endpoint")
+        view = await (await self.operator.get(f"/pods/default/{name}")).json()
+        assert view["node"] and view["peer"]  # where it runs is known while it runs
+        (endpoint,) = view["endpoints"]
+        return dict(endpoint)
+
+    def namespace(self, spec: dict[str, Any]) -> AllocationNamespace:
+        """The network namespace of the pod's allocation."""
+        ensemble = self.gateway._records[spec["metadata"]["uid"]].ensemble_id
+        namespace = self.devnet.networks.namespace(f"{ensemble}_pod.main")
+        assert namespace is not None
+        return namespace
+
+    def health(self, spec: dict[str, Any]) -> str:
+        """The health of the pod's allocation, as the devnet's orchestrator has it."""
+        ensemble = self.gateway._records[spec["metadata"]["uid"]].ensemble_id
+        deployments = self.devnet.nodes[0].deployments
+        assert deployments is not None
+        orchestrator = deployments.orchestrators.get(ensemble)
+        infos = orchestrator.allocation_info().values() if orchestrator is not None else ()
+        return next((info.health for info in infos), "")
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, **devnet_options: Any) -> AsyncIterator[Serving]:
+    devnet = Devnet(seed="endpoints", **devnet_options)
     await devnet.start()
     config = _gateway_config(devnet, tmp_path / "gw", seed=170)
     gateway = await start_backend(config, metrics=Metrics(process=False))
@@ -330,58 +392,181 @@ async def test_a_pods_http_answer_through_its_reported_endpoint(
     await plugin.start_server()
     await operator.start_server()
     try:
-        first = web_pod(1, unused_tcp_port, "hello from p-0001")
-        body = json.dumps({"pod": first, "container": [{"name": "main"}]})
-        assert (await plugin.post("/create", data=body)).status == 200
-
-        async def running() -> bool:
-            (status,) = await (await plugin.get("/status", data=json.dumps([first]))).json()
-            return bool(status["containers"][0]["state"].get("running"))
-
-        await until_async(running, "the web pod runs")
-        await until(lambda: bool(_view(gateway, "default", "p-0001")["endpoints"]), "endpoint")
-        view = await (await operator.get("/pods/default/p-0001")).json()
-        (endpoint,) = view["endpoints"]
-        assert (endpoint["containerPort"], endpoint["address"]) == (unused_tcp_port, "127.0.0.1")
-        url = f"http://{endpoint['address']}:{endpoint['port']}/"
-        answers: list[str] = []
-        async with ClientSession() as session:
-
-            async def answered() -> bool:
-                try:
-                    async with session.get(url) as answer:
-                        answers.append(await answer.text())
-                        return True
-                except ClientError:  # the pod's server runs but does not listen yet
-                    return False
-
-            await until_async(answered, "the pod's server answers through its endpoint")
-        assert answers == ["hello from p-0001"]
-        reachable = [r.getMessage() for r in caplog.records if "reachable at" in r.getMessage()]
-        assert reachable == [
-            f"pod default/p-0001 reachable at main:{unused_tcp_port} -> "
-            f"127.0.0.1:{endpoint['port']}"
-        ]
-
-        second = web_pod(2, unused_tcp_port, "hello from p-0002")
-        body = json.dumps({"pod": second, "container": [{"name": "main"}]})
-        assert (await plugin.post("/create", data=body)).status == 200
-
-        deployments = devnet.nodes[0].deployments
-        assert deployments is not None
-
-        def refusals() -> list[str]:
-            ensemble = gateway._records[uid(2)].ensemble_id
-            orchestrator = deployments.orchestrators.get(ensemble)
-            return orchestrator.failures if orchestrator is not None else []
-
-        reason = f"private port {unused_tcp_port} is already used by allocation"
-        await until(lambda: any(reason in f for f in refusals()), "the second pod refused")
+        yield Serving(devnet, gateway, plugin, operator)
     finally:
         await plugin.close()
         await operator.close()
         await gateway.close()
         await devnet.stop()
+
+
+async def fetch(endpoint: dict[str, Any]) -> str:
+    """The answer of the pod's server through ``endpoint`` (a running pod's server may not
+    listen yet: asked again until it answers)."""
+    url = f"http://{endpoint['address']}:{endpoint['port']}/"
+    answers: list[str] = []
+    async with ClientSession() as session:
+
+        async def answered() -> bool:
+            try:
+                async with session.get(url) as answer:
+                    answers.append(await answer.text())
+                    return True
+            except ClientError:
+                return False
+
+        await until_async(answered, f"the pod's server answers at {url}")
+    return answers[0]
+
+
+def _namespaces_of(devnet: Devnet) -> list[str]:
+    """The network namespaces the devnet made (and has not removed)."""
+    assert devnet.root is not None
+    return sorted(p.name for p in NETNS_DIR.glob(f"{devnet.root.name}-*"))
+
+
+@needs_python
+@needs_namespaces
+async def test_a_pods_http_answer_through_its_reported_endpoint(
+    tmp_path: Path,
+    unused_tcp_port_factory: Callable[[], int],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``/create``, ``/status`` until running, the endpoint from the operator port, then the
+    pod's own answer through it — for two pods whose containers both listen on one port, each
+    in a network namespace of its own, whose DMS health checks (an HTTP GET and a command, both
+    against the container's 127.0.0.1) run inside it; from inside, a pod reaches the other's public
+    port at the host's address, and nothing beyond the host; deleted, their namespaces and
+    veths go."""
+    caplog.set_level(logging.INFO, logger="dmsgw.interlink.pod")
+    port = unused_tcp_port_factory()
+    http_probe = {"httpGet": {"path": "/", "port": port}, "periodSeconds": 1}
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}), 2)"
+    exec_probe = {"exec": {"command": [PYTHON, "-c", connect]}, "periodSeconds": 1}
+    publics = [unused_tcp_port_factory(), unused_tcp_port_factory()]
+    first = web_pod(1, port, "hello from p-0001", publics[0], livenessProbe=http_probe)
+    second = web_pod(2, port, "hello from p-0002", publics[1], livenessProbe=exec_probe)
+    for spec in (first, second):  # unwrapped: the liveness probe is the devnet's health check
+        spec["metadata"]["annotations"][UNWRAPPED_ANNOTATION] = "main"
+    async with serving(tmp_path, network_namespaces=True) as s:
+        await s.create(first)
+        await s.create(second)
+        endpoints = [await s.endpoint(first), await s.endpoint(second)]
+        assert [(e["containerPort"], e["address"], e["port"]) for e in endpoints] == [
+            (port, "127.0.0.1", public) for public in publics
+        ]
+        assert [await fetch(e) for e in endpoints] == ["hello from p-0001", "hello from p-0002"]
+        for spec in (first, second):  # probes against the container's own 127.0.0.1
+            await until(lambda spec=spec: s.health(spec) == "healthy", "its probe passes")
+        inside = s.namespace(first)
+        url = f"http://{GATEWAY}:{endpoints[1]['port']}/"
+        reply = await in_namespace(inside, lambda: urllib.request.urlopen(url, timeout=5).read())
+        assert reply == b"hello from p-0002"  # the other pod's public port, at the host
+        with pytest.raises(OSError) as beyond:  # no NAT: no route beyond the host
+            await in_namespace(inside, lambda: socket.create_connection(("192.0.2.1", 80), 5))
+        assert beyond.value.errno == errno.ENETUNREACH
+        records = [r for r in caplog.records if r.name == "dmsgw.interlink.pod"]
+        reachable = {r.getMessage() for r in records if "reachable at" in r.getMessage()}
+        assert reachable == {
+            f"pod default/p-000{n} reachable at main:{port} -> 127.0.0.1:{e['port']}"
+            for n, e in enumerate(endpoints, 1)
+        }
+        made = _namespaces_of(s.devnet)
+        assert len(made) == 2
+        veths = [Path("/sys/class/net", veth_name(name)) for name in made]
+        assert all(veth.exists() for veth in veths)
+        for spec in (first, second):
+            assert (await s.plugin.post("/delete", data=json.dumps(spec))).status == 200
+        await until(lambda: not _namespaces_of(s.devnet), "the namespaces removed")
+        assert not any(veth.exists() for veth in veths)
+        for e in endpoints:  # and their public ports closed
+            with socket.create_server(("127.0.0.1", e["port"])):
+                pass
+
+
+@needs_python
+async def test_on_a_shared_network_a_second_pod_on_a_port_fails_at_once_saying_why(
+    tmp_path: Path, unused_tcp_port_factory: Callable[[], int]
+) -> None:
+    """Without network namespaces (forced here; a devnet that is not root has none) the
+    allocations share the host's network: the first pod answers through its endpoint (and
+    to its probe), and a second one on the same port fails at once with the reason in its
+    status, rather than retrying until its deadline with the reason in the devnet's log
+    only."""
+    port, publics = unused_tcp_port_factory(), [unused_tcp_port_factory() for _ in "ab"]
+    http_probe = {"httpGet": {"path": "/", "port": port}, "periodSeconds": 1}
+    async with serving(tmp_path, network_namespaces=False) as s:
+        first = web_pod(1, port, "hello from p-0001", publics[0], livenessProbe=http_probe)
+        first["metadata"]["annotations"][UNWRAPPED_ANNOTATION] = "main"  # the devnet's check
+        await s.create(first)
+        assert await fetch(await s.endpoint(first)) == "hello from p-0001"
+        await until(lambda: s.health(first) == "healthy", "its probe, from the host, passes")
+        second = web_pod(2, port, "hello from p-0002", publics[1])
+        await s.create(second)
+        states: list[dict[str, Any]] = []
+
+        async def ended() -> bool:
+            states.append(await s.state(second))
+            return "terminated" in states[-1]
+
+        await until_async(ended, "the second pod ends")
+        message = states[-1]["terminated"].get("message", "")
+        assert f"private port {port} is already used by allocation" in message
+        assert "share the host's network" in message
+
+
+# --- network namespaces -----------------------------------------------------------------------
+
+
+async def _ip(*args: str) -> None:
+    proc = await asyncio.create_subprocess_exec("ip", *args)
+    assert await proc.wait() == 0, f"ip {' '.join(args)}"
+
+
+@needs_namespaces
+async def test_namespaces_a_killed_devnet_left_are_removed_at_the_next_start() -> None:
+    """A devnet killed with SIGKILL leaves its namespaces and veths: the next one to start
+    removes those whose devnet no longer runs, and leaves a live devnet's alone."""
+    ended = await asyncio.create_subprocess_exec("true")
+    await ended.wait()
+    dead = f"dmsgw-devnet-{ended.pid}.1-left-1"  # that process never started at tick 1
+    live = f"dmsgw-devnet-{os.getpid()}.{process_start_time(os.getpid())}-live-1"
+    for name in (dead, live):
+        await _ip("netns", "add", name)
+        await _ip("link", "add", veth_name(name), "type", "veth", "peer", "eth0", "netns", name)
+    try:
+        await remove_stale()
+        assert not (NETNS_DIR / dead).exists()
+        assert not Path("/sys/class/net", veth_name(dead)).exists()
+        assert (NETNS_DIR / live).exists()
+        assert Path("/sys/class/net", veth_name(live)).exists()
+    finally:
+        await Namespaces.remove(AllocationNamespace(live, ""))
+        await Namespaces.remove(AllocationNamespace(dead, ""))
+
+
+async def test_without_root_allocations_share_the_hosts_network(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A devnet that is not root makes no namespaces, says so once in its start line, and
+    one asked for them says why it cannot have them."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert await Namespaces.probe("dmsgw-devnet-x") is None
+    caplog.set_level(logging.INFO, logger="dmsgw.devnet.devnet")
+    devnet = Devnet(nodes=1, seed="shared", isolation=Isolation.REWRITE)
+    await devnet.start()
+    try:
+        assert devnet.networks.namespaces is None
+        (started,) = [r.getMessage() for r in caplog.records if "work dir" in r.getMessage()]
+        assert started.endswith("allocations share the host's network")
+    finally:
+        await devnet.stop()
+    wanting = Devnet(nodes=1, seed="shared", network_namespaces=True)
+    try:
+        with pytest.raises(SandboxError, match="network namespaces need root"):
+            await wanting.start()
+    finally:
+        await wanting.stop()
 
 
 async def until_async(done: Callable[[], Awaitable[bool]], what: str) -> None:
@@ -397,21 +582,32 @@ async def until_async(done: Callable[[], Awaitable[bool]], what: str) -> None:
 # --- what looking endpoints up costs -----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("ports", "manifests"), [([], 0), ([{"containerPort": 8080}], 1)])
-async def test_endpoints_are_looked_up_once_and_only_for_a_pod_with_ports(
-    tmp_path: Path, ports: list[dict[str, Any]], manifests: int
+@pytest.mark.parametrize("ports", [[], [{"containerPort": 8080}]])
+async def test_the_running_manifest_is_read_once_for_every_pod(
+    tmp_path: Path, ports: list[dict[str, Any]]
 ) -> None:
-    """10,000 running pods poll the DMS's status: only a pod with ports asks for the manifest
-    once its deployment runs, and once only."""
+    """10,000 running pods poll the DMS's status: each asks for the manifest once its
+    deployment runs, and once only, for where it runs (node and peer, with or without ports)
+    and, with ports, its endpoints."""
     dms = FakeDMS(tmp_path / "logs")
+    dms.manifest = EnsembleManifest.from_json(
+        json.dumps(
+            {
+                "allocations": {
+                    "pod.main": {"node_id": "pod", "handle": {"addr": {"host": PEER}}},
+                },
+            }
+        )
+    )
     clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
     gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
     try:
         spec = pod(uid(5), policy="Always", command=["sleep", "60"], ports=ports)
         await create(gateway, spec)
         await until(lambda: dms.asked["deployment/status"] >= 5, "five status polls")
-        assert dms.asked["deployment/manifest"] == manifests
+        assert dms.asked["deployment/manifest"] == 1
         view = _view(gateway, "default", "p-0005")
-        assert view is not None and view["endpoints"] == []  # the fake DMS publishes none
+        assert (view["node"], view["peer"]) == ("pod", PEER)
+        assert view["endpoints"] == []  # the manifest publishes no port
     finally:
         await gateway.close()

@@ -1,0 +1,61 @@
+"""An allocation's ``http`` health check, made as the allocation sees it.
+
+The DMS's check GETs the endpoint (a path alone means ``http://127.0.0.1<path>``: the
+container's own loopback) and judges the status or the body. For an allocation with a network
+namespace of its own (:mod:`.netns`) that loopback is the namespace's, so the request is made
+from a thread that joined it; otherwise from the host, whose network the allocation shares.
+The request is a plain blocking ``http.client`` one on that thread, so that one code path
+serves both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import http.client
+import urllib.parse
+
+from ..behaviors.ensemble import HealthCheckManifest
+from .netns import AllocationNamespace, in_namespace
+
+HTTP_BODY_LIMIT = 1 << 20
+"""How much of an HTTP health check's body is searched for the expected text."""
+
+
+async def http_check(
+    check: HealthCheckManifest, timeout_s: float, namespace: AllocationNamespace | None
+) -> str:
+    """GET the check's endpoint as the allocation sees it: from its network ``namespace``
+    when it has one (its 127.0.0.1 is its own), else from the host."""
+    url = check.endpoint if "://" in check.endpoint else f"http://127.0.0.1{check.endpoint}"
+    try:
+        get = functools.partial(_http_get, url, timeout_s)
+        status, body = await (in_namespace(namespace, get) if namespace else asyncio.to_thread(get))
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return f"health check GET {url} failed: {exc or type(exc).__name__}"
+    kind, expected = check.response.type, check.response.value
+    if kind == "status" and expected:
+        return "" if str(status) == expected else f"GET {url}: status {status}, not {expected}"
+    if not 200 <= status < 300:
+        return f"GET {url}: status {status}"
+    if expected and expected not in body:
+        return f"GET {url}: the body lacks {expected!r}"
+    return ""
+
+
+def _http_get(url: str, timeout_s: float) -> tuple[int, str]:
+    """The status and (the first :data:`HTTP_BODY_LIMIT` bytes of) the body of ``GET url``
+    (blocking: a thread of its own may be in the allocation's network namespace)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parts.hostname, parts.port, timeout=timeout_s)
+    try:
+        connection.request(
+            "GET", urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        )
+        response = connection.getresponse()
+        return response.status, response.read(HTTP_BODY_LIMIT).decode(errors="replace")
+    finally:
+        connection.close()
