@@ -299,7 +299,7 @@ class Gateway:
             await ref.proxy().delete()  # type: ignore[attr-defined]
             return
         record = self._records.get(uid)
-        if record is not None and record.phase != Phase.TERMINAL:
+        if record is not None and (ref is not None or record.phase != Phase.TERMINAL):
             await self._delete_later(record)
             return
         self._records.pop(uid, None)
@@ -310,12 +310,20 @@ class Gateway:
             await self.parts.store.delete(uid)
 
     async def _delete_later(self, record: PodRecord) -> None:
-        """A pod whose actor crashed and awaits its restart: dropping its record would leave
-        the ensemble running and the restart without a record. The delete is recorded instead,
-        and the restarted actor (or, if the gateway gives up, the next gateway) carries it out."""
+        """A pod whose actor crashed and awaits its restart (its dead ref is still registered),
+        or that has no actor and has not ended: dropping its record would leave the ensemble
+        running and the restart without a record (it would fail, counted against the root
+        supervisor, and be tried again). The delete is recorded instead, whatever the pod's
+        phase, and the restarted actor (or, if the gateway gives up, the next gateway) carries
+        it out as a live actor does: it shuts the ensemble down (at once when it has ended)
+        and forgets the pod. Making the restart of a deleted pod a no-op instead would need
+        the supervisor to forget a child from inside its start, and would drop the shutdown of
+        an ensemble that an ended pod may still have (one whose actor crashed while ending).
+        The record the restart reads is replaced before it is persisted: a restart due while
+        the store writes reads the delete too."""
         deleting = dataclasses.replace(record, phase=Phase.DELETING)
-        await self.parts.store.put(record.uid, deleting.to_map())
         self._records[record.uid] = deleting
+        await self.parts.store.put(record.uid, deleting.to_map())
         log.info("pod %s: its actor is restarting; the delete waits for it", record.uid)
 
     async def status(self, pods: list[PodRef]) -> list[PodStatus]:

@@ -1,7 +1,8 @@
 """``PodActor``: one per Kubernetes pod UID, supervising that pod's ensemble on the DMS.
 
 Its life: persist → deploy (retrying transient DMS failures with backoff, never twice for one
-attempt) → follow the ensemble's status → apply the pod's ``restartPolicy`` → on delete, shut
+attempt) → follow the ensemble's status → apply the pod's ``restartPolicy`` (under ``Never`` a
+failed init container ends the pod at once, and its ensemble is shut down) → on delete, shut
 the ensemble down until done. A deployment the DMS no longer knows ends the pod (or, under a
 ``restartPolicy`` that asks for it, is deployed again) instead of being followed forever.
 Every transition is written to the store *before* it is acted on (crash-only), and every change
@@ -35,6 +36,7 @@ from .pod_follower import (
     BackedOff,
     Deployed,
     DeployFailed,
+    Ended,
     Lost,
     Observed,
     PodFollower,
@@ -43,6 +45,7 @@ from .pod_follower import (
 from .pod_record import (
     DEFAULT_POLICY,
     DEPLOYMENT_LOST,
+    INIT_CONTAINER_FAILED,
     TERMINAL_DMS,
     Phase,
     PodPolicy,
@@ -118,6 +121,8 @@ class PodActor(AsyncActor):
             self._run(self._follower.follow(record.ensemble_id, dict(record.runs)))
         elif record.phase == Phase.DELETING:
             self._run(self._follower.shut_down(record.ensemble_id, record.attempt))
+        elif record.phase == Phase.ENDING:
+            self._run(self._follower.end(record.ensemble_id))
 
     async def on_stop(self) -> None:
         await self._cancel()
@@ -178,6 +183,8 @@ class PodActor(AsyncActor):
             await self._on_backed_off(message)
         elif isinstance(message, ShutDown):
             await self._on_shut_down()
+        elif isinstance(message, Ended):
+            await self._on_ended(message)
         elif isinstance(message, _TaskCrashed):
             raise RuntimeError(f"pod {self.record.uid}: follower failed") from message.error
         else:
@@ -243,6 +250,9 @@ class PodActor(AsyncActor):
                 self._follower.back_off(record.attempt, delay_s=delay, stop=record.ensemble_id)
             )
             return
+        if message.status not in TERMINAL_DMS and (failed := self._init_failed_for_good()):
+            await self._end(failed)
+            return
         if message.status in TERMINAL_DMS:
             record.finished_ns = self._clock()
             if self._restarts(message.status):
@@ -277,6 +287,31 @@ class PodActor(AsyncActor):
         record.phase = Phase.TERMINAL
         record.reason = DEPLOYMENT_LOST
         record.message = lost
+        await self._save()
+
+    async def _end(self, init_container: str) -> None:
+        """End the pod failed at once, as the kubelet does when an init container fails under
+        ``restartPolicy: Never``, instead of when the DMS gives up retrying the provisioning
+        that waits for it (a deadline minutes away): the pod is recorded ended (its snapshot is
+        final, so the virtual kubelet fails it), then its ensemble is shut down, and a gateway
+        that restarts meanwhile shuts it down too."""
+        record = self.record
+        await self._cancel()  # the follower of the ensemble
+        log.info(
+            "pod %s: init container %r failed under restartPolicy Never; the pod has failed",
+            record.uid,
+            init_container,
+        )
+        record.phase = Phase.ENDING
+        record.reason = INIT_CONTAINER_FAILED
+        record.finished_ns = self._clock()
+        await self._save()
+        self._run(self._follower.end(record.ensemble_id))
+
+    async def _on_ended(self, message: Ended) -> None:
+        if self.record.phase != Phase.ENDING or message.ensemble_id != self.record.ensemble_id:
+            return
+        self.record.phase = Phase.TERMINAL
         await self._save()
 
     async def _on_backed_off(self, message: BackedOff) -> None:
@@ -318,6 +353,21 @@ class PodActor(AsyncActor):
         return any(
             run.exit_code != 0
             for run in _latest_runs(self._snapshot(self.record), self.record.runs)
+        )
+
+    def _init_failed_for_good(self) -> str:
+        """Under ``Never``: the init container whose run failed (``""``: none), as the pod
+        reports it (``terminated`` with a non-zero code); nothing will run it again."""
+        pod = request_data(self.record).pod
+        if pod.spec.restart_policy != "Never" or not pod.spec.init_containers:
+            return ""
+        return next(
+            (
+                c.name
+                for c in self._snapshot(self.record).init_containers
+                if c.state.terminated is not None and c.state.terminated.exit_code != 0
+            ),
+            "",
         )
 
     def _service_completed(self) -> bool:

@@ -106,6 +106,13 @@ class ShutDown:
     pass
 
 
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """The ensemble of a pod that has ended for good is shut down (or ended by itself)."""
+
+    ensemble_id: str
+
+
 Report = Callable[[Any], None]
 """How the follower hands a result to its actor (the actor's mailbox)."""
 
@@ -370,6 +377,13 @@ class PodFollower:
         if delay_s:
             await asyncio.sleep(delay_s)
         self._report(BackedOff(attempt))
+
+    async def end(self, ensemble_id: str) -> None:
+        """Shut down the ensemble of a pod that has ended for good, then report :class:`Ended`.
+        The DMS shuts down only a ``Running`` deployment: one still provisioning (it retries
+        until its deadline) is shut down as soon as it runs, or left to end by itself."""
+        await self._stop(ensemble_id)
+        self._report(Ended(ensemble_id))
 
     async def shut_down(self, ensemble_id: str, attempt: int) -> None:
         """Shut the pod's ensemble down until done (the one of ``attempt`` when the delete came

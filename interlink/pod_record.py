@@ -24,6 +24,9 @@ POD_UID_KEY = METADATA_POD_UID
 ATTEMPT_KEY = METADATA_GENERATION  # one deployment per attempt: its generation
 DEPLOYMENT_LOST = "DeploymentLost"
 """``PodRecord.reason`` of a pod whose deployment the DMS no longer knows."""
+INIT_CONTAINER_FAILED = "InitContainerFailed"
+"""``PodRecord.reason`` of a pod that an init container's failure ended (``restartPolicy:
+Never``) while the DMS was still provisioning its deployment."""
 
 
 class Phase:
@@ -34,10 +37,13 @@ class Phase:
     RUNNING = "running"  # an ensemble exists; following it
     BACKOFF = "backoff"  # ended; waiting to redeploy (restartPolicy)
     TERMINAL = "terminal"  # ended for good (or failed before deploying)
+    ENDING = "ending"  # ended for good (an init container failed); shutting the ensemble down
     DELETING = "deleting"  # shutting the ensemble down
 
 
 TERMINAL_DMS = {DeploymentStatus.COMPLETED, DeploymentStatus.FAILED}
+ENDED_PHASES = frozenset({Phase.TERMINAL, Phase.ENDING})
+"""The phases of a pod that has ended for good: its ``/status`` entry is final."""
 
 
 @dataclasses.dataclass
@@ -136,7 +142,7 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
     )
     # A time that no run knows reads, for a pod that has ended, as when it ended: a later
     # snapshot (a restarted gateway's) reports the same.
-    if record.phase == Phase.TERMINAL and record.finished_ns:
+    if record.phase in ENDED_PHASES and record.finished_ns:
         now_ns = record.finished_ns
     statuses = container_statuses(
         pod,
@@ -146,6 +152,6 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
         allocation_info=observed.allocation_info,
         observations=seen,
         error=record.message or observed.error,
-        final=record.phase == Phase.TERMINAL,
+        final=record.phase in ENDED_PHASES,
     )
     return pod_status(pod, record.jid, statuses)

@@ -11,8 +11,10 @@ the clock (the defect) shows as a jump. The waits are bounded polls of ``/status
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,11 +22,16 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from dmsgw.behaviors.catalog import DEPLOYMENT_STATUS
+from dmsgw.behaviors.deployment import DeploymentStatusRequest
 from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.devnet.devnet import Devnet
+from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS, Timeouts
+from dmsgw.interlink import app
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import Phase, PodRecord, snapshot_of
+from dmsgw.interlink.pod_record import INIT_CONTAINER_FAILED, Phase, PodRecord, snapshot_of
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.store import PodStore
 from tests.gateway_fakes import FAST
@@ -40,10 +47,17 @@ def clock() -> FixedClock:
 
 
 @pytest.fixture
+def devnet_timeouts() -> Timeouts:
+    """The embedded devnet's timings (a test parametrizes them)."""
+    return DEVNET_TIMEOUTS
+
+
+@pytest.fixture
 async def plugin(
-    tmp_path: Path, clock: FixedClock
+    tmp_path: Path, clock: FixedClock, devnet_timeouts: Timeouts, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
     """The plugin API of a gateway on its embedded devnet, whose clock the test holds."""
+    monkeypatch.setattr(app, "Devnet", functools.partial(Devnet, timeouts=devnet_timeouts))
     config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
     backend = await start_backend(config, metrics=Metrics(process=False), clock=clock)
     backend.parts.policy = FAST
@@ -112,26 +126,70 @@ async def test_a_runs_times_stay_put_when_others_change_and_across_a_restart(
     assert short_again.finished_at.timestamp() == T0 + 10
 
 
+DEADLINE_S = 6.0
+"""The devnet's deadline for a deployment (a DMS's is the request's expiry minus 15 s: ~105 s
+for the gateway's requests); the test needs it to pass, so it is short."""
+
+
+@pytest.mark.parametrize(
+    "devnet_timeouts", [dataclasses.replace(DEVNET_TIMEOUTS, deploy_deadline_s=DEADLINE_S)]
+)
 async def test_an_init_container_runs_then_fails_with_its_own_code_and_the_rest_never_run(
-    plugin: Any, clock: FixedClock
+    plugin: Any, clock: FixedClock, tmp_path: Path
 ) -> None:
-    client, _ = plugin
+    """Under ``restartPolicy: Never`` the pod fails as soon as its init container does, not
+    when the DMS gives up retrying the provisioning that waits for it: the init container
+    ``terminated`` with its own code, and at once the main container ``terminated`` as never
+    run (the virtual kubelet fails the pod), while the DMS still retries. The gateway shuts the
+    ensemble down (the DMS shuts down only a running deployment: this one ends at its deadline)
+    and then records the pod terminal, as a restarted gateway reads it."""
+    client, gateway = plugin
     spec = _pod(
-        [_container("main", "echo main")],
+        [_container("main", "sleep 600")],
         init=[_container("init", "sleep 1; exit 2")],
     )
+    uid = spec["metadata"]["uid"]
     await _create(client, spec)
     running = await _until(client, spec, _in("running", "init"))
     assert running["init"]["state"]["running"]["startedAt"] == _at(0)
     assert running["main"]["state"]["waiting"]["reason"] == "PodInitializing"
+    ensemble = gateway._records[uid].ensemble_id
     clock.advance(5)
     ended = await _until(client, spec, _in("terminated", "init"))
+    assert await _deployment_status(gateway, ensemble) not in ("Failed", "Completed")
     init = ended["init"]["state"]["terminated"]
     assert (init["exitCode"], init["startedAt"], init["finishedAt"]) == (2, _at(0), _at(5))
-    main = ended["main"]["state"]
-    assert main["waiting"]["reason"] == "PodInitializing", main
-    assert "init container 'init' failed" in main["waiting"]["message"]
-    await client.post("/delete", data=json.dumps(spec))
+    main = ended["main"]["state"]["terminated"]  # every container terminated: the pod Failed
+    assert main["exitCode"] != 0 and "init container 'init' failed" in main["message"], main
+    assert gateway._records[uid].phase == Phase.ENDING  # the ensemble is being shut down
+    await _until_true(lambda: _phase(gateway, uid), Phase.TERMINAL)
+    assert await _deployment_status(gateway, ensemble) == "Failed"  # ended, not left running
+    await gateway.close()
+    (stored,) = PodStore(tmp_path / "state.sqlite3").load_all()
+    record = PodRecord.from_map(stored)
+    assert (record.phase, record.reason) == (Phase.TERMINAL, INIT_CONTAINER_FAILED)
+    again = _by_name(json.loads(snapshot_of(record, now_ns=(T0 + 99) * NS_PER_SECOND).to_json()))
+    assert again["init"]["state"]["terminated"]["exitCode"] == 2
+    assert again["init"]["state"]["terminated"]["finishedAt"] == _at(5)
+    assert "init container 'init' failed" in again["main"]["state"]["terminated"]["message"]
+
+
+async def _deployment_status(gateway: Gateway, ensemble: str) -> str:
+    reply = await gateway.parts.invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble))
+    return str(reply.status)
+
+
+async def _phase(gateway: Gateway, uid: str) -> str:
+    return gateway._records[uid].phase
+
+
+async def _until_true(ask: Callable[[], Awaitable[str]], wanted: str) -> None:
+    """Ask (bounded) until the answer is ``wanted``."""
+    for _ in range(400):
+        if (got := await ask()) == wanted:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"still {got!r}, not {wanted!r}")
 
 
 def test_a_pod_that_failed_before_it_ran_ends_at_one_time_whatever_the_snapshot() -> None:

@@ -18,13 +18,17 @@ from typing import Any
 
 import pytest
 
+from dmsgw.actors.scheduler import ManualScheduler
+from dmsgw.actors.supervisor import Supervisor
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_NEW
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
+from dmsgw.interlink import gateway as gateway_module
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.config import load_config
-from dmsgw.interlink.gateway import Gateway
+from dmsgw.interlink.gateway import ROOT_BACKOFF, Gateway
 from dmsgw.interlink.parsing import parse_create_body
+from dmsgw.interlink.pod import _TaskCrashed
 from dmsgw.interlink.pod_record import POD_UID_KEY, Phase
 from dmsgw.interlink.recovery import ORPHAN_GRACE_S, OWNER_KEY
 from dmsgw.interlink.server import Metrics
@@ -323,6 +327,52 @@ async def test_a_delete_while_a_pod_actor_awaits_its_restart_is_carried_out(
     await first.close()
     gateways.append(await gateway_on(dms, tmp_path / "state.sqlite3", owner=ONE, clock=clock))
     await until(lambda: dms.live(uid(1)) == [], "the deleted pod's ensemble shut down")
+
+
+async def test_a_delete_of_an_ended_pod_whose_actor_awaits_its_restart_is_carried_out(
+    dms: FakeDMS,
+    tmp_path: Path,
+    clock: FixedClock,
+    gateways: list[Gateway],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """interLink deletes a pod that has ended while its actor has crashed and awaits its
+    restart (the supervisor's timers are the test's): the delete is recorded as for a pod
+    that has not ended, and the restarted actor carries it out. Dropping the record instead
+    left the restart without one: it failed (a KeyError, a crash counted against the root
+    supervisor's intensity) and was tried again and again."""
+    timers = ManualScheduler(FixedClock())
+    monkeypatch.setattr(gateway_module, "Supervisor", _timed_by(timers), raising=True)
+    gateway = await gateway_on(dms, tmp_path / "state.sqlite3", owner=ONE, clock=clock)
+    gateways.append(gateway)
+    spec = pod(uid(1))
+    await create(gateway, spec)
+    await until(lambda: len(dms.live(uid(1))) == 1, "deployed")
+    dms.live(uid(1))[0].status = "Completed"
+    await until(lambda: gateway._records[uid(1)].phase == Phase.TERMINAL, "ended")
+    actor = gateway.registry.get(f"pod/{uid(1)}")
+    assert actor is not None
+    actor.tell(_TaskCrashed(RuntimeError("a bug")))
+    await until(lambda: not actor.is_alive() and timers.pending() != [], "restart due")
+    await gateway.delete(parse_create_body(json.dumps({"pod": spec}).encode())[0].pod)
+    timers.advance(ROOT_BACKOFF.max_s * 2)
+    await until(lambda: gateway.registry.get(f"pod/{uid(1)}") is None, "the pod forgotten")
+    assert uid(1) not in gateway._records and uid(1) not in gateway.snapshots
+    assert gateway.parts.store.load_all() == []
+    assert timers.pending() == []  # no restart due any more
+    assert "failed to start" not in caplog.text
+
+
+def _timed_by(timers: ManualScheduler) -> Any:
+    """The gateway's supervisor, its restart timers ``timers``."""
+
+    class TimedSupervisor:
+        @staticmethod
+        def start(**kwargs: Any) -> Any:
+            return Supervisor.start(scheduler=timers, **kwargs)
+
+    return TimedSupervisor
 
 
 async def test_two_polls_at_once_re_adopt_a_pod_once(

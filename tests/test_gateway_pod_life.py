@@ -30,7 +30,7 @@ from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.bodies import PingResponse
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import DEPLOYMENT_LOST, Phase
+from dmsgw.interlink.pod_record import DEPLOYMENT_LOST, INIT_CONTAINER_FAILED, Phase
 from dmsgw.interlink.resources import Capacity, GpuCatalog, ResourceActor
 from dmsgw.interlink.server import (
     BackendGaveUpError,
@@ -177,6 +177,30 @@ async def test_a_pod_whose_deployment_the_dms_lost_is_deployed_again_if_its_poli
     record = gateway._records[uid(2)]
     assert (record.phase, record.restarts, record.attempt) == (Phase.RUNNING, 1, 2)
     assert record.previous_ensemble_id == lost.id
+
+
+async def test_a_gateway_that_stopped_while_a_failed_pod_was_ending_shuts_its_ensemble_down(
+    dms: FakeDMS, clock: FixedClock, tmp_path: Path
+) -> None:
+    """A pod that an init container's failure ended (``restartPolicy: Never``) is recorded
+    ``ending`` before its ensemble is shut down: a gateway that stopped meanwhile leaves the
+    ensemble running, and the next one, reading the record, shuts it down (the DMS lets it
+    once it runs) and records the pod terminal."""
+    first = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
+    await create(first, pod(uid(3)))
+    await until(lambda: len(dms.live(uid(3))) == 1, "deployed")
+    await first.close()
+    store = PodStore(tmp_path / "state")
+    (stored,) = store.load_all()
+    await store.put(uid(3), {**stored, "phase": Phase.ENDING, "reason": INIT_CONTAINER_FAILED})
+    await store.close()
+    again = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
+    try:
+        await until(lambda: again._records[uid(3)].phase == Phase.TERMINAL, "terminal")
+        assert dms.live(uid(3)) == []
+        assert dms.asked["deployment/shutdown"] == 1
+    finally:
+        await again.close()
 
 
 async def test_a_pod_whose_deployment_the_newest_dms_lost_fails_too(
