@@ -4,8 +4,8 @@ The DMS's check GETs the endpoint (a path alone means ``http://127.0.0.1<path>``
 container's own loopback) and judges the status or the body. For an allocation with a network
 namespace of its own (:mod:`.netns`) that loopback is the namespace's, so the request is made
 from a thread that joined it; otherwise from the host, whose network the allocation shares.
-The request is a plain blocking ``http.client`` one on that thread, so that one code path
-serves both.
+The request is a plain blocking ``urllib`` one on that thread, so that one code path serves
+both.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import http.client
+import urllib.error
 import urllib.parse
+import urllib.request
 
 from ..behaviors.ensemble import HealthCheckManifest
 from .netns import AllocationNamespace, in_namespace
@@ -43,19 +45,21 @@ async def http_check(
     return ""
 
 
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Follows redirects (up to 10, as Go's ``http.Get``) and uses no proxy: the check is made
+from where the allocation is."""
+
+
 def _http_get(url: str, timeout_s: float) -> tuple[int, str]:
-    """The status and (the first :data:`HTTP_BODY_LIMIT` bytes of) the body of ``GET url``
-    (blocking: a thread of its own may be in the allocation's network namespace)."""
+    """The status and (the first :data:`HTTP_BODY_LIMIT` bytes of) the body of ``GET url``,
+    redirects followed (blocking: a thread of its own may be in the allocation's network
+    namespace)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: {url!r}")
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    connection = kind(parts.hostname, parts.port, timeout=timeout_s)
     try:
-        connection.request(
-            "GET", urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        )
-        response = connection.getresponse()
+        response = _OPENER.open(url, timeout=timeout_s)
+    except urllib.error.HTTPError as answered:  # a 4xx or 5xx is an answer to judge
+        response = answered
+    with response:
         return response.status, response.read(HTTP_BODY_LIMIT).decode(errors="replace")
-    finally:
-        connection.close()
