@@ -73,7 +73,10 @@ class ProbeState:
         return next((why for kind, why in self.failing if kind == probe), "")
 
     def to_map(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The map to store, as the store gives it back (lists, not tuples): a resumed pod
+        compares what it observes with what it stored, and a tuple never equals the list it
+        is stored as (every resumed pod was saved and read again)."""
+        return {**dataclasses.asdict(self), "failing": [list(entry) for entry in self.failing]}
 
     @classmethod
     def from_map(cls, value: Any) -> ProbeState:
