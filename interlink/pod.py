@@ -49,6 +49,7 @@ from .pod_record import (
     PodRecord,
     Snapshot,
     request_data,
+    shown_by,
 )
 from .pod_status import CRASH_LOOP
 from .store import PodStore
@@ -101,6 +102,8 @@ class PodActor(AsyncActor):
             clock=clock,
         )
         self._task: asyncio.Task[None] | None = None
+        self._shown: tuple[bytes, PodStatus] | None = None
+        """The last snapshot read of the record, with what it was read from (:func:`shown_by`)."""
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -150,7 +153,15 @@ class PodActor(AsyncActor):
         self._publish()
 
     def _publish(self) -> None:
-        self._snapshots[self.record.uid] = self._snapshot(self.record)
+        self._snapshots[self.record.uid] = self._status()
+
+    def _status(self) -> PodStatus:
+        """The record's ``/status`` entry, read again only when what it reads changed: most
+        transitions (pending, deploying, deployed) change nothing ``/status`` shows."""
+        shown = shown_by(self.record)
+        if self._shown is None or self._shown[0] != shown:
+            self._shown = (shown, self._snapshot(self.record))
+        return self._shown[1]
 
     # --- what the gateway asks ----------------------------------------------------------
 
@@ -315,19 +326,13 @@ class PodActor(AsyncActor):
             return False
         if status == DeploymentStatus.FAILED:
             return True
-        return any(
-            run.exit_code != 0
-            for run in _latest_runs(self._snapshot(self.record), self.record.runs)
-        )
+        return any(run.exit_code != 0 for run in _latest_runs(self._status(), self.record.runs))
 
     def _service_completed(self) -> bool:
         """Under ``Always``: a main container (a DMS service) ended with exit code 0."""
         if self._restart_policy != "Always":
             return False
-        return any(
-            run.exit_code == 0
-            for run in _latest_runs(self._snapshot(self.record), self.record.runs)
-        )
+        return any(run.exit_code == 0 for run in _latest_runs(self._status(), self.record.runs))
 
     @functools.cached_property
     def _restart_policy(self) -> str:
