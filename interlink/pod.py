@@ -43,6 +43,7 @@ from .pod_follower import (
 from .pod_record import (
     DEFAULT_POLICY,
     DEPLOYMENT_LOST,
+    SHOWN_KEY,
     TERMINAL_DMS,
     Phase,
     PodPolicy,
@@ -78,6 +79,7 @@ class PodActor(AsyncActor):
         snapshot: Snapshot,
         snapshots: dict[str, PodStatus],
         on_deleted: Callable[[str], None],
+        kept: PodStatus | None = None,
         policy: PodPolicy = DEFAULT_POLICY,
         clock: Clock = system_clock,
         rng: random.Random | None = None,
@@ -103,7 +105,11 @@ class PodActor(AsyncActor):
         )
         self._task: asyncio.Task[None] | None = None
         self._shown: tuple[bytes, PodStatus] | None = None
-        """The last snapshot read of the record, with what it was read from (:func:`shown_by`)."""
+        """The last snapshot read of the record, with what it was read from (:func:`shown_by`):
+        at first the one stored with the record, which the store checked it was
+        (:func:`~dmsgw.interlink.pod_record.kept_snapshot`)."""
+        if kept is not None:
+            self._shown = (shown_by(record), kept)
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -149,19 +155,28 @@ class PodActor(AsyncActor):
                 await task
 
     async def _save(self) -> None:
-        await self._store.put(self.record.uid, self.record.to_map())
+        """Store the record with its snapshot (a restart publishes it as it is), then
+        publish the snapshot."""
+        shown, status = self._read()
+        record = self.record.to_map()
+        record[SHOWN_KEY] = [shown, status.wire()]
+        await self._store.put(self.record.uid, record)
         self._publish()
 
     def _publish(self) -> None:
         self._snapshots[self.record.uid] = self._status()
 
     def _status(self) -> PodStatus:
-        """The record's ``/status`` entry, read again only when what it reads changed: most
-        transitions (pending, deploying, deployed) change nothing ``/status`` shows."""
+        return self._read()[1]
+
+    def _read(self) -> tuple[bytes, PodStatus]:
+        """The record's ``/status`` entry and what it was read from, read again only when
+        that changed: most transitions (pending, deploying, deployed) change nothing
+        ``/status`` shows."""
         shown = shown_by(self.record)
         if self._shown is None or self._shown[0] != shown:
             self._shown = (shown, self._snapshot(self.record))
-        return self._shown[1]
+        return self._shown
 
     # --- what the gateway asks ----------------------------------------------------------
 

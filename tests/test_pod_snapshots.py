@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.interlink import pod_record
 from dmsgw.interlink.bodies import PodStatus
 from dmsgw.interlink.pod_record import Phase, PodRecord, shown_by, snapshot_of
+from dmsgw.interlink.store import pack, unpack
 from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
 
 OWNER = "did:key:the-gateway"
@@ -101,3 +104,86 @@ def test_what_a_snapshot_does_not_read_leaves_its_digest(change: dict[str, Any])
     changed = dataclasses.replace(base, **change)
     assert snapshot_of(changed, now_ns=CLOCK()).wire() == snapshot_of(base, now_ns=CLOCK()).wire()
     assert shown_by(changed) == shown_by(base)
+
+
+# --- the snapshot stored with the record -----------------------------------------------------
+
+
+async def _stored_pods(tmp_path: Path, dms: FakeDMS) -> None:
+    """A gateway that leaves a running pod and an ended one in its store."""
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
+    try:
+        await create(gateway, pod(uid(1)))
+        await create(gateway, pod(uid(2)))
+        await until(lambda: len(dms.live()) == 2, "deployed")
+        dms.live(uid(2))[0].status = "Completed"
+        await until(lambda: gateway._records[uid(2)].phase == Phase.TERMINAL, "ended")
+        await until(lambda: gateway._records[uid(1)].started_ns > 0, "running")
+    finally:
+        await gateway.close()
+
+
+async def _resumed(
+    tmp_path: Path, dms: FakeDMS, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, bytes], list[str]]:
+    """What a restarted gateway answers for each pod at once, and the pods it made a
+    snapshot of again."""
+    made: list[str] = []
+
+    def making(record: PodRecord, *, now_ns: int) -> PodStatus:
+        made.append(record.uid)
+        return snapshot_of(record, now_ns=now_ns)
+
+    monkeypatch.setattr("tests.gateway_fakes.snapshot_of", making)
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
+    try:
+        await until(lambda: len(gateway.snapshots) == 2, "both answering")
+        answers = {u: gateway.snapshots[u].wire() for u in (uid(1), uid(2))}
+        again = {u: snapshot_of(gateway._records[u], now_ns=CLOCK()).wire() for u in answers}
+    finally:
+        await gateway.close()
+    assert answers == again  # what this gateway would make of the records
+    return answers, made
+
+
+async def test_a_restart_answers_with_the_snapshots_stored_with_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dms = FakeDMS(tmp_path / "logs")
+    await _stored_pods(tmp_path, dms)
+    answers, made = await _resumed(tmp_path, dms, monkeypatch)
+    assert made == []
+    assert json.loads(answers[uid(1)])["containers"][0]["state"].get("running")
+    assert json.loads(answers[uid(2)])["containers"][0]["state"].get("terminated")
+
+
+@pytest.mark.parametrize("stored", ["another build", "garbled", "not a status"])
+async def test_a_snapshot_another_gateway_stored_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored: str
+) -> None:
+    """A gateway whose code differs (another version, a patch) makes each snapshot again
+    from the record; so does a gateway reading a stored snapshot that is not one."""
+    dms = FakeDMS(tmp_path / "logs")
+    if stored == "another build":
+        monkeypatch.setattr(pod_record, "_build", lambda: b"an older gateway")
+    await _stored_pods(tmp_path, dms)
+    monkeypatch.undo()
+    if stored != "another build":
+        _rewrite_stored(tmp_path / "state", stored)
+    _, made = await _resumed(tmp_path, dms, monkeypatch)
+    assert sorted(made) == [uid(1), uid(2)]
+
+
+def _rewrite_stored(state: Path, how: str) -> None:
+    """Spoil the snapshots stored in ``state`` (their digest still right, for ``not a
+    status``)."""
+    db = sqlite3.connect(state)
+    try:
+        for pod_uid, blob in db.execute("SELECT uid, record FROM pods").fetchall():
+            value = unpack(blob)
+            shown = value[pod_record.SHOWN_KEY]
+            value[pod_record.SHOWN_KEY] = "garbage" if how == "garbled" else [shown[0], b"{}"]
+            db.execute("UPDATE pods SET record = ? WHERE uid = ?", (pack(value), pod_uid))
+        db.commit()
+    finally:
+        db.close()
