@@ -123,8 +123,9 @@ class PodActor(AsyncActor):
             self._run(self._follower.deploy(record.attempt))
         elif record.phase == Phase.BACKOFF:  # the ended (or still running) ensemble stops first
             self._run(self._follower.back_off(record.attempt, stop=record.ensemble_id))
-        elif record.phase == Phase.RUNNING:
-            self._run(self._follower.follow(record.ensemble_id, dict(record.runs)))
+        elif record.phase == Phase.RUNNING:  # resumed: its snapshot shows what the DMS said
+            resumed = bool(record.dms_status)
+            self._run(self._follower.follow(record.ensemble_id, dict(record.runs), resumed=resumed))
         elif record.phase == Phase.DELETING:
             self._run(self._follower.shut_down(record.ensemble_id, record.attempt))
 

@@ -248,7 +248,9 @@ class PodFollower:
         base = min(p.retry_max_s, p.retry_min_s * 2.0 ** (tries - 1))
         return base * (0.8 + 0.4 * self._rng.random())
 
-    async def follow(self, ensemble_id: str, runs_so_far: Mapping[str, Any]) -> None:
+    async def follow(
+        self, ensemble_id: str, runs_so_far: Mapping[str, Any], *, resumed: bool = False
+    ) -> None:
         """Report each change of the deployment's status, of an allocation's status or of a
         container's runs (a task fails while the deployment still runs, and the DMS reports
         allocations only then). A wrapped container whose allocation changed, and every one
@@ -256,7 +258,14 @@ class PodFollower:
         reports no exit code. An allocation whose health check fails may be restarted by
         the DMS between two polls: its log is read at every poll, as the start markers are
         the only trace of such a restart; so is that of a container whose wrapper runs
-        probes, whose outcomes change no DMS status."""
+        probes, whose outcomes change no DMS status.
+
+        A ``resumed`` deployment, one its pod's stored snapshot shows already, is first asked
+        after a random part of ``poll_max_s``, as if it had been followed all along: a
+        gateway resuming 10,000 pods asked about all of them at once, and held the loop
+        while it did."""
+        if resumed:
+            await asyncio.sleep(self._rng.uniform(0.0, self._policy.poll_max_s))
         interval = self._policy.poll_min_s
         last: tuple[Any, ...] | None = None
         containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,20 @@ from typing import Any
 import pytest
 
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink import pod_record
+from dmsgw.interlink import pod_follower, pod_record
 from dmsgw.interlink.bodies import PodStatus
-from dmsgw.interlink.pod_record import Phase, PodRecord, shown_by, snapshot_of
+from dmsgw.interlink.pod_follower import PodFollower
+from dmsgw.interlink.pod_record import Phase, PodPolicy, PodRecord, shown_by, snapshot_of
 from dmsgw.interlink.store import pack, unpack
-from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
+from tests.gateway_fakes import (
+    FakeDMS,
+    create,
+    gateway_on,
+    plain_translation,
+    pod,
+    uid,
+    until,
+)
 
 OWNER = "did:key:the-gateway"
 CLOCK = FixedClock(1_700_000_000 * NS_PER_SECOND)
@@ -187,3 +197,43 @@ def _rewrite_stored(state: Path, how: str) -> None:
         db.commit()
     finally:
         db.close()
+
+
+# --- a resumed pod's first poll ---------------------------------------------------------------
+
+
+class _StoppedError(Exception):
+    """Ends the follower at its first wait or its first DMS call."""
+
+
+@pytest.mark.parametrize("resumed", [True, False])
+async def test_a_resumed_deployment_is_first_asked_after_a_random_part_of_the_longest_poll(
+    monkeypatch: pytest.MonkeyPatch, resumed: bool
+) -> None:
+    """10,000 resumed pods asked the DMS all at once; a deployment just deployed is asked at
+    once."""
+    first: list[str] = []
+
+    async def sleep(delay: float) -> None:
+        first.append(f"wait {delay:g}")
+        raise _StoppedError
+
+    async def invoke(*_: Any, **__: Any) -> Any:
+        first.append("ask")
+        raise _StoppedError
+
+    rng = random.Random()
+    monkeypatch.setattr(rng, "uniform", lambda low, high: (low + high) / 4)
+    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
+    follower = PodFollower(
+        RECORD.uid,
+        RECORD.request,
+        invoke=invoke,
+        translate=plain_translation,
+        policy=PodPolicy(poll_max_s=8.0),
+        rng=rng,
+        report=lambda _: None,
+    )
+    with pytest.raises(_StoppedError):
+        await follower.follow("ens-1", {}, resumed=resumed)
+    assert first == (["wait 2"] if resumed else ["ask"])
