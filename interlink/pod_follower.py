@@ -275,8 +275,10 @@ class PodFollower:
         seen: dict[str, tuple[str, str] | None] = {}
         end_reads_left = END_READ_TRIES
         unknown = 0  # status polls in a row that found the deployment unknown to the DMS
-        pod = parsed_request(self._request).pod
-        endpoints_due = has_ports(pod)  # looked up once the deployment runs, until found
+        # The ports are looked up once the deployment runs, until found. The parsed pod is
+        # not kept while following (~8 KiB a pod, as long as the pod lives): it is read again
+        # (cached) when needed.
+        endpoints_due = has_ports(parsed_request(self._request).pod)
         while True:
             try:
                 reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
@@ -299,7 +301,11 @@ class PodFollower:
             endpoints = None
             if endpoints_due and status == DeploymentStatus.RUNNING:
                 running = await self._manifest(ensemble_id)
-                endpoints = endpoints_of(pod, running) if running is not None else None
+                endpoints = (
+                    endpoints_of(parsed_request(self._request).pod, running)
+                    if running is not None
+                    else None
+                )
                 endpoints_due = endpoints is None
             listed = (manifest.allocations or {}) if manifest is not None else {}
             states = {name: _allocation_state(name, listed, allocations) for name in containers}

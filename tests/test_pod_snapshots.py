@@ -6,6 +6,8 @@ gateway's own state).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import random
@@ -15,13 +17,15 @@ from typing import Any
 
 import pytest
 
+from dmsgw.behaviors.deployment import DeploymentStatusResponse
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink import pod_follower, pod_record
+from dmsgw.interlink import k8s, pod_follower, pod_record
 from dmsgw.interlink.bodies import PodStatus
 from dmsgw.interlink.pod_follower import PodFollower
 from dmsgw.interlink.pod_record import Phase, PodPolicy, PodRecord, shown_by, snapshot_of
 from dmsgw.interlink.store import pack, unpack
 from tests.gateway_fakes import (
+    WAIT_S,
     FakeDMS,
     create,
     gateway_on,
@@ -237,3 +241,39 @@ async def test_a_resumed_deployment_is_first_asked_after_a_random_part_of_the_lo
     with pytest.raises(_StoppedError):
         await follower.follow("ens-1", {}, resumed=resumed)
     assert first == (["wait 2"] if resumed else ["ask"])
+
+
+async def test_a_follower_between_polls_keeps_no_parsed_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each followed pod kept its parsed pod (~8 KiB) as long as it lived; what the follower
+    needs of it is read once, and the rest again (cached) when needed."""
+    waiting = asyncio.Event()
+
+    async def sleep(_: float) -> None:
+        waiting.set()
+        await asyncio.Event().wait()  # until cancelled
+
+    async def invoke(*_: Any, **__: Any) -> Any:
+        return DeploymentStatusResponse(status="Running")
+
+    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
+    follower = PodFollower(
+        RECORD.uid,
+        RECORD.request,
+        invoke=invoke,
+        translate=plain_translation,
+        policy=PodPolicy(),
+        rng=random.Random(),
+        report=lambda _: None,
+    )
+    task = asyncio.create_task(follower.follow("ens-1", {}))
+    try:
+        await asyncio.wait_for(waiting.wait(), WAIT_S)
+        frame = task.get_coro().cr_frame  # type: ignore[union-attr]
+        kept = [name for name, value in frame.f_locals.items() if isinstance(value, k8s.Pod)]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert kept == []
