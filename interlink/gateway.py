@@ -162,7 +162,7 @@ class Gateway:
             for first in range(0, len(live), RESUME_BATCH):
                 specs = [self._child(*pod) for pod in live[first : first + RESUME_BATCH]]
                 await bridge.call(self._supervisor_proxy.start_children(specs))
-        self._heap.settle(len(live))  # the resumed pods, walked once, are not walked again
+        self._heap.settle(len(live), collect=False)  # the resumed pods are never walked
         log.info("gateway resumed %d pods from %s", len(records), self.parts.store.path)
 
     def start_orphan_collection(self, every_s: float = ORPHAN_PASS_EVERY_S) -> None:
