@@ -45,7 +45,15 @@ from .heap import HeapFreezer
 from .logs import fetched_logs, read_logs
 from .parsing import PodRef, in_turns
 from .pod import PodActor
-from .pod_record import DEFAULT_POLICY, Phase, PodPolicy, PodRecord, Snapshot, request_data
+from .pod_record import (
+    DEFAULT_POLICY,
+    Phase,
+    PodPolicy,
+    PodRecord,
+    Snapshot,
+    kept_snapshot,
+    request_data,
+)
 from .pod_report import PodReport
 from .recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_status
 from .resources import Capacity
@@ -140,19 +148,21 @@ class Gateway:
 
     async def start(self) -> None:
         """Resume every stored pod (crash-only recovery)."""
-        records = [PodRecord.from_map(m) for m in self.parts.store.load_all()]
+        stored = self.parts.store.load_all()
+        records = [PodRecord.from_map(m) for m in stored]
         live = []
-        for record in records:
+        for value, record in zip(stored, records, strict=True):
+            kept = kept_snapshot(value, record)
             if record.phase == Phase.TERMINAL:
                 self._records[record.uid] = record
-                self.snapshots[record.uid] = self.parts.snapshot(record)
+                self.snapshots[record.uid] = kept or self.parts.snapshot(record)
             else:
-                live.append(record)
+                live.append((record, kept))
         with self._heap.paused():
             for first in range(0, len(live), RESUME_BATCH):
-                specs = [self._child(record) for record in live[first : first + RESUME_BATCH]]
+                specs = [self._child(*pod) for pod in live[first : first + RESUME_BATCH]]
                 await bridge.call(self._supervisor_proxy.start_children(specs))
-        self._heap.settle(len(live))  # the resumed pods, walked once, are not walked again
+        self._heap.settle(len(live), collect=False)  # the resumed pods are never walked
         log.info("gateway resumed %d pods from %s", len(records), self.parts.store.path)
 
     def start_orphan_collection(self, every_s: float = ORPHAN_PASS_EVERY_S) -> None:
@@ -207,11 +217,13 @@ class Gateway:
         await bridge.call(self._supervisor_proxy.start_child(self._child(record)))
         self._heap.took()
 
-    def _child(self, record: PodRecord) -> ChildSpec:
-        """The supervisor's spec of the pod's actor; the pod is known from now on."""
+    def _child(self, record: PodRecord, kept: PodStatus | None = None) -> ChildSpec:
+        """The supervisor's spec of the pod's actor; the pod is known from now on. ``kept``:
+        the snapshot stored with ``record``, which the actor's first start publishes."""
         self._records[record.uid] = record
         self._polls.took(record.uid)
         parts = self.parts
+        unread = [kept] if kept is not None else []
 
         def start(hook: Any) -> AsyncActorRef[PodActor]:
             latest = self._records[record.uid]  # a restarted actor resumes from the newest record
@@ -223,6 +235,7 @@ class Gateway:
                 snapshot=self._snapshot,
                 snapshots=self.snapshots,
                 on_deleted=self._forget,
+                kept=unread.pop() if unread else None,  # a restart reads the record again
                 policy=parts.policy,
                 clock=parts.clock,
                 rng=self._jitter,

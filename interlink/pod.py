@@ -46,12 +46,14 @@ from .pod_record import (
     DEFAULT_POLICY,
     DEPLOYMENT_LOST,
     INIT_CONTAINER_FAILED,
+    SHOWN_KEY,
     TERMINAL_DMS,
     Phase,
     PodPolicy,
     PodRecord,
     Snapshot,
     request_data,
+    shown_by,
 )
 from .pod_status import CRASH_LOOP
 from .store import PodStore
@@ -80,6 +82,7 @@ class PodActor(AsyncActor):
         snapshot: Snapshot,
         snapshots: dict[str, PodStatus],
         on_deleted: Callable[[str], None],
+        kept: PodStatus | None = None,
         policy: PodPolicy = DEFAULT_POLICY,
         clock: Clock = system_clock,
         rng: random.Random | None = None,
@@ -104,6 +107,12 @@ class PodActor(AsyncActor):
             clock=clock,
         )
         self._task: asyncio.Task[None] | None = None
+        self._shown: tuple[bytes, PodStatus] | None = None
+        """The last snapshot read of the record, with what it was read from (:func:`shown_by`):
+        at first the one stored with the record, which the store checked it was
+        (:func:`~dmsgw.interlink.pod_record.kept_snapshot`)."""
+        if kept is not None:
+            self._shown = (shown_by(record), kept)
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -117,8 +126,9 @@ class PodActor(AsyncActor):
             self._run(self._follower.deploy(record.attempt))
         elif record.phase == Phase.BACKOFF:  # the ended (or still running) ensemble stops first
             self._run(self._follower.back_off(record.attempt, stop=record.ensemble_id))
-        elif record.phase == Phase.RUNNING:
-            self._run(self._follower.follow(record.ensemble_id, dict(record.runs)))
+        elif record.phase == Phase.RUNNING:  # resumed: its snapshot shows what the DMS said
+            resumed = bool(record.dms_status)
+            self._run(self._follower.follow(record.ensemble_id, dict(record.runs), resumed=resumed))
         elif record.phase == Phase.DELETING:
             self._run(self._follower.shut_down(record.ensemble_id, record.attempt))
         elif record.phase == Phase.ENDING:
@@ -151,11 +161,28 @@ class PodActor(AsyncActor):
                 await task
 
     async def _save(self) -> None:
-        await self._store.put(self.record.uid, self.record.to_map())
+        """Store the record with its snapshot (a restart publishes it as it is), then
+        publish the snapshot."""
+        shown, status = self._read()
+        record = self.record.to_map()
+        record[SHOWN_KEY] = [shown, status.wire()]
+        await self._store.put(self.record.uid, record)
         self._publish()
 
     def _publish(self) -> None:
-        self._snapshots[self.record.uid] = self._snapshot(self.record)
+        self._snapshots[self.record.uid] = self._status()
+
+    def _status(self) -> PodStatus:
+        return self._read()[1]
+
+    def _read(self) -> tuple[bytes, PodStatus]:
+        """The record's ``/status`` entry and what it was read from, read again only when
+        that changed: most transitions (pending, deploying, deployed) change nothing
+        ``/status`` shows."""
+        shown = shown_by(self.record)
+        if self._shown is None or self._shown[0] != shown:
+            self._shown = (shown, self._snapshot(self.record))
+        return self._shown
 
     # --- what the gateway asks ----------------------------------------------------------
 
@@ -350,10 +377,7 @@ class PodActor(AsyncActor):
             return False
         if status == DeploymentStatus.FAILED:
             return True
-        return any(
-            run.exit_code != 0
-            for run in _latest_runs(self._snapshot(self.record), self.record.runs)
-        )
+        return any(run.exit_code != 0 for run in _latest_runs(self._status(), self.record.runs))
 
     def _init_failed_for_good(self) -> str:
         """Under ``Never``: the init container whose run failed (``""``: none), as the pod
@@ -374,10 +398,7 @@ class PodActor(AsyncActor):
         """Under ``Always``: a main container (a DMS service) ended with exit code 0."""
         if self._restart_policy != "Always":
             return False
-        return any(
-            run.exit_code == 0
-            for run in _latest_runs(self._snapshot(self.record), self.record.runs)
-        )
+        return any(run.exit_code == 0 for run in _latest_runs(self._status(), self.record.runs))
 
     @functools.cached_property
     def _restart_policy(self) -> str:

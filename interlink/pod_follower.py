@@ -31,10 +31,11 @@ from ..behaviors.deployment import (
 )
 from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import DMSBehaviorError, Invoke
-from ..behaviors.status import AllocationStatus, DeploymentStatus
+from ..behaviors.status import AllocationStatus, DeploymentStatus, EnsembleManifest
 from ..clock import Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
+from . import k8s
 from .container_runs import Runs
 from .endpoints import endpoints_of, has_ports, placement_of
 from .logs import STDERR_LOG, fetched_logs, lines_after
@@ -256,7 +257,9 @@ class PodFollower:
         base = min(p.retry_max_s, p.retry_min_s * 2.0 ** (tries - 1))
         return base * (0.8 + 0.4 * self._rng.random())
 
-    async def follow(self, ensemble_id: str, runs_so_far: Mapping[str, Any]) -> None:
+    async def follow(
+        self, ensemble_id: str, runs_so_far: Mapping[str, Any], *, resumed: bool = False
+    ) -> None:
         """Report each change of the deployment's status, of an allocation's status or of a
         container's runs (a task fails while the deployment still runs, and the DMS reports
         allocations only then). A wrapped container whose allocation changed, and every one
@@ -264,7 +267,14 @@ class PodFollower:
         reports no exit code. An allocation whose health check fails may be restarted by
         the DMS between two polls: its log is read at every poll, as the start markers are
         the only trace of such a restart; so is that of a container whose wrapper runs
-        probes, whose outcomes change no DMS status."""
+        probes, whose outcomes change no DMS status.
+
+        A ``resumed`` deployment, one its pod's stored snapshot shows already, is first asked
+        after a random part of ``poll_max_s``, as if it had been followed all along: a
+        gateway resuming 10,000 pods asked about all of them at once, and held the loop
+        while it did."""
+        if resumed:
+            await asyncio.sleep(self._rng.uniform(0.0, self._policy.poll_max_s))
         interval = self._policy.poll_min_s
         last: tuple[Any, ...] | None = None
         containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped
@@ -274,8 +284,10 @@ class PodFollower:
         seen: dict[str, tuple[str, str] | None] = {}
         end_reads_left = END_READ_TRIES
         unknown = 0  # status polls in a row that found the deployment unknown to the DMS
-        pod = parsed_request(self._request).pod
-        placement_due = True  # the running manifest: read once the deployment runs, until read
+        # The running manifest is read once the deployment runs, until read. The parsed pod is
+        # not kept while following (~8 KiB a pod, as long as the pod lives): it is read again
+        # (cached) when needed.
+        placement_due = True
         while True:
             try:
                 reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
@@ -295,14 +307,17 @@ class PodFollower:
             key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
             ended = status in TERMINAL_DMS
             manifest = await self._manifest(ensemble_id) if ended and key != last else None
-            placement = placement_of(pod, manifest) if manifest is not None else None
+            placement = (
+                placement_of(parsed_request(self._request).pod, manifest)
+                if manifest is not None
+                else None
+            )
             endpoints = None
             if placement_due and status == DeploymentStatus.RUNNING:
                 running = await self._manifest(ensemble_id)
                 if running is not None:
                     placement_due = False
-                    placement = placement_of(pod, running)
-                    endpoints = endpoints_of(pod, running) if has_ports(pod) else None
+                    placement, endpoints = _where(parsed_request(self._request).pod, running)
             listed = (manifest.allocations or {}) if manifest is not None else {}
             states = {name: _allocation_state(name, listed, allocations) for name in containers}
             read = [
@@ -429,6 +444,14 @@ def _wrapped_containers(request: bytes) -> dict[str, bool]:
     follower needs of the pod, without keeping the parsed pod alive as long as it follows."""
     pod = parsed_request(request).pod
     return {c.name: is_wrapped(pod, c) for c in (*pod.spec.init_containers, *pod.spec.containers)}
+
+
+def _where(
+    pod: k8s.Pod, manifest: EnsembleManifest
+) -> tuple[dict[str, str] | None, list[dict[str, Any]] | None]:
+    """Where a running deployment runs, and its endpoints (``None``: the pod has no ports).
+    A function of its own, so that the follower's loop keeps no parsed pod between polls."""
+    return placement_of(pod, manifest), endpoints_of(pod, manifest) if has_ports(pod) else None
 
 
 def _probed_containers(request: bytes) -> frozenset[str]:

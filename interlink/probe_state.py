@@ -73,11 +73,10 @@ class ProbeState:
         return next((why for kind, why in self.failing if kind == probe), "")
 
     def to_map(self) -> dict[str, Any]:
-        """The stored state, in the form the store reads back (lists, not tuples), so that a
-        record read back compares equal to the same record made anew."""
-        stored = dataclasses.asdict(self)
-        stored["failing"] = [list(entry) for entry in self.failing]
-        return stored
+        """The map to store, as the store gives it back (lists, not tuples): a resumed pod
+        compares what it observes with what it stored, and a tuple never equals the list it
+        is stored as (every resumed pod was saved and read again)."""
+        return {**dataclasses.asdict(self), "failing": [list(entry) for entry in self.failing]}
 
     @classmethod
     def from_map(cls, value: Any) -> ProbeState:

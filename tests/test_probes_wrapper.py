@@ -18,6 +18,7 @@ from dmsgw.interlink.container_runs import Runs
 from dmsgw.interlink.pod_status import ContainerObservation, container_statuses
 from dmsgw.interlink.probe_state import ProbeState
 from dmsgw.interlink.run_markers import ProbeMarker, markers, probe_markers, strip_marker
+from dmsgw.interlink.store import pack, unpack
 from dmsgw.interlink.translate.inputs import Container
 from dmsgw.interlink.translate.probes import probe_runs
 from dmsgw.interlink.translate.wrapper import Hooks, wrapper_script
@@ -147,6 +148,7 @@ def test_the_ledger_follows_each_run_and_keeps_why_a_probe_killed_the_last() -> 
 def test_runs_carry_the_probes_to_the_status_and_the_kill_to_the_last_state() -> None:
     runs = Runs().read(markers(_LOG), len(_LOG)).read_probes(probe_markers(_LOG))
     assert Runs.from_map(runs.to_map()) == runs
+    assert unpack(pack(runs.to_map())) == runs.to_map()  # a resumed pod compares the two
     seen = runs.observation(0)
     assert seen.last_state is not None and seen.last_state.terminated is not None
     assert seen.last_state.terminated.exit_code == 143

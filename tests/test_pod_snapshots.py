@@ -1,0 +1,283 @@
+"""A pod's ``/status`` entry is read from its record only when what the entry shows changed.
+
+Over the in-memory DMS of :mod:`tests.gateway_fakes` (an injected clock, bounded waits on the
+gateway's own state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmsgw.behaviors.catalog import DEPLOYMENT_MANIFEST
+from dmsgw.behaviors.deployment import DeploymentManifestResponse, DeploymentStatusResponse
+from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.interlink import k8s, pod_follower, pod_record
+from dmsgw.interlink.bodies import PodStatus
+from dmsgw.interlink.pod_follower import PodFollower
+from dmsgw.interlink.pod_record import Phase, PodPolicy, PodRecord, shown_by, snapshot_of
+from dmsgw.interlink.store import pack, unpack
+from tests.gateway_fakes import (
+    WAIT_S,
+    FakeDMS,
+    create,
+    gateway_on,
+    plain_translation,
+    pod,
+    uid,
+    until,
+)
+
+OWNER = "did:key:the-gateway"
+CLOCK = FixedClock(1_700_000_000 * NS_PER_SECOND)
+
+
+async def test_a_pod_on_its_way_to_running_is_read_once_per_entry_it_shows(
+    tmp_path: Path,
+) -> None:
+    """Pending, deploying and deployed-but-not-yet-heard read as one entry: the pod's actor
+    reads it once (a snapshot is most of a create's time), and every entry it publishes
+    differs from the one before."""
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
+    read: list[bytes] = []
+    snapshot = gateway.parts.snapshot
+
+    def reading(record: PodRecord) -> PodStatus:
+        status = snapshot(record)
+        read.append(status.wire())
+        return status
+
+    gateway.parts.snapshot = reading
+    try:
+        await create(gateway, pod(uid(1)))
+        await until(lambda: gateway._records[uid(1)].started_ns > 0, "running")
+    finally:
+        await gateway.close()
+    assert len(read) == 2  # waiting, then running
+    assert read[0] != read[1]
+    assert json.loads(read[-1])["containers"][0]["state"].get("running")
+
+
+RECORD = PodRecord(
+    uid=uid(2),
+    namespace="default",
+    name="p",
+    jid="dmsgw-" + uid(2),
+    request=json.dumps({"pod": pod(uid(2))}).encode(),
+    phase=Phase.RUNNING,
+    dms_status="Running",
+    observed={"status": "Running"},
+    runs={"main": {"started": 1}},
+)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"request": json.dumps({"pod": pod(uid(2), image="alpine")}).encode()},
+        {"jid": "dmsgw-other"},
+        {"dms_status": "Completed"},
+        {"observed": {"status": "Running", "error": "boom"}},
+        {"runs": {"main": {"started": 2}}},
+        {"restarts": 1},
+        {"message": "why"},
+        {"phase": Phase.TERMINAL},
+        {"phase": Phase.ENDING},  # final too: a failed init container's pod ends at once
+        {"phase": Phase.TERMINAL, "reason": "ProviderFailed"},
+    ],
+)
+def test_what_a_snapshot_reads_changes_its_digest(change: dict[str, Any]) -> None:
+    """Each part of the record that :func:`snapshot_of` reads (some show only in some
+    states: an observed error, once the pod has failed)."""
+    changed = dataclasses.replace(RECORD, **change)
+    assert shown_by(changed) != shown_by(RECORD)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"attempt": 3, "ensemble_id": "e2", "previous_ensemble_id": "e1"},
+        {"phase": Phase.DELETING},
+        {"dms_status": "", "observed": {}, "runs": {}, "phase": Phase.PENDING},
+    ],
+)
+def test_what_a_snapshot_does_not_read_leaves_its_digest(change: dict[str, Any]) -> None:
+    """The last: a pending pod and one whose deployment the DMS has not reported yet (its
+    status "Preparing") read alike."""
+    base = dataclasses.replace(
+        RECORD,
+        **({"dms_status": "Preparing", "observed": {}, "runs": {}} if "runs" in change else {}),
+    )
+    changed = dataclasses.replace(base, **change)
+    assert snapshot_of(changed, now_ns=CLOCK()).wire() == snapshot_of(base, now_ns=CLOCK()).wire()
+    assert shown_by(changed) == shown_by(base)
+
+
+# --- the snapshot stored with the record -----------------------------------------------------
+
+
+async def _stored_pods(tmp_path: Path, dms: FakeDMS) -> None:
+    """A gateway that leaves a running pod and an ended one in its store."""
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
+    try:
+        await create(gateway, pod(uid(1)))
+        await create(gateway, pod(uid(2)))
+        await until(lambda: len(dms.live()) == 2, "deployed")
+        dms.live(uid(2))[0].status = "Completed"
+        await until(lambda: gateway._records[uid(2)].phase == Phase.TERMINAL, "ended")
+        await until(lambda: gateway._records[uid(1)].started_ns > 0, "running")
+    finally:
+        await gateway.close()
+
+
+async def _resumed(
+    tmp_path: Path, dms: FakeDMS, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, bytes], list[str]]:
+    """What a restarted gateway answers for each pod at once, and the pods it made a
+    snapshot of again."""
+    made: list[str] = []
+
+    def making(record: PodRecord, *, now_ns: int) -> PodStatus:
+        made.append(record.uid)
+        return snapshot_of(record, now_ns=now_ns)
+
+    monkeypatch.setattr("tests.gateway_fakes.snapshot_of", making)
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
+    try:
+        await until(lambda: len(gateway.snapshots) == 2, "both answering")
+        answers = {u: gateway.snapshots[u].wire() for u in (uid(1), uid(2))}
+        again = {u: snapshot_of(gateway._records[u], now_ns=CLOCK()).wire() for u in answers}
+    finally:
+        await gateway.close()
+    assert answers == again  # what this gateway would make of the records
+    return answers, made
+
+
+async def test_a_restart_answers_with_the_snapshots_stored_with_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dms = FakeDMS(tmp_path / "logs")
+    await _stored_pods(tmp_path, dms)
+    answers, made = await _resumed(tmp_path, dms, monkeypatch)
+    assert made == []
+    assert json.loads(answers[uid(1)])["containers"][0]["state"].get("running")
+    assert json.loads(answers[uid(2)])["containers"][0]["state"].get("terminated")
+
+
+@pytest.mark.parametrize("stored", ["another build", "garbled", "not a status"])
+async def test_a_snapshot_another_gateway_stored_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored: str
+) -> None:
+    """A gateway whose code differs (another version, a patch) makes each snapshot again
+    from the record; so does a gateway reading a stored snapshot that is not one."""
+    dms = FakeDMS(tmp_path / "logs")
+    if stored == "another build":
+        monkeypatch.setattr(pod_record, "_build", lambda: b"an older gateway")
+    await _stored_pods(tmp_path, dms)
+    monkeypatch.undo()
+    if stored != "another build":
+        _rewrite_stored(tmp_path / "state", stored)
+    _, made = await _resumed(tmp_path, dms, monkeypatch)
+    assert sorted(made) == [uid(1), uid(2)]
+
+
+def _rewrite_stored(state: Path, how: str) -> None:
+    """Spoil the snapshots stored in ``state`` (their digest still right, for ``not a
+    status``)."""
+    db = sqlite3.connect(state)
+    try:
+        for pod_uid, blob in db.execute("SELECT uid, record FROM pods").fetchall():
+            value = unpack(blob)
+            shown = value[pod_record.SHOWN_KEY]
+            value[pod_record.SHOWN_KEY] = "garbage" if how == "garbled" else [shown[0], b"{}"]
+            db.execute("UPDATE pods SET record = ? WHERE uid = ?", (pack(value), pod_uid))
+        db.commit()
+    finally:
+        db.close()
+
+
+# --- a resumed pod's first poll ---------------------------------------------------------------
+
+
+class _StoppedError(Exception):
+    """Ends the follower at its first wait or its first DMS call."""
+
+
+@pytest.mark.parametrize("resumed", [True, False])
+async def test_a_resumed_deployment_is_first_asked_after_a_random_part_of_the_longest_poll(
+    monkeypatch: pytest.MonkeyPatch, resumed: bool
+) -> None:
+    """10,000 resumed pods asked the DMS all at once; a deployment just deployed is asked at
+    once."""
+    first: list[str] = []
+
+    async def sleep(delay: float) -> None:
+        first.append(f"wait {delay:g}")
+        raise _StoppedError
+
+    async def invoke(*_: Any, **__: Any) -> Any:
+        first.append("ask")
+        raise _StoppedError
+
+    rng = random.Random()
+    monkeypatch.setattr(rng, "uniform", lambda low, high: (low + high) / 4)
+    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
+    follower = PodFollower(
+        RECORD.uid,
+        RECORD.request,
+        invoke=invoke,
+        translate=plain_translation,
+        policy=PodPolicy(poll_max_s=8.0),
+        rng=rng,
+        report=lambda _: None,
+    )
+    with pytest.raises(_StoppedError):
+        await follower.follow("ens-1", {}, resumed=resumed)
+    assert first == (["wait 2"] if resumed else ["ask"])
+
+
+async def test_a_follower_between_polls_keeps_no_parsed_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each followed pod kept its parsed pod (~8 KiB) as long as it lived; what the follower
+    needs of it is read once, and the rest again (cached) when needed."""
+    waiting = asyncio.Event()
+
+    async def sleep(_: float) -> None:
+        waiting.set()
+        await asyncio.Event().wait()  # until cancelled
+
+    async def invoke(behavior: Any, *_: Any, **__: Any) -> Any:
+        if behavior is DEPLOYMENT_MANIFEST:  # read once it runs: where it runs, its ports
+            return DeploymentManifestResponse()
+        return DeploymentStatusResponse(status="Running")
+
+    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
+    follower = PodFollower(
+        RECORD.uid,
+        RECORD.request,
+        invoke=invoke,
+        translate=plain_translation,
+        policy=PodPolicy(),
+        rng=random.Random(),
+        report=lambda _: None,
+    )
+    task = asyncio.create_task(follower.follow("ens-1", {}))
+    try:
+        await asyncio.wait_for(waiting.wait(), WAIT_S)
+        frame = task.get_coro().cr_frame  # type: ignore[union-attr]
+        kept = [name for name, value in frame.f_locals.items() if isinstance(value, k8s.Pod)]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert kept == []
