@@ -359,5 +359,6 @@ async def test_a_malformed_http_request_is_one_warning_not_a_traceback(
     assert answer.split(b"\r\n")[0].endswith(b" 400 Bad Request")
     output = captured_log.getvalue()
     assert "Traceback" not in output and " ERROR " not in output
-    assert " WARNING aiohttp.server: malformed HTTP request from 127.0.0.1 refused (400): " in output
+    warning = " WARNING aiohttp.server: malformed HTTP request from 127.0.0.1 refused (400): "
+    assert warning in output
     assert "Got more than 8190 bytes" in output
