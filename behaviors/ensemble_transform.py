@@ -34,12 +34,17 @@ from .units import UnitError, parse_bytes, parse_clock_hz, parse_go_duration
 __all__ = ["STAGES", "describe"]
 
 
+_QUOTED_CHARS = 40  # a longer string is cut short: one line of error, not the whole file
+
+
 def describe(value: Any) -> str:
     """A YAML value in a message: its kind, and the value itself when it is short."""
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if value is None:
         return "null"
+    if isinstance(value, str) and len(value) > _QUOTED_CHARS:
+        return f"string {value[:_QUOTED_CHARS] + '…'!r} ({len(value)} characters)"
     if isinstance(value, (str, int, float)):
         kind = "string" if isinstance(value, str) else "number"
         return f"{kind} {value!r}"

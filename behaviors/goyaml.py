@@ -83,6 +83,30 @@ def go_plain_scalar(text: str) -> Any:
 
 
 class _GoLoader(yaml.SafeLoader):
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._composing: list[str] = []  # the anchors whose nodes are being composed
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        """yaml.v3 refuses an alias inside its own anchor's value; PyYAML builds the cycle,
+        which no plain value can hold (walking it never ends)."""
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) and event.anchor in self._composing:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"anchor {event.anchor!r} value contains itself",
+                event.start_mark,  # type: ignore[arg-type]
+            )
+        anchor = None if isinstance(event, yaml.AliasEvent) else getattr(event, "anchor", None)
+        if anchor is None:
+            return super().compose_node(parent, index)
+        self._composing.append(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._composing.pop()
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
@@ -115,10 +139,54 @@ _GoLoader.yaml_implicit_resolvers = {
 _GoLoader.add_constructor(_PLAIN_TAG, _construct_plain)
 
 
+def _allowed_alias_ratio(decodes: int) -> float:
+    """yaml.v3's ``allowedAliasRatio``: the share of decoded nodes that may come from aliases,
+    0.99 up to 400,000 nodes, falling to 0.10 at 4,000,000."""
+    if decodes <= _ALIAS_RATIO_LOW:
+        return 0.99
+    if decodes >= _ALIAS_RATIO_HIGH:
+        return 0.10
+    return 0.99 - 0.89 * (decodes - _ALIAS_RATIO_LOW) / (_ALIAS_RATIO_HIGH - _ALIAS_RATIO_LOW)
+
+
+_ALIAS_RATIO_LOW, _ALIAS_RATIO_HIGH = 400_000, 4_000_000
+
+
+def _check_aliasing(root: yaml.Node, source: str) -> None:
+    """Refuses a document whose aliases expand it as yaml.v3 refuses it ("billion laughs"):
+    PyYAML shares an aliased node, but the plain values copy it once per alias, so a few
+    hundred bytes could take minutes and gigabytes. yaml.v3 counts every node it decodes and
+    those under an alias, and gives up past :func:`_allowed_alias_ratio`; so does this walk, in
+    document order, where a node met again is an alias."""
+    decodes = aliased = 0
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, in_alias = stack.pop()
+        in_alias = in_alias or id(node) in seen
+        seen.add(id(node))
+        decodes += 1
+        aliased += in_alias
+        if aliased > 100 and decodes > 1000 and aliased / decodes > _allowed_alias_ratio(decodes):
+            raise YamlSyntaxError(f"{source}: YAML error: document contains excessive aliasing")
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            continue
+        stack.extend((child, in_alias) for child in reversed(children))
+
+
 def load_yaml(text: str, source: str) -> Any:
     """The first YAML document of ``text`` as plain values; :class:`YamlSyntaxError` else."""
+    loader = _GoLoader(text)
     try:
-        return yaml.load(text, Loader=_GoLoader)
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _check_aliasing(root, source)
+        return loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -126,3 +194,5 @@ def load_yaml(text: str, source: str) -> Any:
         raise YamlSyntaxError(f"{source}: YAML error{where}: {problem}") from None
     except yaml.YAMLError as exc:
         raise YamlSyntaxError(f"{source}: YAML error: {exc}") from None
+    finally:
+        loader.dispose()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import os
 import socket
 import sys
@@ -157,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
         address = ListenAddress.parse(text, default_port=DEFAULT_OPERATOR_PORT)
     except AddressError as exc:
         raise DmsgwError(f"--operator: {exc}") from None
-    if args.interval <= 0:
+    if not 0 < args.interval < math.inf:  # also refuses nan, which compares false to all
         raise DmsgwError(f"--interval: {args.interval:g} is not a positive number of seconds")
     token = _token(args)
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TextIO
 from urllib.parse import urlsplit
 
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -559,6 +560,19 @@ class TextFormatter(logging.Formatter):
         return self._redact(line)
 
 
+def _malformed_request_as_warning(record: logging.LogRecord) -> bool:
+    """aiohttp logs a client's malformed HTTP request (an 8 KiB request line, a bad header) at
+    ERROR with a traceback, as if the gateway had failed (it answered 400): one WARNING line."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, HttpProcessingError) and exc.code < 500:
+        remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        record.msg = "malformed HTTP request from %s refused (%d): %s"
+        record.args = (remote, exc.code, " ".join(str(exc.message).split())[:200])
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info, record.exc_text = None, None
+    return True
+
+
 class _GatewayHandler(logging.StreamHandler[TextIO]):
     """Ours, so that configuring again replaces it instead of doubling every line."""
 
@@ -582,4 +596,5 @@ def configure_logging(
     # One line per HTTP request of the embedded devnet's DMS API would drown the gateway's own
     # log at INFO; the plugin API logs its requests itself.
     logging.getLogger("aiohttp.access").setLevel(max(logging.WARNING, root.level))
+    logging.getLogger("aiohttp.server").addFilter(_malformed_request_as_warning)  # added once
     return handler

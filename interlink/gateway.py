@@ -43,7 +43,7 @@ from .bodies import (
 )
 from .heap import HeapFreezer
 from .logs import fetched_logs, read_logs
-from .parsing import PodRef, in_turns
+from .parsing import PluginRequestError, PodRef, in_turns
 from .pod import PodActor
 from .pod_record import (
     DEFAULT_POLICY,
@@ -371,9 +371,12 @@ class Gateway:
 
     async def _log_stream(self, record: PodRecord, request: LogStruct) -> AsyncIterator[bytes]:
         ensemble = record.previous_ensemble_id if request.opts.previous else record.ensemble_id
+        if not ensemble and request.opts.previous:  # the caller's mistake: 400, as the kubelet
+            raise PluginRequestError(
+                f"Opts.Previous: pod {record.namespace}/{record.name} has no previous run"
+            )
         if not ensemble:
-            what = "no previous run" if request.opts.previous else "not been deployed yet"
-            raise DmsgwError(f"pod {record.namespace}/{record.name} has {what}")
+            raise DmsgwError(f"pod {record.namespace}/{record.name} has not been deployed yet")
         container = request.container_name or _pod(record).spec.containers[0].name
         allocation = allocation_key(container)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from pydantic import ValidationError
 
 from dmsgw.interlink.config import (
@@ -334,3 +336,29 @@ def test_the_gpu_resource_prefix_is_one_of_two_spellings() -> None:
         "gpu_resource_prefix (env DMSGW_GPU_RESOURCE_PREFIX): input should be 'nunet.gpu.' or "
         "'nunet.io/gpu.' (got 'gpu')"
     )
+
+
+async def test_a_malformed_http_request_is_one_warning_not_a_traceback(
+    captured_log: io.StringIO,
+) -> None:
+    """aiohttp logged a client's over-long request line at ERROR with a traceback, as if the
+    gateway had failed, though it answered 400: a hostile client could fill the log with them."""
+    configure_logging("INFO", "text", stream=captured_log)
+    runner = web.AppRunner(web.Application(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /pods/" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), timeout=30)
+        writer.close()
+    finally:
+        await runner.cleanup()
+    assert answer.split(b"\r\n")[0].endswith(b" 400 Bad Request")
+    output = captured_log.getvalue()
+    assert "Traceback" not in output and " ERROR " not in output
+    warning = " WARNING aiohttp.server: malformed HTTP request from 127.0.0.1 refused (400): "
+    assert warning in output
+    assert "Got more than 8190 bytes" in output

@@ -446,6 +446,51 @@ def test_the_top_level_must_be_a_mapping(text: str, message: str) -> None:
         _load(text)
 
 
+def test_a_long_value_in_a_message_is_cut_short() -> None:
+    """A 3 MB string at the top level was echoed whole in the one-line error."""
+    with pytest.raises(EnsembleYamlError) as caught:
+        _load("a" * 100_000 + "\n")
+    assert str(caught.value) == (
+        "test.yaml: must be a YAML mapping, not string 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        "…' (100000 characters)"
+    )
+
+
+def test_an_anchor_that_contains_itself_is_refused_as_yaml_v3_refuses_it() -> None:
+    """PyYAML builds the cycle, and walking it raised a RecursionError traceback."""
+    with pytest.raises(
+        EnsembleYamlError,
+        match=r"^test.yaml: YAML error at line 2, column 22: anchor 'a' value contains itself$",
+    ):
+        _load("nodes: {}\nallocations: &a {x: [*a]}\n")
+
+
+def test_excessive_aliasing_is_refused_as_yaml_v3_refuses_it() -> None:
+    """A "billion laughs" file of a few hundred bytes took 45 s and 300 MB to expand; yaml.v3
+    counts the nodes it decodes under an alias and gives up past its ratio."""
+    laughs = ["a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9]"]
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        laughs.append(f"{name}: &{name} [{', '.join(['*' + prev] * 9)}]")
+    with pytest.raises(
+        EnsembleYamlError, match=r"^test.yaml: YAML error: document contains excessive aliasing$"
+    ):
+        _load("\n".join(laughs) + "\n")
+
+
+def test_a_few_aliases_are_expanded() -> None:
+    resources = "{cpu: {cores: 1}, ram: {size: 1}, disk: {size: 1}}"
+    text = (
+        f"allocations:\n  a:\n    executor: docker\n    type: task\n"
+        f"    resources: &r {resources}\n    execution: {{type: docker, image: x}}\n"
+        f"  b:\n    executor: docker\n    type: task\n    resources: *r\n"
+        f"    execution: {{type: docker, image: x}}\n"
+        f"nodes: {{n: {{allocations: [a, b]}}}}\n"
+    )
+    config = _load(text).v1
+    assert config is not None
+    assert config.allocations["a"].resources == config.allocations["b"].resources
+
+
 def test_missing_placeholder_sources_are_named(tmp_path: Path) -> None:
     text = VALID + "scripts:\n  setup: ${file:nope.sh}\nkeys:\n  k: ${env:NO_SUCH_VAR}\n"
     assert _errors(text, base_dir=tmp_path, env={}) == [

@@ -170,3 +170,18 @@ async def test_followed_output_is_stamped_by_the_record_and_counts_against_bytes
             b"1970-01-01T00:33:20.000000Z two\n"  # its record's time, not the read's
         )[:60]
     )
+
+
+async def test_previous_logs_of_a_pod_that_never_restarted_are_the_callers_mistake(
+    plugin: Any,
+) -> None:
+    """The kubelet answers ``--previous`` without a previous run with a 400 naming it; the
+    gateway answered 500, which reads as its own failure."""
+    client, _ = plugin
+    spec = _pod([_container("main", "echo only run")])
+    await _create(client, spec)
+    await wait_state(client, spec, "terminated")
+    resp = await client.get("/getLogs", data=_log_request(spec, "main", Previous=True))
+    assert resp.status == 400
+    name = f"{spec['metadata']['namespace']}/{spec['metadata']['name']}"
+    assert await resp.text() == f"Opts.Previous: pod {name} has no previous run"

@@ -18,6 +18,7 @@ from dmsgw.behaviors.catalog import Behavior
 from dmsgw.behaviors.deployment import DeploymentStatusRequest, DeploymentStatusResponse
 from dmsgw.behaviors.executor_stats import CPUUsageStats, ExecutorStats, MemoryStats
 from dmsgw.behaviors.node import DMSBehaviorError, NotGrantedError
+from dmsgw.cli import main
 from dmsgw.cli.pods import table, watch
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.bodies import PodStatus
@@ -309,3 +310,13 @@ def test_watch_prints_the_table_again_until_ctrl_c() -> None:
     assert watch(lambda: next(views), out, interval_s=0.5, sleep=nap) == 0
     tables = out.getvalue().strip().split("\n\n")
     assert naps == [0.5, 0.5] and len(tables) == 2 and "1Mi" in tables[1]
+
+
+@pytest.mark.parametrize("interval", ["nan", "inf", "0", "-1"])
+def test_watch_interval_that_is_no_period_is_refused_by_name(
+    interval: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--interval nan`` passed ``<= 0`` and reached ``time.sleep``, which raised a traceback."""
+    argv = ["pods", "--operator", "127.0.0.1:1", "-w", "--interval", interval]
+    assert main(argv) == 2
+    assert f"--interval: {interval} is not a positive number of seconds" in capsys.readouterr().err

@@ -1255,6 +1255,10 @@ def test_a_chosen_port_is_never_a_host_port_of_the_pod() -> None:
             "spec.containers[0].ports[1].hostPort: 18080 is also "
             "spec.containers[0].ports[0].hostPort",
         ),
+        (  # Kubernetes refuses it too: a probe naming "web" would pick one of them silently
+            [{"containerPort": 80, "name": "web"}, {"containerPort": 81, "name": "web"}],
+            "spec.containers[0].ports[1].name: 'web' is also spec.containers[0].ports[0].name",
+        ),
     ],
 )
 def test_ports_that_cannot_be_published(ports: list[dict[str, Any]], expected: str) -> None:

@@ -106,8 +106,15 @@ def _ports(ctx: PodContext) -> list[PortConfig]:
     one the gateway picks (:func:`_chosen_port`) among those no ``hostPort`` of the pod names."""
     used: dict[int, str] = {}
     for c in ctx.containers:
+        names: dict[str, str] = {}
         for i, port in enumerate(c.spec.ports):
             path = _published(c, i, port)
+            if port.name in names:  # a probe naming it would pick one of them silently
+                raise PodTranslationError(
+                    f"{path}.name", f"{port.name!r} is also {names[port.name]}"
+                )
+            if port.name:
+                names[port.name] = f"{path}.name"
             if port.host_port in used:
                 raise PodTranslationError(
                     f"{path}.hostPort", f"{port.host_port} is also {used[port.host_port]}"
