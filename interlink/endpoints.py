@@ -47,11 +47,11 @@ def endpoints_of(pod: k8s.Pod, manifest: EnsembleManifest) -> list[dict[str, Any
         allocation = allocations.get(allocation_key(c.name))
         if allocation is None:
             continue
-        public_of = {private: int(public) for public, private in (allocation.ports or {}).items()}
+        publics = _publics_by_private(allocation.ports or {})
         node = nodes.get(allocation.node_id)
         addresses = (node.pub_address or ()) if node is not None else ()
         for port in c.ports:
-            public = public_of.get(port.container_port)
+            public = _take(publics.get(port.container_port, []), port.host_port)
             if public is None:
                 continue
             found.append(
@@ -67,6 +67,23 @@ def endpoints_of(pod: k8s.Pod, manifest: EnsembleManifest) -> list[dict[str, Any
                 }
             )
     return found
+
+
+def _publics_by_private(ports: Mapping[Any, int]) -> dict[int, list[int]]:
+    """The manifest's ``public -> private`` map turned around: several public ports may lead
+    to one private port (two entries of one ``containerPort``), each must be reported once."""
+    found: dict[int, list[int]] = {}
+    for public, private in sorted((int(public), private) for public, private in ports.items()):
+        found.setdefault(private, []).append(public)
+    return found
+
+
+def _take(publics: list[int], host_port: int | None) -> int | None:
+    """The public port of one entry: its ``hostPort`` if published, else the lowest left."""
+    if host_port in publics:
+        publics.remove(host_port)
+        return host_port
+    return publics.pop(0) if publics else None
 
 
 def placement_of(pod: k8s.Pod, manifest: EnsembleManifest) -> dict[str, str] | None:

@@ -375,8 +375,10 @@ class Gateway:
             raise PluginRequestError(
                 f"Opts.Previous: pod {record.namespace}/{record.name} has no previous run"
             )
-        if not ensemble:
-            raise DmsgwError(f"pod {record.namespace}/{record.name} has not been deployed yet")
+        if not ensemble:  # no logs yet: the kubelet's 400 too ("waiting to start")
+            raise PluginRequestError(
+                f"pod {record.namespace}/{record.name} is waiting to start: not deployed yet"
+            )
         container = request.container_name or _pod(record).spec.containers[0].name
         allocation = allocation_key(container)
 

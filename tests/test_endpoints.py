@@ -128,6 +128,26 @@ def test_an_endpoint_is_the_peers_public_address_and_the_public_port() -> None:
     ]
 
 
+def test_two_entries_of_one_container_port_are_each_reported_with_their_own_public_port() -> None:
+    """The manifest maps public to private ports: two entries of one ``containerPort`` (one
+    with a ``hostPort``) lead to one private port, and each keeps its own public port."""
+    twice = json.loads(json.dumps(MANIFEST))
+    twice["allocations"]["pod.web"]["ports"] = {"40123": 8080, "20001": 8080}
+    manifest = EnsembleManifest.from_json(json.dumps(twice))
+    pod_spec = spec_with(
+        {
+            "name": "web",
+            "image": "x",
+            "ports": [
+                {"name": "a", "containerPort": 8080},
+                {"name": "b", "containerPort": 8080, "hostPort": 40123},
+            ],
+        }
+    )
+    found = [(e["name"], e["port"]) for e in endpoints_of(pod_spec, manifest)]
+    assert found == [("a", 20001), ("b", 40123)]
+
+
 def test_a_peer_without_a_public_address_still_names_the_peer() -> None:
     plain = json.loads(json.dumps(MANIFEST))
     plain["nodes"]["pod"]["pub_address"] = None

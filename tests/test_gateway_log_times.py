@@ -14,13 +14,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dmsgw.behaviors.catalog import Behavior
 from dmsgw.behaviors.deployment import DeploymentLogsResponse
 from dmsgw.behaviors.log_times import Written, entry, parse, times_path, written_by
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.bodies import ContainerLogOpts
 from dmsgw.interlink.logs import fetched_logs, read_logs
-from dmsgw.interlink.parsing import parse_logs_body
+from dmsgw.interlink.parsing import PluginRequestError, parse_logs_body
 from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
 from tests.test_gateway_e2e import plugin, wait_state
 from tests.test_gateway_pod_life import clock
@@ -185,3 +187,24 @@ async def test_previous_logs_of_a_pod_that_never_restarted_are_the_callers_mista
     assert resp.status == 400
     name = f"{spec['metadata']['namespace']}/{spec['metadata']['name']}"
     assert await resp.text() == f"Opts.Previous: pod {name} has no previous run"
+
+
+async def test_logs_of_a_pod_not_deployed_yet_are_the_callers_mistake(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    """A pod whose ensemble the DMS has not taken yet has no logs to give: the kubelet answers
+    that with a 400 ("waiting to start"); the gateway answered 500, its own failure."""
+    dms = FakeDMS(tmp_path / "logs")
+    dms.reachable = False  # deployment/new goes unanswered: the pod waits to be deployed
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        spec = pod(uid(8), command=["sh", "-c", "sleep 60"])
+        await create(gateway, spec)
+        request = parse_logs_body(_log_request(spec, "main").encode())
+        with pytest.raises(PluginRequestError) as waiting:
+            _ = [chunk async for chunk in gateway.logs(request)]
+        name = f"{spec['metadata']['namespace']}/{spec['metadata']['name']}"
+        assert str(waiting.value) == f"pod {name} is waiting to start: not deployed yet"
+        assert not gateway._records[uid(8)].ensemble_id
+    finally:
+        await gateway.close()
