@@ -4,7 +4,8 @@ It reads ``GET /pods`` on a running gateway's operator port (``--operator``, or
 ``$DMSGW_OPERATOR_LISTEN``, else ``127.0.0.1:4001``; the bearer token from ``$DMSGW_TOKEN`` or
 ``--token-file`` when the port needs one) and prints one row per pod: ``READY`` and ``STATUS``
 as kubectl reads them from the containers, the pod's CPU (millicores) and memory (MiB) as its
-DMS measured them (``<none>`` when it reported none), and where it runs. ``--watch`` prints
+DMS measured them (``<none>`` when it reported none), where it runs, and where its services
+are reached (``address:public->containerPort``). ``--watch`` prints
 the table again every ``--interval`` seconds until Ctrl-C; ``-o json`` prints the JSON.
 """
 
@@ -29,7 +30,18 @@ from ..interlink.server.options import DEFAULT_OPERATOR_PORT
 
 OPERATOR_ENV = "DMSGW_OPERATOR_LISTEN"
 REQUEST_TIMEOUT_S = 30.0
-COLUMNS = ("NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "CPU", "MEMORY", "NODE", "PEER")
+COLUMNS = (
+    "NAMESPACE",
+    "NAME",
+    "READY",
+    "STATUS",
+    "RESTARTS",
+    "CPU",
+    "MEMORY",
+    "NODE",
+    "PEER",
+    "ENDPOINTS",
+)
 _MIB = 1024 * 1024
 _NANO_PER_MILLI = 1_000_000
 _CLEAR = "\x1b[H\x1b[2J"
@@ -99,6 +111,16 @@ def _memory(usage: dict[str, Any] | None) -> str:
     return "<none>" if used is None else f"{round(used / _MIB)}Mi"
 
 
+def _endpoints(endpoints: Sequence[dict[str, Any]]) -> str:
+    """Where the pod's services are reached: ``address:public->containerPort`` each (the
+    peer's ID where the DMS names no address for it)."""
+    shown = [
+        f"{e.get('address') or e.get('peer', '')}:{e.get('port')}->{e.get('containerPort')}"
+        for e in endpoints
+    ]
+    return ",".join(shown) or "<none>"
+
+
 def row(pod: dict[str, Any]) -> tuple[str, ...]:
     """One pod's cells, in :data:`COLUMNS` order."""
     mains = [c for c in pod.get("containers", []) if not c.get("init")]
@@ -113,6 +135,7 @@ def row(pod: dict[str, Any]) -> tuple[str, ...]:
         _memory(pod.get("usage")),
         str(pod.get("node") or "<none>"),
         str(pod.get("peer") or "<none>"),
+        _endpoints(pod.get("endpoints") or ()),
     )
 
 

@@ -287,14 +287,21 @@ def _view(**usage: Any) -> dict[str, Any]:
 def test_the_table_reads_like_kubectl_with_usage() -> None:
     busy = _view(cpu={"usageNanoCores": 870_000_000}, memory={"workingSetBytes": 25 << 20})
     waiting = {"waiting": {"reason": "CrashLoopBackOff"}}
+    busy["endpoints"] = [
+        {"address": "203.0.113.7", "port": 40123, "containerPort": 8080},
+        {"address": "", "peer": "P1", "port": 40124, "containerPort": 9090},
+    ]
     crashing = _view() | {
         "name": "crash",
         "containers": [{"name": "app", "ready": False, "state": waiting}],
     }
+    head = "NAMESPACE   NAME    READY   STATUS             RESTARTS   CPU      MEMORY   NODE   PEER"
     assert table([busy, crashing]).splitlines() == [
-        "NAMESPACE   NAME    READY   STATUS             RESTARTS   CPU      MEMORY   NODE   PEER",
-        "ns          web     1/1     Running            1          870m     25Mi     pod    P1",
-        "ns          crash   0/1     CrashLoopBackOff   1          <none>   <none>   pod    P1",
+        head + "   ENDPOINTS",
+        "ns          web     1/1     Running            1          870m     25Mi     pod    P1  "
+        "   203.0.113.7:40123->8080,P1:40124->9090",
+        "ns          crash   0/1     CrashLoopBackOff   1          <none>   <none>   pod    P1  "
+        "   <none>",
     ]
 
 
