@@ -271,6 +271,7 @@ class PodActor(AsyncActor):
             # while the ensemble stays Running: restartPolicy Always redeploys the pod.
             await self._cancel()  # the follower of the old ensemble
             record.phase = Phase.BACKOFF
+            record.observed.pop(ENDPOINTS_KEY, None)  # the ensemble is stopped with its ports
             delay = self._count_restart()
             await self._save()
             self._run(
@@ -282,6 +283,7 @@ class PodActor(AsyncActor):
             return
         if message.status in TERMINAL_DMS:
             record.finished_ns = self._clock()
+            record.observed.pop(ENDPOINTS_KEY, None)  # an ended ensemble publishes no port
             if self._restarts(message.status):
                 record.phase = Phase.BACKOFF
                 delay = self._count_restart()

@@ -631,3 +631,31 @@ async def test_the_running_manifest_is_read_once_for_every_pod(
         assert view["endpoints"] == []  # the manifest publishes no port
     finally:
         await gateway.close()
+
+
+async def test_an_ended_deployment_publishes_no_endpoint(tmp_path: Path) -> None:
+    """The ports of an ensemble that has ended are no longer published: the view drops its
+    endpoints then, rather than show them until a next deployment runs."""
+    dms = FakeDMS(tmp_path / "logs")
+    dms.manifest = EnsembleManifest.from_json(
+        json.dumps(
+            {
+                "allocations": {
+                    "pod.main": {"node_id": "pod", "ports": {"40123": 8080}},
+                },
+                "nodes": {"pod": {"id": "pod", "peer": PEER, "pub_address": ["203.0.113.7"]}},
+            }
+        )
+    )
+    clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        ports = [{"containerPort": 8080}]
+        await create(gateway, pod(uid(6), command=["sleep", "60"], ports=ports))
+        await until(lambda: bool(_view(gateway, "default", "p-0006")["endpoints"]), "endpoints")
+        dms.live()[0].status = "Completed"
+        await until(lambda: gateway._records[uid(6)].phase == "terminal", "ended")
+        view = _view(gateway, "default", "p-0006")
+        assert view["endpoints"] == [] and view["node"] == "pod"  # where it ran: kept
+    finally:
+        await gateway.close()
