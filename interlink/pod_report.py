@@ -70,10 +70,11 @@ class PodReport:
         """``GET /pods/{namespace}/{name}``: the pod's object (the newest, if a pod of that
         name was recreated), ``None`` if the gateway has no such pod."""
         wanted = (namespace, name)
-        named = [f for f in self.facts() if (f.record.namespace, f.record.name) == wanted]
+        named = [(r, s) for r, s in self._pods() if (r.namespace, r.name) == wanted]
         if not named:
             return None
-        return pod_view(max(named, key=lambda f: f.record.created_ns))
+        record, snapshot = max(named, key=lambda p: p[0].created_ns)
+        return pod_view(PodFacts(record, snapshot, self.usage.of(record.uid)))
 
     def summary(self) -> dict[str, Any]:
         """``GET /stats/summary``: the kubelet's summary of the running pods."""
