@@ -30,6 +30,7 @@ __all__ = [
     "RetrievedPodData",
     "TaintResponse",
     "encode_pod_statuses",
+    "status_array",
 ]
 
 _INT64_MAX = (1 << 63) - 1
@@ -262,4 +263,9 @@ class PingResponse(_OmitEmpty):
 
 def encode_pod_statuses(statuses: Iterable[PodStatus]) -> bytes:
     """The ``/status`` reply body: a JSON array of :class:`PodStatus`."""
-    return b"[" + b",".join(status.wire() for status in statuses) + b"]"
+    return status_array(status.wire() for status in statuses)
+
+
+def status_array(wires: Iterable[bytes]) -> bytes:
+    """The ``/status`` reply body from its entries' JSON (:meth:`PodStatus.wire`)."""
+    return b"[" + b",".join(wires) + b"]"

@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ from .pod_report import PodReport
 from .recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_status
 from .resources import Capacity
 from .server import BackendUnavailable, UnknownPodError
+from .snapshots import Shown, Snapshots
 from .store import PodStore
 from .translate import allocation_key
 from .translation import Translate
@@ -116,7 +117,7 @@ class Gateway:
         self.parts = parts
         self._heap = HeapFreezer(parts.freeze_every)
         self.registry = Registry()
-        self.snapshots: dict[str, PodStatus] = {}
+        self.snapshots = Snapshots()
         self._records: dict[str, PodRecord] = {}
         self._latest: dict[str, PodRecord] = {}
         """Each pod's record as its actor last published it (:meth:`pods`)."""
@@ -155,7 +156,7 @@ class Gateway:
             kept = kept_snapshot(value, record)
             if record.phase == Phase.TERMINAL:
                 self._records[record.uid] = record
-                self.snapshots[record.uid] = kept or self.parts.snapshot(record)
+                self.snapshots.publish(record.uid, kept or Shown.of(self.parts.snapshot(record)))
             else:
                 live.append((record, kept))
         with self._heap.paused():
@@ -217,9 +218,10 @@ class Gateway:
         await bridge.call(self._supervisor_proxy.start_child(self._child(record)))
         self._heap.took()
 
-    def _child(self, record: PodRecord, kept: PodStatus | None = None) -> ChildSpec:
+    def _child(self, record: PodRecord, kept: Shown | None = None) -> ChildSpec:
         """The supervisor's spec of the pod's actor; the pod is known from now on. ``kept``:
-        the snapshot stored with ``record``, which the actor's first start publishes."""
+        the ``/status`` entry stored with ``record``, which the actor's first start
+        publishes."""
         self._records[record.uid] = record
         self._polls.took(record.uid)
         parts = self.parts
@@ -250,11 +252,11 @@ class Gateway:
         self._latest[record.uid] = record
         return self.parts.snapshot(record)
 
-    def pods(self) -> list[tuple[PodRecord, PodStatus | None]]:
-        """Every pod the gateway tracks: its newest record and its snapshot (``None``
-        before the first)."""
+    def pods(self) -> list[tuple[PodRecord, Shown | None]]:
+        """Every pod the gateway tracks: its newest record and its ``/status`` entry
+        (``None`` before the first)."""
         return [
-            (self._latest.get(uid, record), self.snapshots.get(uid))
+            (self._latest.get(uid, record), self.snapshots.shown(uid))
             for uid, record in self._records.items()
         ]
 
@@ -316,7 +318,7 @@ class Gateway:
             await self._delete_later(record)
             return
         self._records.pop(uid, None)
-        self.snapshots.pop(uid, None)
+        self.snapshots.forget(uid)
         self._polls.drop(uid)
         if record is not None:
             self._heap.dropped()
@@ -350,6 +352,13 @@ class Gateway:
                 snapshot = await self._readopt(ref.pod())
             out.append(snapshot)
         return out
+
+    def statuses_at_once(self, uids: Sequence[str]) -> bytes | None:
+        """The ``/status`` reply from the kept entries, when every pod named has one."""
+        answer = self.snapshots.joined(uids)
+        if answer is not None:
+            self._polls.heard_of(uids)
+        return answer
 
     async def ping(self) -> PingResponse:
         """The capacity the DMS peers offer (see :class:`Capacity`)."""

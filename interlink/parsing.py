@@ -187,6 +187,18 @@ _Remembered = tuple[tuple[str, str, str, int, int], ...]
 """Per pod of a body: its UID, namespace and name, and where its JSON starts and ends."""
 
 
+def remembered_uids(raw: bytes) -> list[str] | None:
+    """The UIDs a ``/status`` body names, if it is a body read before (``None``: read it with
+    :func:`read_status_body`, which checks it). The same pods' polls come with the same body
+    every few seconds: this is what answers them."""
+    known = _VALID_STATUS_BODIES.get(_digest(raw))
+    return None if known is None else [uid for uid, *_ in known]
+
+
+def _digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
 async def read_status_body(raw: bytes) -> list[PodRef]:
     """:func:`parse_status_body` for the server: the pods named, with the event loop getting
     a turn every few pods, and remembered by the body's digest.
@@ -197,7 +209,7 @@ async def read_status_body(raw: bytes) -> list[PodRef]:
     what is remembered is the identities it names and where each pod lies, never more than
     the body's own size.
     """
-    digest = hashlib.blake2b(raw, digest_size=16).digest()
+    digest = _digest(raw)
     known = _VALID_STATUS_BODIES.get(digest)
     if known is not None:
         return _refs(known, StatusBody(raw, [(start, end) for *_, start, end in known]))

@@ -56,6 +56,7 @@ from .pod_record import (
     shown_by,
 )
 from .pod_status import CRASH_LOOP
+from .snapshots import Shown, Snapshots
 from .store import PodStore
 from .translation import Translate
 
@@ -80,9 +81,9 @@ class PodActor(AsyncActor):
         store: PodStore,
         translate: Translate,
         snapshot: Snapshot,
-        snapshots: dict[str, PodStatus],
+        snapshots: Snapshots,
         on_deleted: Callable[[str], None],
-        kept: PodStatus | None = None,
+        kept: Shown | None = None,
         policy: PodPolicy = DEFAULT_POLICY,
         clock: Clock = system_clock,
         rng: random.Random | None = None,
@@ -107,8 +108,8 @@ class PodActor(AsyncActor):
             clock=clock,
         )
         self._task: asyncio.Task[None] | None = None
-        self._shown: tuple[bytes, PodStatus] | None = None
-        """The last snapshot read of the record, with what it was read from (:func:`shown_by`):
+        self._shown: tuple[bytes, Shown] | None = None
+        """The record's last ``/status`` entry, with what it was read from (:func:`shown_by`):
         at first the one stored with the record, which the store checked it was
         (:func:`~dmsgw.interlink.pod_record.kept_snapshot`)."""
         if kept is not None:
@@ -163,25 +164,27 @@ class PodActor(AsyncActor):
     async def _save(self) -> None:
         """Store the record with its snapshot (a restart publishes it as it is), then
         publish the snapshot."""
-        shown, status = self._read()
+        digest, shown = self._read()
         record = self.record.to_map()
-        record[SHOWN_KEY] = [shown, status.wire()]
+        record[SHOWN_KEY] = [digest, *shown.to_stored()]
         await self._store.put(self.record.uid, record)
         self._publish()
 
     def _publish(self) -> None:
-        self._snapshots[self.record.uid] = self._status()
+        self._snapshots.publish(self.record.uid, self._read()[1])
 
     def _status(self) -> PodStatus:
-        return self._read()[1]
+        """The pod's ``/status`` entry as a model, for the decisions that read it (read back
+        from its JSON: the model is not kept, see :mod:`~dmsgw.interlink.snapshots`)."""
+        return self._read()[1].status()
 
-    def _read(self) -> tuple[bytes, PodStatus]:
+    def _read(self) -> tuple[bytes, Shown]:
         """The record's ``/status`` entry and what it was read from, read again only when
         that changed: most transitions (pending, deploying, deployed) change nothing
         ``/status`` shows."""
-        shown = shown_by(self.record)
-        if self._shown is None or self._shown[0] != shown:
-            self._shown = (shown, self._snapshot(self.record))
+        digest = shown_by(self.record)
+        if self._shown is None or self._shown[0] != digest:
+            self._shown = (digest, Shown.of(self._snapshot(self.record)))
         return self._shown
 
     # --- what the gateway asks ----------------------------------------------------------
@@ -365,7 +368,7 @@ class PodActor(AsyncActor):
 
     async def _on_shut_down(self) -> None:
         await self._store.delete(self.record.uid)
-        self._snapshots.pop(self.record.uid, None)
+        self._snapshots.forget(self.record.uid)
         self._on_deleted(self.record.uid)
         self.actor_ref.stop()
 

@@ -16,17 +16,18 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..clock import NS_PER_SECOND, Clock, system_clock
-from .bodies import PodStatus
 from .pod_record import Phase, PodRecord
 from .pod_view import PodFacts, pod_phase, pod_view, stats_summary
+from .snapshots import Shown
 from .usage import PodToMeasure, UsageBook
 
 __all__ = ["POD_PHASES", "PodReport", "PodSource"]
 
 log = logging.getLogger("dmsgw.usage")
 
-PodSource = Callable[[], list[tuple[PodRecord, PodStatus | None]]]
-"""Every pod the gateway tracks, with its snapshot (``Gateway.pods``)."""
+PodSource = Callable[[], list[tuple[PodRecord, Shown | None]]]
+"""Every pod the gateway tracks, with its ``/status`` entry (``Gateway.pods``). An entry is
+read back as its model only for the pods a read shows in full: a scrape reads none."""
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed")
 _LABELS = ("namespace", "pod", "container")
 
@@ -51,16 +52,21 @@ class PodReport:
     async def refresh(self) -> None:
         """Fresh usage for the running pods (see :class:`~.usage.UsageBook`)."""
         running = [
-            PodToMeasure(r.uid, r.ensemble_id, [c.name for c in s.containers])
+            PodToMeasure(r.uid, r.ensemble_id, list(s.containers))
             for r, s in self._pods()
             if s is not None and r.ensemble_id and r.phase == Phase.RUNNING
         ]
         await self.usage.refresh(running)
 
-    def facts(self) -> list[PodFacts]:
-        """Every pod with its usage, by namespace and name."""
-        pods = sorted(self._pods(), key=lambda p: (p[0].namespace, p[0].name, p[0].uid))
-        return [PodFacts(r, s, self.usage.of(r.uid)) for r, s in pods]
+    def facts(self, *, running: bool = False) -> list[PodFacts]:
+        """Every pod (or only those whose containers run) with its usage, by namespace and
+        name."""
+        pods = sorted(self._pods(), key=_by_name)
+        return [
+            PodFacts(r, s.status() if s else None, self.usage.of(r.uid))
+            for r, s in pods
+            if not running or (s is not None and s.phase == "Running")
+        ]
 
     def views(self) -> list[dict[str, Any]]:
         """``GET /pods``: one :func:`~.pod_view.pod_view` object per pod."""
@@ -73,12 +79,13 @@ class PodReport:
         named = [(r, s) for r, s in self._pods() if (r.namespace, r.name) == wanted]
         if not named:
             return None
-        record, snapshot = max(named, key=lambda p: p[0].created_ns)
+        record, shown = max(named, key=lambda p: p[0].created_ns)
+        snapshot = shown.status() if shown else None
         return pod_view(PodFacts(record, snapshot, self.usage.of(record.uid)))
 
     def summary(self) -> dict[str, Any]:
         """``GET /stats/summary``: the kubelet's summary of the running pods."""
-        return stats_summary(self._node_name, self._started_ns, self.facts())
+        return stats_summary(self._node_name, self._started_ns, self.facts(running=True))
 
     # --- Prometheus -------------------------------------------------------------------------
 
@@ -105,8 +112,9 @@ class PodReport:
             "Memory the container uses, as its DMS measured it.",
             labels=_LABELS,
         )
-        for record, snapshot, usage in self.facts():
-            phases[pod_phase(record, snapshot)] += 1
+        for record, shown in sorted(self._pods(), key=_by_name):
+            phases[pod_phase(record, shown.phase if shown else "")] += 1
+            usage = self.usage.of(record.uid)
             restarts.add_metric((record.namespace, record.name), record.restarts)
             for container, measured in usage.items():
                 labels = (record.namespace, record.name, container)
@@ -120,3 +128,8 @@ class PodReport:
         for phase, count in phases.items():
             by_phase.add_metric((phase,), count)
         yield from (by_phase, restarts, cpu_seconds, cpu_cores, memory)
+
+
+def _by_name(pod: tuple[PodRecord, Shown | None]) -> tuple[str, str, str]:
+    record = pod[0]
+    return record.namespace, record.name, record.uid

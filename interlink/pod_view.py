@@ -31,6 +31,7 @@ from .bodies import PodStatus
 from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY
 from .k8s import ContainerStatus
 from .pod_record import Phase, PodRecord
+from .snapshots import containers_phase
 from .usage import ContainerUsage
 
 __all__ = ["PodFacts", "pod_phase", "pod_view", "stats_summary", "usage_json"]
@@ -47,17 +48,11 @@ class PodFacts(NamedTuple):
     usage: Mapping[str, ContainerUsage]
 
 
-def pod_phase(record: PodRecord, snapshot: PodStatus | None) -> str:
-    """The pod phase the virtual kubelet derives from the containers: ``Succeeded`` or
-    ``Failed`` once every main container has terminated (all with 0, or not), ``Running``
-    while one runs, else ``Pending``."""
-    statuses = snapshot.containers if snapshot is not None else []
-    ended = [s.state.terminated for s in statuses]
-    if statuses and all(t is not None for t in ended):
-        return "Succeeded" if all(t is not None and t.exit_code == 0 for t in ended) else "Failed"
-    if any(s.state.running is not None for s in statuses):
-        return "Running"
-    return "Failed" if record.phase == Phase.TERMINAL else "Pending"
+def pod_phase(record: PodRecord, containers: str) -> str:
+    """The pod phase the virtual kubelet shows: what its main containers show
+    (:func:`containers_phase`), else ``Failed`` for a pod that ended before any ran and
+    ``Pending`` for one on its way."""
+    return containers or ("Failed" if record.phase == Phase.TERMINAL else "Pending")
 
 
 def _time(ms: int) -> str:
@@ -128,7 +123,7 @@ def pod_view(facts: PodFacts) -> dict[str, Any]:
         "namespace": record.namespace,
         "name": record.name,
         "uid": record.uid,
-        "phase": pod_phase(record, snapshot),
+        "phase": pod_phase(record, containers_phase(snapshot)),
         "gatewayPhase": record.phase,
         "ensemble": record.ensemble_id,
         "node": node,
@@ -180,7 +175,7 @@ def _summary_pod(facts: PodFacts) -> dict[str, Any]:
 def stats_summary(node_name: str, started_ns: int, pods: Iterable[PodFacts]) -> dict[str, Any]:
     """The kubelet's ``/stats/summary`` over the running pods. The node's own CPU and memory
     are the DMS providers', which no one DMS reports for the whole virtual node: left out."""
-    running = [f for f in pods if pod_phase(f.record, f.snapshot) == "Running"]
+    running = [f for f in pods if containers_phase(f.snapshot) == "Running"]
     return {
         "node": {"nodeName": node_name, "startTime": _start(started_ns)},
         "pods": [_summary_pod(f) for f in running],

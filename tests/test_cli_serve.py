@@ -35,6 +35,8 @@ class Backend:
         pass
     async def status(self, pods):
         return []
+    def statuses_at_once(self, uids):
+        return None
     async def ping(self):
         return PingResponse(status="ok")
     def logs(self, request):

@@ -82,6 +82,9 @@ class QuietBackend:
     async def delete(self, pod: k8s.Pod) -> None:
         self.calls += 1
 
+    def statuses_at_once(self, uids: list[str]) -> None:
+        return None
+
     async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         self.calls += 1
         return [

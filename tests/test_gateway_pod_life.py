@@ -394,6 +394,9 @@ class _GivingUpBackend:
     async def status(self, pods: Any) -> Any:
         return []
 
+    def statuses_at_once(self, uids: Any) -> None:
+        return None
+
     async def ping(self) -> PingResponse:
         return PingResponse(status="ok")
 
@@ -451,6 +454,7 @@ class Backend:
     async def create(self, pods): return []
     async def delete(self, pod): pass
     async def status(self, pods): return []
+    def statuses_at_once(self, uids): return None
     async def ping(self): return PingResponse(status="ok")
     def logs(self, request): raise AssertionError
     async def close(self): print("closed", flush=True)

@@ -26,6 +26,7 @@ from dmsgw.interlink.pod_record import Phase, PodRecord
 from dmsgw.interlink.pod_report import PodReport
 from dmsgw.interlink.server import Health, ListenAddress, Metrics, Pods, ServerOptions, operator_app
 from dmsgw.interlink.server.metrics import call_outcome
+from dmsgw.interlink.snapshots import Shown
 from dmsgw.interlink.usage import ContainerUsage, UsageBook
 from dmsgw.transport.rest import DMSErrorKind, DMSTimeoutError
 
@@ -70,21 +71,21 @@ def _record(name: str = "web", phase: str = Phase.RUNNING) -> PodRecord:
     )  # fmt: skip
 
 
-def _snapshot(name: str = "web", state: dict[str, Any] | None = None) -> PodStatus:
+def _snapshot(name: str = "web", state: dict[str, Any] | None = None) -> Shown:
     state = state if state is not None else {"running": {"startedAt": STARTED}}
-    return PodStatus.model_validate(
-        {
-            "name": name,
-            "UID": f"uid-{name}",
-            "namespace": "ns",
-            "containers": [{"name": "app", "state": state, "ready": True, "restartCount": 1}],
-        }
+    return Shown.of(
+        PodStatus.model_validate(
+            {
+                "name": name,
+                "UID": f"uid-{name}",
+                "namespace": "ns",
+                "containers": [{"name": "app", "state": state, "ready": True, "restartCount": 1}],
+            }
+        )
     )
 
 
-def _report(
-    dms: FakeDms, clock: FixedClock, *pods: tuple[PodRecord, PodStatus | None]
-) -> PodReport:
+def _report(dms: FakeDms, clock: FixedClock, *pods: tuple[PodRecord, Shown | None]) -> PodReport:
     return PodReport(lambda: list(pods), UsageBook(dms, clock=clock, min_interval_s=1.0))
 
 

@@ -111,6 +111,9 @@ class FakeBackend:
             raise self.error
         self.deleted.append(pod.metadata.uid)
 
+    def statuses_at_once(self, uids: list[str]) -> None:
+        return None
+
     async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         if self.error is not None:
             raise self.error

@@ -173,7 +173,9 @@ async def test_a_restart_answers_with_the_snapshots_stored_with_the_records(
     assert json.loads(answers[uid(2)])["containers"][0]["state"].get("terminated")
 
 
-@pytest.mark.parametrize("stored", ["another build", "garbled", "not a status"])
+@pytest.mark.parametrize(
+    "stored", ["another build", "garbled", "not a status", "not an entry", "another pod's"]
+)
 async def test_a_snapshot_another_gateway_stored_is_made_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored: str
 ) -> None:
@@ -198,7 +200,12 @@ def _rewrite_stored(state: Path, how: str) -> None:
         for pod_uid, blob in db.execute("SELECT uid, record FROM pods").fetchall():
             value = unpack(blob)
             shown = value[pod_record.SHOWN_KEY]
-            value[pod_record.SHOWN_KEY] = "garbage" if how == "garbled" else [shown[0], b"{}"]
+            value[pod_record.SHOWN_KEY] = {
+                "garbled": "garbage",
+                "not an entry": [shown[0], b"{}"],
+                "not a status": [shown[0], b"{}", "", ["main"]],
+                "another pod's": [shown[0], shown[1].replace(pod_uid.encode(), b"x"), *shown[2:]],
+            }[how]
             db.execute("UPDATE pods SET record = ? WHERE uid = ?", (pack(value), pod_uid))
         db.commit()
     finally:

@@ -4,7 +4,7 @@ a 404, and :class:`BackendGaveUpError` ends ``dmsgw serve`` with an error."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from ...errors import DmsgwError
@@ -56,6 +56,12 @@ class PluginBackend(Protocol):
         """The pods' statuses from snapshots, without a DMS round trip. Unknown UIDs are the
         backend's to answer (re-adopted through the ``JobID`` annotation, or failed; the
         whole pod is :meth:`PodRef.pod`)."""
+        ...
+
+    def statuses_at_once(self, uids: Sequence[str]) -> bytes | None:
+        """The ``/status`` reply naming ``uids``, if the backend has every one of them at
+        hand (``None``: :meth:`status` answers). It awaits nothing, so it needs no deadline:
+        nearly every poll is of known pods, and this answers it at the cost of a lookup."""
         ...
 
     async def ping(self) -> PingResponse:

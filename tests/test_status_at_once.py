@@ -1,0 +1,158 @@
+"""interLink's poll of a live pod, nearly every request the gateway gets, is answered from the
+pod's kept ``/status`` entry: the same bytes the long way answers, without reading the body or
+the entry again; and a pod keeps its entry as JSON, not as a model.
+
+Over the in-memory DMS of :mod:`tests.gateway_fakes` and the real plugin routes on loopback.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.interlink import k8s, parsing
+from dmsgw.interlink.bodies import PodStatus
+from dmsgw.interlink.config import load_config
+from dmsgw.interlink.gateway import Gateway
+from dmsgw.interlink.pod_record import Phase
+from dmsgw.interlink.server import Metrics, PluginServer, routes
+from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
+
+OWNER = "did:key:the-gateway"
+Plugin = tuple[TestClient[Any, Any], Gateway, list[int]]
+
+
+@pytest.fixture(autouse=True)
+def no_body_read_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bodies other tests polled are not remembered here."""
+    fresh = parsing._BodyMemo(max_entries=parsing.MEMO_ENTRIES, max_bytes=parsing.MEMO_BYTES)
+    monkeypatch.setattr(parsing, "_VALID_STATUS_BODIES", fresh)
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(1_700_000_000 * NS_PER_SECOND)
+
+
+@pytest.fixture
+async def plugin(tmp_path: Path, clock: FixedClock) -> AsyncIterator[Plugin]:
+    """The plugin routes over a gateway; the list counts the pods its long way answered."""
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
+    long_way: list[int] = []
+    status = gateway.status
+
+    async def counting(pods: Any) -> Any:
+        long_way.append(len(pods))
+        return await status(pods)
+
+    gateway.status = counting  # type: ignore[method-assign]
+    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")})
+    server = PluginServer(gateway, config.server_options(), Metrics())
+    client = TestClient(
+        TestServer(server.app(), host="127.0.0.1"),
+        headers={"Content-Type": "application/json"},
+    )
+    await client.start_server()
+    try:
+        yield client, gateway, long_way
+    finally:
+        await client.close()
+        await gateway.close()
+
+
+async def _running(gateway: Gateway, *numbers: int) -> None:
+    for n in numbers:
+        await create(gateway, pod(uid(n)))
+    await until(
+        lambda: all(
+            uid(n) in gateway.snapshots and gateway.snapshots[uid(n)].containers[0].state.running
+            for n in numbers
+        ),
+        "running",
+    )
+
+
+async def _poll(client: TestClient[Any, Any], *numbers: int) -> bytes:
+    resp = await client.get("/status", data=json.dumps([pod(uid(n)) for n in numbers]))
+    assert resp.status == 200, await resp.text()
+    return await resp.read()
+
+
+async def test_a_known_pods_poll_is_answered_from_its_kept_entry(
+    plugin: Plugin, clock: FixedClock
+) -> None:
+    """The first poll of a body reads it (the long way); the next ones answer the same bytes
+    from the kept entries, and still count as interLink naming the pods (the orphan
+    collection reads that)."""
+    client, gateway, long_way = plugin
+    await _running(gateway, 1, 2)
+    first = await _poll(client, 1, 2)
+    clock.advance(30.0)
+    again = [await _poll(client, 1, 2) for _ in range(3)]
+    assert long_way == [2]
+    assert again == [first] * 3
+    assert [s["UID"] for s in json.loads(first)] == [uid(1), uid(2)]
+    assert gateway._polls.last_named_ns(uid(1)) == clock()
+
+
+async def test_a_body_naming_a_pod_without_an_entry_goes_the_long_way(plugin: Plugin) -> None:
+    """A pod the gateway does not have (deleted, or never created) is the long way's to
+    answer, re-adoption included, even in a body read before."""
+    client, gateway, long_way = plugin
+    await _running(gateway, 1)
+    await _poll(client, 1, 7)
+    await _poll(client, 1, 7)
+    await _poll(client, 1)
+    await _poll(client, 1)
+    await gateway.delete(k8s.Pod.model_validate(pod(uid(1))))
+    await until(lambda: uid(1) not in gateway.snapshots, "deleted")
+    (gone,) = json.loads(await _poll(client, 1))
+    assert long_way == [2, 2, 1, 1]
+    assert gone["containers"][0]["state"]["terminated"]["reason"]
+
+
+async def test_a_body_of_many_pods_goes_the_long_way(
+    plugin: Plugin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body of more pods than are answered at once gives the event loop its turns."""
+    client, gateway, long_way = plugin
+    monkeypatch.setattr(routes, "AT_ONCE_MAX_PODS", 1)
+    await _running(gateway, 1, 2)
+    await _poll(client, 1, 2)
+    await _poll(client, 1, 2)
+    await _poll(client, 1)
+    await _poll(client, 1)
+    assert long_way == [2, 2, 1]
+
+
+async def test_a_pod_keeps_its_entry_as_json_not_as_a_model(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    """A ``PodStatus`` model is ~4.8 KiB, a quarter of what a pod held: none is kept per pod
+    (each one made is read as JSON and dropped)."""
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
+    try:
+        gc.collect()
+        before = _models()
+        await _running(gateway, *range(1, 21))
+        await until(
+            lambda: all(gateway._records[uid(n)].phase == Phase.RUNNING for n in range(1, 21)),
+            "followed",
+        )
+        gc.collect()
+        assert _models() - before == 0
+    finally:
+        await gateway.close()
+
+
+def _models() -> int:
+    return sum(1 for o in gc.get_objects() if isinstance(o, PodStatus))
