@@ -209,8 +209,11 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _running(snapshot: Any) -> bool:
-    return bool(snapshot.containers) and snapshot.containers[0].state.running is not None
+def _running(gateway: Gateway, uid: str) -> bool:
+    """Whether the pod's published ``/status`` entry shows its container running (read as
+    kept, not as a model: the bench asks for every pod, on the gateway's own loop)."""
+    shown = gateway.snapshots.shown(uid)
+    return shown is not None and shown.phase == "Running"
 
 
 # --- the /status load generator (its own process) -----------------------------------------
@@ -430,7 +433,7 @@ class _Load:
         # Warm the code paths (imports, caches) with a throwaway pod, then take the baseline.
         warm = pods  # an index outside 0..pods-1
         await self.backend.create(parse_create_body(create_body(warm)))
-        while not _running(gateway.snapshots[uid_of(warm)]):
+        while not _running(gateway, uid_of(warm)):
             await asyncio.sleep(0.01)
         gc.collect()
         baseline = _rss_bytes()
@@ -467,7 +470,7 @@ class _Load:
         created_s = time.perf_counter() - started
         uids = [uid_of(i) for i in range(pods)]
         while True:
-            waiting = sum(1 for u in uids if not _running(gateway.snapshots[u]))
+            waiting = sum(1 for u in uids if not _running(gateway, u))
             if not waiting:
                 break
             await asyncio.sleep(0.05)
@@ -591,7 +594,7 @@ async def _restart(
     await gateway.start()
     resumed_s = time.perf_counter() - started
     uids = [uid_of(i) for i in range(pods)]
-    while any(u not in gateway.snapshots or not _running(gateway.snapshots[u]) for u in uids):
+    while not all(_running(gateway, u) for u in uids):
         await asyncio.sleep(0.01)
     answering_s = time.perf_counter() - started
     stall = _stall_between(probe.samples, wall_started, time.time())
