@@ -52,6 +52,7 @@ from .pod_record import (
     PodRecord,
     Snapshot,
     kept_snapshot,
+    remember_request,
     request_data,
 )
 from .pod_report import PodReport
@@ -298,6 +299,7 @@ class Gateway:
                 request=data.to_json(),
                 created_ns=self.parts.clock(),
             )
+            remember_request(record.request, data)  # parsed and checked once, by the route
             await self.parts.store.put(uid, record.to_map())
             await self._spawn(record)
         finally:
