@@ -291,14 +291,7 @@ class Gateway:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._creating[uid] = done
         try:
-            record = PodRecord(
-                uid=uid,
-                namespace=data.pod.metadata.namespace,
-                name=data.pod.metadata.name,
-                jid=job_id(uid),
-                request=data.to_json(),
-                created_ns=self.parts.clock(),
-            )
+            record = _first_attempt(uid, data, self.parts.clock())
             remember_request(record.request, data)  # parsed and checked once, by the route
             await self.parts.store.put(uid, record.to_map())
             await self._spawn(record)
@@ -476,6 +469,23 @@ class Gateway:
             log.warning("ensemble %s belongs to no known pod: shutting it down", ensemble_id)
             await self._owned.shut_down(ensemble_id)
         return list(gone)
+
+
+def _first_attempt(uid: str, data: RetrievedPodData, created_ns: int) -> PodRecord:
+    """A new pod's record: its first deployment attempt, written before the actor makes it.
+    The actor deploys it as it resumes any attempt under way (an ensemble the DMS already
+    holds for it is found, never deployed twice); a record written ``pending`` first had the
+    actor write the attempt again at once, one write more for each create."""
+    return PodRecord(
+        uid=uid,
+        namespace=data.pod.metadata.namespace,
+        name=data.pod.metadata.name,
+        jid=job_id(uid),
+        request=data.to_json(),
+        phase=Phase.DEPLOYING,
+        attempt=1,
+        created_ns=created_ns,
+    )
 
 
 def _name(uid: str) -> str:

@@ -39,7 +39,7 @@ Never``) while the DMS was still provisioning its deployment."""
 class Phase:
     """Where a pod is in its life (stored as text)."""
 
-    PENDING = "pending"  # recorded, not yet deployed
+    PENDING = "pending"  # recorded, no attempt yet (a create now records its first at once)
     DEPLOYING = "deploying"  # deployment/new under way for ``attempt``
     RUNNING = "running"  # an ensemble exists; following it
     BACKOFF = "backoff"  # ended; waiting to redeploy (restartPolicy)

@@ -22,6 +22,7 @@ from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink import k8s, pod_record, resources
 from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.interlink.gateway import job_id
 from dmsgw.interlink.heap import HeapFreezer
 from dmsgw.interlink.parsing import (
     MEMO_BYTES,
@@ -30,7 +31,7 @@ from dmsgw.interlink.parsing import (
     held_bytes,
     parse_create_body,
 )
-from dmsgw.interlink.pod_record import Phase, parsed_request
+from dmsgw.interlink.pod_record import Phase, PodRecord, parsed_request
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.server import front_door, host_is_local
 from dmsgw.interlink.store import PodStore
@@ -159,6 +160,55 @@ async def test_a_resumed_pod_saves_only_what_changed(tmp_path: Path, clock: Fixe
     finally:
         await gateway.close()
     assert store.phases == [Phase.TERMINAL]
+
+
+async def test_a_create_writes_its_first_attempt_at_once(tmp_path: Path, clock: FixedClock) -> None:
+    """A create records the pod's first deployment attempt, which the actor then makes:
+    three writes to Running (the attempt, deployed, its first status), not a pending record
+    that the actor wrote again as the attempt at once."""
+    dms = FakeDMS(tmp_path / "logs")
+    store = _CountingStore(tmp_path / "state")
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, store=store
+    )
+    try:
+        await create(gateway, pod(uid(1)))
+        assert store.phases == [Phase.DEPLOYING]
+        assert gateway._records[uid(1)].attempt == 1
+        await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
+    finally:
+        await gateway.close()
+    assert store.phases == [Phase.DEPLOYING, Phase.RUNNING, Phase.RUNNING]
+    assert dms.asked["deployment/new"] == 1
+
+
+async def test_a_pending_pod_an_earlier_gateway_recorded_is_deployed(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    """A store written by a gateway that recorded new pods pending: the pod's first attempt
+    is recorded, then made."""
+    body = json.dumps({"pod": pod(uid(1)), "container": [{"name": "main"}]}).encode()
+    pending = PodRecord(
+        uid=uid(1),
+        namespace="default",
+        name="p-0001",
+        jid=job_id(uid(1)),
+        request=parse_create_body(body)[0].to_json(),
+    )
+    earlier = PodStore(tmp_path / "state")
+    await earlier.put(uid(1), pending.to_map())
+    await earlier.close()
+    dms = FakeDMS(tmp_path / "logs")
+    store = _CountingStore(tmp_path / "state")
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, store=store
+    )
+    try:
+        await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
+    finally:
+        await gateway.close()
+    assert store.phases == [Phase.DEPLOYING, Phase.RUNNING, Phase.RUNNING]
+    assert dms.asked["deployment/new"] == 1
 
 
 # --- the frozen heap -------------------------------------------------------------------------
