@@ -5,6 +5,7 @@ record saved only when it changed."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import gc
 import ipaddress
@@ -124,6 +125,51 @@ def test_children_started_in_one_message_are_each_supervised() -> None:
             supervisor.proxy().start_children(specs[:1]).get(timeout=WAIT_S)
     finally:
         supervisor.stop()
+
+
+def test_children_started_each_on_their_own_share_a_message() -> None:
+    """``start_each`` starts every spec in one message, each on its own: a spec that cannot
+    start is answered with its error, and the others start all the same."""
+    supervisor = Supervisor.start(registry=(registry := Registry()))
+    try:
+        specs = [ChildSpec(name, lambda hook: Echo.start(exit_hook=hook)) for name in "abc"]
+        supervisor.proxy().start_child(specs[1]).get(timeout=WAIT_S)
+        a, b, c = supervisor.proxy().start_each(specs).get(timeout=WAIT_S)
+        assert isinstance(b, DuplicateChildError)
+        assert (registry.get("a"), registry.get("c")) == (a, c)
+        assert [alive for _, alive in supervisor.proxy().which_children().get(timeout=WAIT_S)] == [
+            True,
+            True,
+            True,
+        ]
+    finally:
+        supervisor.stop()
+
+
+async def test_pods_created_at_once_start_in_one_supervisor_message(
+    tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creates that run at once (their records share a commit) start their pods' actors in
+    one supervisor message, not one thread round trip each; every pod is then deployed."""
+    messages: list[int] = []
+    start_each = Supervisor.start_each
+
+    def counting(self: Supervisor, specs: list[ChildSpec]) -> list[Any]:
+        messages.append(len(specs))
+        return start_each(self, specs)
+
+    monkeypatch.setattr(Supervisor, "start_each", counting)
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        await asyncio.gather(*(create(gateway, pod(uid(n))) for n in range(5)))
+        running = [uid(n) for n in range(5)]
+        await until(
+            lambda: all(gateway._records[u].dms_status == "Running" for u in running), "running"
+        )
+    finally:
+        await gateway.close()
+    assert messages == [5]
 
 
 class _CountingStore(PodStore):
