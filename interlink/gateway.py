@@ -307,8 +307,8 @@ class Gateway:
     async def create(self, pods: list[RetrievedPodData]) -> list[CreateStruct]:
         """Record each pod and start its actor; idempotent on UID. Answers at once: the
         deployment happens in the pod actor. The pods of one request are taken one after another;
-        separate requests run concurrently (their store writes share one commit), and a second
-        create of a UID waits for the first."""
+        separate requests run concurrently (their store writes share one commit, their actors
+        start in one supervisor message), and a second create of a UID waits for the first."""
         results = []
         for data in pods:
             uid = data.pod.metadata.uid
