@@ -131,6 +131,20 @@ class Supervisor(Actor):
         started."""
         return [self.start_child(spec) for spec in specs]
 
+    def start_each(self, specs: Sequence[ChildSpec]) -> list[Ref | DmsgwError]:
+        """:meth:`start_child` for each spec in turn, in one message, each on its own: the
+        ref of each child started, or the error that kept it from starting, while the others
+        start all the same (as they would, each in a message of its own). Children asked for
+        by callers that do not know of each other (pods created at once) share the round
+        trip, and none fails another."""
+        started: list[Ref | DmsgwError] = []
+        for spec in specs:
+            try:
+                started.append(self.start_child(spec))
+            except DmsgwError as exc:
+                started.append(exc)
+        return started
+
     def terminate_child(self, name: str) -> bool:
         """Stop a child for good; ``False`` if there was no such child."""
         if name not in self._specs:

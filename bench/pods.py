@@ -37,9 +37,13 @@ gateway's own ``dmsgw_event_loop_stall_max_seconds`` gauge over the whole run.
 ``--profile`` adds where the objects and the CPU go per pod: tracked objects by type per pod
 (``gc.get_objects``), the allocation sites holding the most memory (``tracemalloc``, started
 before the creates, which it slows), and a ``cProfile`` of the gateway process while it
-serves ``/status``.
+serves ``/status``. ``--profile-creates`` instead profiles the creates alone (``cProfile``
+from the first create until every pod runs, without ``tracemalloc``, which would weigh on
+every allocation it profiles): what a pod costs on its way to Running, and how many times
+each step runs per pod.
 
     .venv/bin/python bench/pods.py [--pods 2000] [--rate 2000] [--seconds 4] [--profile]
+    .venv/bin/python bench/pods.py [--pods 2000] --profile-creates
 
 The default run is short (about 30 s on 2 cores); the issue's figures are for ``--pods 10000``
 and ``--pods 100000`` (a few minutes).
@@ -342,7 +346,9 @@ def _gateway(tmp: Path, dms: FakeDMS, loop: asyncio.AbstractEventLoop, pods: int
     return Gateway(parts)
 
 
-async def main(pods: int, rate: float, seconds: float, batch: int, profile: bool) -> None:
+async def main(
+    pods: int, rate: float, seconds: float, batch: int, profile: bool, profile_creates: bool
+) -> None:
     loop = asyncio.get_running_loop()
     print(f"load average before the run: {_load_average()} (2 cores shared: figures are noisy)")
     metrics = Metrics()
@@ -358,7 +364,7 @@ async def main(pods: int, rate: float, seconds: float, batch: int, profile: bool
         runners: list[web.AppRunner] = []
         try:
             load = _Load(backend, gateway, dms, metrics, config, runners, probe, gauge)
-            await load.run(pods, rate, seconds, batch, profile)
+            await load.run(pods, rate, seconds, batch, profile, profile_creates)
         finally:
             for runner in runners:
                 await runner.cleanup()
@@ -428,7 +434,15 @@ class _Load:
         self.runners = runners
         self.probe = probe
 
-    async def run(self, pods: int, rate: float, seconds: float, batch: int, profile: bool) -> None:
+    async def run(
+        self,
+        pods: int,
+        rate: float,
+        seconds: float,
+        batch: int,
+        profile: bool,
+        profile_creates: bool,
+    ) -> None:
         gateway = self.gateway
         # Warm the code paths (imports, caches) with a throwaway pod, then take the baseline.
         warm = pods  # an index outside 0..pods-1
@@ -441,7 +455,7 @@ class _Load:
         if profile:
             tracemalloc.start()
         self.gauge.reset()
-        await self._create(pods, batch, baseline)
+        await self._create(pods, batch, baseline, cProfile.Profile() if profile_creates else None)
         if objects_before is not None:
             _print_objects_per_pod(objects_before, pods)
             _print_allocations(pods)
@@ -457,10 +471,15 @@ class _Load:
         after = (_rss_bytes() - baseline) / 2**20
         print(f"  RSS after the /status load: +{after:.0f} MiB over the baseline")
 
-    async def _create(self, pods: int, batch: int, baseline: int) -> None:
+    async def _create(
+        self, pods: int, batch: int, baseline: int, profiler: cProfile.Profile | None
+    ) -> None:
         gateway = self.gateway
         started = time.perf_counter()
         wall_started = time.time()
+        cpu_started = time.process_time()
+        if profiler is not None:
+            profiler.enable()
         for first in range(0, pods, batch):
             calls = [
                 self.backend.create(parse_create_body(create_body(i)))
@@ -475,6 +494,9 @@ class _Load:
                 break
             await asyncio.sleep(0.05)
         all_running_s = time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_started
+        if profiler is not None:
+            profiler.disable()
         stall = _stall_between(self.probe.samples, wall_started, time.time())
         gauge_line = self.gauge.read("the creates")
         gc.collect()
@@ -499,6 +521,10 @@ class _Load:
             f"{CREATE_TARGET:,}/s: {'met' if rate >= CREATE_TARGET else 'NOT met'})"
         )
         print(f"  all Running: {all_running_s:8.1f} s after the first create")
+        print(
+            f"  CPU/pod:     {cpu_s / pods * 1e6:8.0f} µs of the process (all threads) until "
+            "every pod runs"
+        )
         print(f"  stall:       {stall * 1e3:8.0f} ms, the longest while creating")
         print(gauge_line)
         print(
@@ -517,6 +543,9 @@ class _Load:
         )
         calls = ", ".join(f"{k.rsplit('/', 1)[1]} {v:,}" for k, v in self.dms.calls.items())
         print(f"  fake DMS calls: {calls}")
+        if profiler is not None:
+            print("  cProfile of the creates until every pod runs (this thread only), per pod:")
+            _print_profile(profiler, pods, "pod")
 
     async def _servers(self) -> tuple[str, str, int]:
         """The real ``PluginServer`` and the floor's fixed-body handler, on this loop."""
@@ -816,5 +845,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile", action="store_true", help="where the objects and the CPU go per pod"
     )
+    parser.add_argument(
+        "--profile-creates", action="store_true", help="where the CPU of a create goes per pod"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.pods, args.rate, args.seconds, args.batch, args.profile))
+    asyncio.run(
+        main(args.pods, args.rate, args.seconds, args.batch, args.profile, args.profile_creates)
+    )

@@ -52,6 +52,7 @@ from .pod_record import (
     PodRecord,
     Snapshot,
     kept_snapshot,
+    remember_request,
     request_data,
 )
 from .pod_report import PodReport
@@ -141,6 +142,9 @@ class Gateway:
             observer=self._supervisor_event,
         )
         self._creating: dict[str, asyncio.Future[None]] = {}  # UID -> its create under way
+        self._starting: list[tuple[ChildSpec, asyncio.Future[None]]] = []
+        """The pod actors to start in the next supervisor message (:meth:`_spawn`)."""
+        self._sending: set[asyncio.Task[None]] = set()  # the messages under way
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
         self._supervisor_proxy = self._supervisor.proxy()
         self._orphans: asyncio.Task[None] | None = None
@@ -215,8 +219,38 @@ class Gateway:
                 self.parts.loop.call_soon_threadsafe(self._heap.dropped)
 
     async def _spawn(self, record: PodRecord) -> None:
-        await bridge.call(self._supervisor_proxy.start_child(self._child(record)))
+        """Start the pod's actor. The pods taken on at once (creates whose records shared a
+        commit) start in one supervisor message: a thread round trip each was a tenth of a
+        create's time on the loop."""
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not self._starting:
+            sending = asyncio.get_running_loop().create_task(self._start_waiting())
+            self._sending.add(sending)
+            sending.add_done_callback(self._sending.discard)
+        self._starting.append((self._child(record), started))
+        await started
         self._heap.took()
+
+    async def _start_waiting(self) -> None:
+        """Start the actors :meth:`_spawn` queued since this task was made, in one message;
+        each waiter hears how its own start went."""
+        waiting, self._starting = self._starting, []
+        specs = [spec for spec, _ in waiting]
+        try:
+            outcomes = await bridge.call(self._supervisor_proxy.start_each(specs))
+        except asyncio.CancelledError:
+            for _, started in waiting:
+                started.cancel()
+            raise
+        except Exception as exc:  # the supervisor is gone: every start failed alike
+            outcomes = [exc] * len(waiting)
+        for (_, started), outcome in zip(waiting, outcomes, strict=True):
+            if started.done():  # its create was cancelled meanwhile
+                continue
+            if isinstance(outcome, Exception):
+                started.set_exception(outcome)
+            else:
+                started.set_result(None)
 
     def _child(self, record: PodRecord, kept: Shown | None = None) -> ChildSpec:
         """The supervisor's spec of the pod's actor; the pod is known from now on. ``kept``:
@@ -275,8 +309,8 @@ class Gateway:
     async def create(self, pods: list[RetrievedPodData]) -> list[CreateStruct]:
         """Record each pod and start its actor; idempotent on UID. Answers at once: the
         deployment happens in the pod actor. The pods of one request are taken one after another;
-        separate requests run concurrently (their store writes share one commit), and a second
-        create of a UID waits for the first."""
+        separate requests run concurrently (their store writes share one commit, their actors
+        start in one supervisor message), and a second create of a UID waits for the first."""
         results = []
         for data in pods:
             uid = data.pod.metadata.uid
@@ -292,14 +326,8 @@ class Gateway:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._creating[uid] = done
         try:
-            record = PodRecord(
-                uid=uid,
-                namespace=data.pod.metadata.namespace,
-                name=data.pod.metadata.name,
-                jid=job_id(uid),
-                request=data.to_json(),
-                created_ns=self.parts.clock(),
-            )
+            record = _first_attempt(uid, data, self.parts.clock())
+            remember_request(record.request, data)  # parsed and checked once, by the route
             await self.parts.store.put(uid, record.to_map())
             await self._spawn(record)
         finally:
@@ -483,6 +511,23 @@ class Gateway:
             log.warning("ensemble %s belongs to no known pod: shutting it down", ensemble_id)
             await self._owned.shut_down(ensemble_id)
         return list(gone)
+
+
+def _first_attempt(uid: str, data: RetrievedPodData, created_ns: int) -> PodRecord:
+    """A new pod's record: its first deployment attempt, written before the actor makes it.
+    The actor deploys it as it resumes any attempt under way (an ensemble the DMS already
+    holds for it is found, never deployed twice); a record written ``pending`` first had the
+    actor write the attempt again at once, one write more for each create."""
+    return PodRecord(
+        uid=uid,
+        namespace=data.pod.metadata.namespace,
+        name=data.pod.metadata.name,
+        jid=job_id(uid),
+        request=data.to_json(),
+        phase=Phase.DEPLOYING,
+        attempt=1,
+        created_ns=created_ns,
+    )
 
 
 def _name(uid: str) -> str:

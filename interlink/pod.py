@@ -121,7 +121,7 @@ class PodActor(AsyncActor):
         """Resume from the record: a new pod deploys, a known ensemble is followed."""
         self._publish()
         record = self.record
-        if record.phase == Phase.PENDING:
+        if record.phase == Phase.PENDING:  # recorded by a gateway that wrote no first attempt
             await self._next_attempt()
         elif record.phase == Phase.DEPLOYING:
             self._run(self._follower.deploy(record.attempt))

@@ -5,6 +5,7 @@ is acted on), the :class:`Phase` it is in, the :class:`PodPolicy` that times its
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import hashlib
@@ -38,7 +39,7 @@ Never``) while the DMS was still provisioning its deployment."""
 class Phase:
     """Where a pod is in its life (stored as text)."""
 
-    PENDING = "pending"  # recorded, not yet deployed
+    PENDING = "pending"  # recorded, no attempt yet (a create now records its first at once)
     DEPLOYING = "deploying"  # deployment/new under way for ``attempt``
     RUNNING = "running"  # an ensemble exists; following it
     BACKOFF = "backoff"  # ended; waiting to redeploy (restartPolicy)
@@ -121,14 +122,32 @@ def request_data(record: PodRecord) -> RetrievedPodData:
     return parsed_request(record.request)
 
 
-@functools.lru_cache(maxsize=256)
+PARSED_REQUESTS = 256
+"""How many pods' parsed requests are kept: 10,000 pods do not keep 10,000 parsed copies."""
+_parsed: collections.OrderedDict[bytes, RetrievedPodData] = collections.OrderedDict()
+
+
 def parsed_request(request: bytes) -> RetrievedPodData:
     """A pod's stored body is read on every snapshot and restart decision, and never changes:
-    parse it once (bounded, so 10,000 pods do not keep 10,000 parsed copies). It was checked
-    as a ``/create`` body when it was stored, and stored as the model writes it: the model
-    reads it back without those checks again (half the time, ~0.1 ms; a miss is one per
-    change of a pod, and every resumed pod misses once)."""
-    return RetrievedPodData.model_validate_json(request)
+    parse it once (the most recently read are kept). It was checked as a ``/create`` body when
+    it was stored, and stored as the model writes it: the model reads it back without those
+    checks again (half the time, ~0.1 ms; every resumed pod misses once)."""
+    data = _parsed.get(request)
+    if data is None:
+        return remember_request(request, RetrievedPodData.model_validate_json(request))
+    _parsed.move_to_end(request)
+    return data
+
+
+def remember_request(request: bytes, data: RetrievedPodData) -> RetrievedPodData:
+    """Keep ``data`` as what ``request`` (the JSON ``data`` writes) reads back as: a create
+    hands on the body it parsed and checked instead of parsing the stored copy again (the
+    model reads its own JSON back as an equal model)."""
+    _parsed[request] = data
+    _parsed.move_to_end(request)
+    if len(_parsed) > PARSED_REQUESTS:
+        _parsed.popitem(last=False)
+    return data
 
 
 def _shown_status(record: PodRecord) -> str:

@@ -23,6 +23,11 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("invoke.py", ["--rounds", "20", "--concurrency", "4"], "ratio p50"),
         ("pods.py", ["--pods", "20", "--rate", "100", "--seconds", "0.4"], "restart ratio"),
         (
+            "pods.py",
+            ["--pods", "20", "--rate", "100", "--seconds", "0.4", "--profile-creates"],
+            "cProfile of the creates",
+        ),
+        (
             "ping.py",
             ["--peers", "20", "--peer-latency-ms", "1", "--seconds", "0.2", "--burst", "3"],
             "cached p99 ratio",

@@ -281,9 +281,10 @@ class _WriterRecordingStore(PodStore):
 async def test_only_the_pod_actor_changes_and_saves_its_record(
     dms: FakeDMS, clock: FixedClock, tmp_path: Path
 ) -> None:
-    """Decision 8: the follower task does the DMS I/O and only reports back; the actor alone
-    changes the pod's record and saves it, one message at a time (here through a first
-    deployment, a deployment the DMS lost, and the deployment again that ``Always`` asks)."""
+    """Decision 8: the follower task does the DMS I/O and only reports back; once the create
+    has recorded the pod (its first attempt), the actor alone changes the pod's record and
+    saves it, one message at a time (here through a first deployment, a deployment the DMS
+    lost, and the deployment again that ``Always`` asks)."""
     store = _WriterRecordingStore(tmp_path / "state")
     gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock, store=store)
     try:
@@ -296,7 +297,8 @@ async def test_only_the_pod_actor_changes_and_saves_its_record(
     finally:
         await gateway.close()
     assert {task for task, _ in store.writers} == {"interLink", "actor:PodActor"}
-    assert store.writers.count(("actor:PodActor", Phase.DEPLOYING)) == 2
+    deploying = [writer for writer in store.writers if writer[1] == Phase.DEPLOYING]
+    assert deploying == [("interLink", Phase.DEPLOYING), ("actor:PodActor", Phase.DEPLOYING)]
 
 
 # --- the GPU catalog, before the first ping ------------------------------------------------

@@ -54,6 +54,7 @@ from dmsgw.interlink.parsing import (
     MAX_PODS_PER_REQUEST,
     PluginRequestError,
     TooManyPodsError,
+    _deeper_than,
     parse_create_body,
     parse_delete_body,
     parse_logs_body,
@@ -995,3 +996,34 @@ async def test_reading_a_big_status_body_gives_the_event_loop_turns() -> None:
     counter.cancel()
     assert len(refs) == 2_000
     assert turns >= 2_000 // parsing._TURN - 1
+
+
+def _nested(depth: int, branch: int) -> Any:
+    """Objects and arrays ``depth`` deep (``branch`` picks which, level by level), with
+    strings, numbers and empty objects and arrays beside them."""
+    value: Any = "leaf"
+    for level in range(depth):
+        if (branch >> level) & 1:
+            value = {"deep": value, "n": level, "empty": {}}
+        else:
+            value = ["s", value, level, []]
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deep objects and arrays nest in ``value`` (a string or number: 0)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@pytest.mark.parametrize("branch", [0, 0b1010101, 0b1111111])
+def test_the_depth_of_a_body_counts_its_objects_and_arrays(branch: int) -> None:
+    """A body nested as deep as the limit is let through, one level more is not, whatever
+    strings, numbers and empty objects or arrays lie beside its deepest nest."""
+    for depth in range(8):
+        value = _nested(depth, branch)
+        for limit in range(10):
+            assert _deeper_than(value, limit) is (_depth(value) > limit)

@@ -5,6 +5,8 @@ record saved only when it changed."""
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import gc
 import ipaddress
 import json
@@ -19,7 +21,9 @@ from dmsgw.actors.registry import Registry
 from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
 from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink import k8s, resources
+from dmsgw.interlink import k8s, pod_record, resources
+from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.interlink.gateway import job_id
 from dmsgw.interlink.heap import HeapFreezer
 from dmsgw.interlink.parsing import (
     MEMO_BYTES,
@@ -28,7 +32,7 @@ from dmsgw.interlink.parsing import (
     held_bytes,
     parse_create_body,
 )
-from dmsgw.interlink.pod_record import Phase, parsed_request
+from dmsgw.interlink.pod_record import Phase, PodRecord, parsed_request
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.server import front_door, host_is_local
 from dmsgw.interlink.store import PodStore
@@ -123,15 +127,62 @@ def test_children_started_in_one_message_are_each_supervised() -> None:
         supervisor.stop()
 
 
+def test_children_started_each_on_their_own_share_a_message() -> None:
+    """``start_each`` starts every spec in one message, each on its own: a spec that cannot
+    start is answered with its error, and the others start all the same."""
+    supervisor = Supervisor.start(registry=(registry := Registry()))
+    try:
+        specs = [ChildSpec(name, lambda hook: Echo.start(exit_hook=hook)) for name in "abc"]
+        supervisor.proxy().start_child(specs[1]).get(timeout=WAIT_S)
+        a, b, c = supervisor.proxy().start_each(specs).get(timeout=WAIT_S)
+        assert isinstance(b, DuplicateChildError)
+        assert (registry.get("a"), registry.get("c")) == (a, c)
+        assert [alive for _, alive in supervisor.proxy().which_children().get(timeout=WAIT_S)] == [
+            True,
+            True,
+            True,
+        ]
+    finally:
+        supervisor.stop()
+
+
+async def test_pods_created_at_once_start_in_one_supervisor_message(
+    tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creates that run at once (their records share a commit) start their pods' actors in
+    one supervisor message, not one thread round trip each; every pod is then deployed."""
+    messages: list[int] = []
+    start_each = Supervisor.start_each
+
+    def counting(self: Supervisor, specs: list[ChildSpec]) -> list[Any]:
+        messages.append(len(specs))
+        return start_each(self, specs)
+
+    monkeypatch.setattr(Supervisor, "start_each", counting)
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        await asyncio.gather(*(create(gateway, pod(uid(n))) for n in range(5)))
+        running = [uid(n) for n in range(5)]
+        await until(
+            lambda: all(gateway._records[u].dms_status == "Running" for u in running), "running"
+        )
+    finally:
+        await gateway.close()
+    assert messages == [5]
+
+
 class _CountingStore(PodStore):
-    """A store that keeps the phase of every record written."""
+    """A store that keeps the phase and attempt of every record written."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.phases: list[str] = []
+        self.attempts: list[int] = []
 
     async def put(self, uid: str, record: dict[str, Any]) -> None:
         self.phases.append(record["phase"])
+        self.attempts.append(record["attempt"])
         await super().put(uid, record)
 
 
@@ -157,6 +208,55 @@ async def test_a_resumed_pod_saves_only_what_changed(tmp_path: Path, clock: Fixe
     finally:
         await gateway.close()
     assert store.phases == [Phase.TERMINAL]
+
+
+async def test_a_create_writes_its_first_attempt_at_once(tmp_path: Path, clock: FixedClock) -> None:
+    """A create records the pod's first deployment attempt, which the actor then makes:
+    three writes to Running (the attempt, deployed, its first status), not a pending record
+    that the actor wrote again as the attempt at once."""
+    dms = FakeDMS(tmp_path / "logs")
+    store = _CountingStore(tmp_path / "state")
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, store=store
+    )
+    try:
+        await create(gateway, pod(uid(1)))
+        await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
+    finally:
+        await gateway.close()
+    assert store.phases == [Phase.DEPLOYING, Phase.RUNNING, Phase.RUNNING]
+    assert store.attempts == [1, 1, 1]
+    assert dms.asked["deployment/new"] == 1
+
+
+async def test_a_pending_pod_an_earlier_gateway_recorded_is_deployed(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    """A store written by a gateway that recorded new pods pending: the pod's first attempt
+    is recorded, then made."""
+    body = json.dumps({"pod": pod(uid(1)), "container": [{"name": "main"}]}).encode()
+    pending = PodRecord(
+        uid=uid(1),
+        namespace="default",
+        name="p-0001",
+        jid=job_id(uid(1)),
+        request=parse_create_body(body)[0].to_json(),
+    )
+    earlier = PodStore(tmp_path / "state")
+    await earlier.put(uid(1), pending.to_map())
+    await earlier.close()
+    dms = FakeDMS(tmp_path / "logs")
+    store = _CountingStore(tmp_path / "state")
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, store=store
+    )
+    try:
+        await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
+    finally:
+        await gateway.close()
+    assert store.phases == [Phase.DEPLOYING, Phase.RUNNING, Phase.RUNNING]
+    assert store.attempts == [1, 1, 1]
+    assert dms.asked["deployment/new"] == 1
 
 
 # --- the frozen heap -------------------------------------------------------------------------
@@ -241,15 +341,68 @@ async def test_a_deleted_pod_is_not_kept_by_the_frozen_heap(
         "pod_full.json",
     ],
 )
-def test_a_stored_request_reads_back_as_the_create_body_did(body: str) -> None:
+def test_a_stored_request_reads_back_as_the_create_body_did(
+    body: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What a record keeps (the request as the model writes it) is read back without the
-    ``/create`` checks, to the pod those checks read from it."""
+    ``/create`` checks, to the pod those checks read from it; and to the pod the create
+    itself parsed, which a create hands on instead of parsing the stored copy again: the
+    same spec, metadata and sent data, written alike (its status's times are written, and so
+    read back, to the second; the gateway reads none of them)."""
     raw = (DATA / body).read_bytes()
     if body.startswith("pod_"):
         raw = json.dumps({"pod": json.loads(raw), "container": []}).encode()
-    stored = parse_create_body(raw)[0].to_json()
-    parsed_request.cache_clear()
-    assert parsed_request(stored) == parse_create_body(stored)[0]
+    created = parse_create_body(raw)[0]
+    stored = created.to_json()
+    monkeypatch.setattr(pod_record, "_parsed", collections.OrderedDict())
+    read = parsed_request(stored)
+    assert read == parse_create_body(stored)[0]
+    assert read.to_json() == stored
+    assert read.pod.spec == created.pod.spec
+    assert read.pod.metadata == created.pod.metadata
+    assert read.pod.status.pod_ip == created.pod.status.pod_ip
+    assert read.model_copy(update={"pod": created.pod}) == created
+
+
+async def test_a_create_parses_its_body_once(
+    tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod a create parsed and checked is the one its actor deploys and shows: the
+    stored copy of its request is not parsed again on the pod's way to Running (~0.1 ms a
+    create)."""
+    monkeypatch.setattr(pod_record, "_parsed", collections.OrderedDict())
+    parses: list[bytes] = []
+    parse = RetrievedPodData.model_validate_json
+
+    def counting(request: bytes) -> RetrievedPodData:
+        parses.append(request)
+        return parse(request)
+
+    monkeypatch.setattr(RetrievedPodData, "model_validate_json", counting)
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        await create(gateway, pod(uid(1)))
+        await until(lambda: gateway._records[uid(1)].started_ns > 0, "running")
+    finally:
+        await gateway.close()
+    assert parses == []
+
+
+def test_the_parsed_requests_kept_are_the_most_recently_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bounded number of parsed requests is kept, the least recently read dropped first."""
+    monkeypatch.setattr(pod_record, "_parsed", collections.OrderedDict())
+    monkeypatch.setattr(pod_record, "PARSED_REQUESTS", 2)
+    first, second, third = (
+        parse_create_body(json.dumps({"pod": pod(uid(n))}).encode())[0].to_json() for n in (1, 2, 3)
+    )
+    kept = parsed_request(first)
+    parsed_request(second)
+    assert parsed_request(first) is kept  # read again: now the most recent
+    parsed_request(third)
+    assert list(pod_record._parsed) == [first, third]
 
 
 def test_resumed_pods_are_frozen_without_a_pass_over_them(
