@@ -27,7 +27,7 @@ from ..actors.aio import AsyncActorRef
 from ..actors.base import ActorExit
 from ..actors.registry import Registry
 from ..actors.supervision import Backoff, Intensity, Restart, Strategy
-from ..actors.supervisor import ChildSpec, Supervisor, SupervisorEvent
+from ..actors.supervisor import ChildSpec, Supervisor
 from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND, Clock, system_clock
@@ -137,7 +137,6 @@ class Gateway:
             registry=self.registry,
             clock=parts.clock,
             exit_hook=self._supervisor_ended,
-            observer=self._supervisor_event,
         )
         self._creating: dict[str, asyncio.Future[None]] = {}  # UID -> its create under way
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
@@ -162,7 +161,7 @@ class Gateway:
             for first in range(0, len(live), RESUME_BATCH):
                 specs = [self._child(*pod) for pod in live[first : first + RESUME_BATCH]]
                 await bridge.call(self._supervisor_proxy.start_children(specs))
-        self._heap.settle(len(live), collect=False)  # the resumed pods are never walked
+        self._heap.settle(collect=False)  # the resumed pods are never walked
         log.info("gateway resumed %d pods from %s", len(records), self.parts.store.path)
 
     def start_orphan_collection(self, every_s: float = ORPHAN_PASS_EVERY_S) -> None:
@@ -205,13 +204,6 @@ class Gateway:
         log.critical("%s; the gateway must be restarted", reason)
         with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
             self.parts.loop.call_soon_threadsafe(_settle, self.gave_up, reason)
-
-    def _supervisor_event(self, event: SupervisorEvent) -> None:
-        """(In the supervisor's thread.) A pod actor that ended for good, its pod deleted, is
-        garbage now: the heap's freezer counts it once it is back on the loop."""
-        if event.kind == "forgotten":
-            with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
-                self.parts.loop.call_soon_threadsafe(self._heap.dropped)
 
     async def _spawn(self, record: PodRecord) -> None:
         await bridge.call(self._supervisor_proxy.start_child(self._child(record)))
@@ -319,7 +311,6 @@ class Gateway:
         self.snapshots.pop(uid, None)
         self._polls.drop(uid)
         if record is not None:
-            self._heap.dropped()
             await self.parts.store.delete(uid)
 
     async def _delete_later(self, record: PodRecord) -> None:

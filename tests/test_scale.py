@@ -22,6 +22,7 @@ from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
 from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink import k8s, resources
+from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.heap import HeapFreezer
 from dmsgw.interlink.parsing import (
     MEMO_BYTES,
@@ -189,52 +190,6 @@ def test_garbage_made_after_a_freeze_is_collected_as_ever(thawed: None) -> None:
     assert gone() is None
 
 
-def test_frozen_pods_deleted_are_collected_once_a_quarter_of_them_are_gone(thawed: None) -> None:
-    """A frozen object that becomes garbage waits for the thaw, which comes once pods
-    amounting to a quarter of those frozen (at least ``every``) have been deleted."""
-    freezer = HeapFreezer(every=2)
-    pods = [_Cycle() for _ in range(8)]
-    freezer.took(8)
-    gone = [weakref.ref(p) for p in pods]
-    del pods
-    gc.collect()
-    assert all(ref() is not None for ref in gone)  # frozen: not walked
-    freezer.dropped()
-    gc.collect()
-    assert all(ref() is not None for ref in gone)
-    freezer.dropped()  # 2 of 8: a quarter
-    assert all(ref() is None for ref in gone)
-
-
-async def test_a_deleted_pod_is_not_kept_by_the_frozen_heap(
-    tmp_path: Path, clock: FixedClock, thawed: None
-) -> None:
-    """A gateway that freezes its heap after every two pods: once both pods are deleted,
-    their actors are collected (the thaw), not kept for the life of the process."""
-    dms = FakeDMS(tmp_path / "logs")
-    gateway = await gateway_on(
-        dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2
-    )
-    try:
-        specs = [pod(uid(n)) for n in (1, 2)]
-        for spec in specs:
-            await create(gateway, spec)
-        await until(lambda: all(gateway.snapshots.get(uid(n)) for n in (1, 2)), "published")
-        actors = [weakref.ref(gateway.registry.require(f"pod/{uid(n)}")._actor) for n in (1, 2)]  # type: ignore[attr-defined]
-        assert gc.get_freeze_count() > 0
-        for spec in specs:
-            await gateway.delete(k8s.Pod.model_validate(spec))
-
-        def collected() -> bool:
-            gc.collect()
-            return all(actor() is None for actor in actors)
-
-        await until(collected, "the deleted pods' actors collected")
-    finally:
-        await gateway.close()
-    assert gc.get_freeze_count() == 0  # closing thaws what the gateway froze
-
-
 @pytest.fixture
 def collector_off() -> Iterator[None]:
     """Only reference counting frees objects meanwhile; the cyclic collector then saves what
@@ -257,15 +212,10 @@ def _cyclic_garbage_of_ours() -> list[str]:
     return sorted({m for m in modules if isinstance(m, str) and m.startswith("dmsgw.")})
 
 
-async def test_a_deleted_pod_leaves_no_reference_cycle(
-    tmp_path: Path, clock: FixedClock, collector_off: None
-) -> None:
-    """Reference counting alone frees a deleted pod (its actor, its follower, their tasks), so
-    that a frozen heap never needs a pass to let go of it: one pod deleted while it deploys,
-    one while its ensemble is followed. Nothing the creates, the translations and the deletes
-    made is left in a cycle either."""
-    dms = FakeDMS(tmp_path / "logs")
-    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+async def _create_and_delete_two_pods(gateway: Gateway) -> list[weakref.ref[Any]]:
+    """Pod 1 deleted while its ensemble is followed, pod 2 while it deploys; returns weak
+    references to their actors and tasks (and pod 1's follower task), taken before the
+    deletes, once both actors have ended and the supervisor has let go of them."""
     following = asyncio.Event()
     snapshot = gateway.parts.snapshot
 
@@ -275,28 +225,63 @@ async def test_a_deleted_pod_leaves_no_reference_cycle(
         return snapshot(record)
 
     gateway.parts.snapshot = published
+    specs = [pod(uid(n)) for n in (1, 2)]
+    await create(gateway, specs[0])
+    await asyncio.wait_for(following.wait(), WAIT_S)
+    await create(gateway, specs[1])
+    refs = [gateway.registry.require(f"pod/{uid(n)}") for n in (1, 2)]
+    actors = [ref._actor for ref in refs]  # type: ignore[attr-defined]
+    tasks = [ref._task for ref in refs]  # type: ignore[attr-defined]
+    follows = actors[0]._task  # pod 1's follower task (pod 2's may not have started)
+    alive = [weakref.ref(o) for o in (*actors, *tasks, follows)]
+    del actors, tasks, follows
+    for spec in specs:
+        await gateway.delete(k8s.Pod.model_validate(spec))
+    stopped = (ref.wait_stopped() for ref in refs)  # type: ignore[attr-defined]
+    await asyncio.wait_for(asyncio.gather(*stopped), WAIT_S)
+    del refs
+    # The supervisor lets go of the refs in its own thread, before it answers this.
+    await bridge.call(gateway._supervisor_proxy.which_children())
+    return alive
+
+
+async def test_a_deleted_pod_leaves_no_reference_cycle(
+    tmp_path: Path, clock: FixedClock, collector_off: None
+) -> None:
+    """Reference counting alone frees a deleted pod (its actor, its follower, their tasks), so
+    that a frozen heap never needs a pass to let go of it. Nothing the creates, the
+    translations and the deletes made is left in a cycle either."""
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
     try:
-        specs = [pod(uid(n)) for n in (1, 2)]
-        await create(gateway, specs[0])
-        await asyncio.wait_for(following.wait(), WAIT_S)
-        await create(gateway, specs[1])
-        refs = [gateway.registry.require(f"pod/{uid(n)}") for n in (1, 2)]
-        actors = [ref._actor for ref in refs]  # type: ignore[attr-defined]
-        tasks = [ref._task for ref in refs]  # type: ignore[attr-defined]
-        follows = actors[0]._task  # pod 1's follower task (pod 2's may not have started)
-        alive = [weakref.ref(o) for o in (*actors, *tasks, follows)]
-        del actors, tasks, follows
-        for spec in specs:
-            await gateway.delete(k8s.Pod.model_validate(spec))
-        stopped = (ref.wait_stopped() for ref in refs)  # type: ignore[attr-defined]
-        await asyncio.wait_for(asyncio.gather(*stopped), WAIT_S)
-        del refs
-        # The supervisor lets go of the refs in its own thread, before it answers this.
-        await bridge.call(gateway._supervisor_proxy.which_children())
+        alive = await _create_and_delete_two_pods(gateway)
         assert [o() for o in alive] == [None] * len(alive)
         assert _cyclic_garbage_of_ours() == []
     finally:
         await gateway.close()
+
+
+async def test_deleted_pods_leave_the_frozen_heap_without_a_thaw(
+    tmp_path: Path, clock: FixedClock, thawed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway that freezes its heap after every two pods: its deleted pods are freed while
+    the heap stays frozen (no pass over every pod while serving); closing thaws it."""
+    thaws: list[object] = []
+    unfreeze = gc.unfreeze
+    monkeypatch.setattr(gc, "unfreeze", lambda: thaws.append(()) or unfreeze())
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2
+    )
+    try:
+        alive = await _create_and_delete_two_pods(gateway)
+        assert gc.get_freeze_count() > 0
+        assert [o() for o in alive] == [None] * len(alive)
+        assert thaws == []
+    finally:
+        await gateway.close()
+    assert thaws == [()]
+    assert gc.get_freeze_count() == 0
 
 
 @pytest.mark.parametrize(
@@ -327,7 +312,7 @@ def test_resumed_pods_are_frozen_without_a_pass_over_them(
     freezer = HeapFreezer(every=2)
     with freezer.paused():
         resumed = [_Cycle() for _ in range(8)]
-    freezer.settle(len(resumed), collect=False)
+    freezer.settle(collect=False)
     assert passes == []
     assert gc.get_freeze_count() >= len(resumed)
     freezer.took(2)  # pods taken on later: collected, then frozen
