@@ -146,23 +146,35 @@ class Gateway:
     # --- start-up and shutdown ------------------------------------------------------------
 
     async def start(self) -> None:
-        """Resume every stored pod (crash-only recovery)."""
-        stored = self.parts.store.load_all()
-        records = [PodRecord.from_map(m) for m in stored]
-        live = []
-        for value, record in zip(stored, records, strict=True):
-            kept = kept_snapshot(value, record)
-            if record.phase == Phase.TERMINAL:
-                self._records[record.uid] = record
-                self.snapshots[record.uid] = kept or self.parts.snapshot(record)
-            else:
-                live.append((record, kept))
+        """Resume every stored pod (crash-only recovery). The store is read in a worker
+        thread (reading 10,000 records and their kept snapshots held the loop 2.4 s in one
+        go), then the live pods' actors start a batch at a time."""
         with self._heap.paused():
+            ended, live = await asyncio.to_thread(self._stored)
+            for record, snapshot in ended:
+                self._records[record.uid] = record
+                self.snapshots[record.uid] = snapshot
             for first in range(0, len(live), RESUME_BATCH):
                 specs = [self._child(*pod) for pod in live[first : first + RESUME_BATCH]]
                 await bridge.call(self._supervisor_proxy.start_children(specs))
         self._heap.settle(collect=False)  # the resumed pods are never walked
-        log.info("gateway resumed %d pods from %s", len(records), self.parts.store.path)
+        log.info("gateway resumed %d pods from %s", len(ended) + len(live), self.parts.store.path)
+
+    def _stored(
+        self,
+    ) -> tuple[list[tuple[PodRecord, PodStatus]], list[tuple[PodRecord, PodStatus | None]]]:
+        """(In a worker thread.) Every stored pod: the ended ones with their snapshot (made
+        again when the one kept is not what this gateway would make), the others with their
+        kept snapshot, if any, which their actors publish."""
+        ended, live = [], []
+        for value in self.parts.store.load_all():
+            record = PodRecord.from_map(value)
+            kept = kept_snapshot(value, record)
+            if record.phase == Phase.TERMINAL:
+                ended.append((record, kept or self.parts.snapshot(record)))
+            else:
+                live.append((record, kept))
+        return ended, live
 
     def start_orphan_collection(self, every_s: float = ORPHAN_PASS_EVERY_S) -> None:
         """Run :meth:`collect_orphans` every ``every_s``; a failing pass is logged and the
