@@ -29,8 +29,9 @@ log = logging.getLogger(__name__)
 
 FREEZE_EVERY = 64
 """Pods taken on between two freezes: the collection before each walks what is younger than
-the last freeze, ~64 pods' objects and the work in flight (a few ms), so no collection walks
-more than that many pods' worth between two freezes."""
+the last freeze, ~64 pods' objects and the work in flight (10-24 ms measured while 10,000
+pods were created 50 at a time; 20-75 ms at 256), so no collection walks more than that many
+pods' worth between two freezes."""
 
 
 class HeapFreezer:
