@@ -615,11 +615,7 @@ async def _drive_in_child(
             child.terminate()
             child.join()
         mine.close()
-    full = sorted(pauses.full)
-    print(
-        f"  GC in the gateway process meanwhile: {pauses.young} young collections, "
-        f"{len(full)} full ones, longest full {(full[-1] if full else 0) * 1e3:.0f} ms"
-    )
+    print(pauses.line())
     return list(results)
 
 
@@ -777,6 +773,7 @@ class _GCPauses:
         self.young = 0
         self.longest_young = 0.0
         self.full: list[float] = []
+        self.collected = 0  # cyclic garbage: what reference counting could not free
         self._started = 0.0
 
     def __enter__(self) -> _GCPauses:
@@ -789,7 +786,9 @@ class _GCPauses:
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
-        elif info["generation"] == 2:
+            return
+        self.collected += info["collected"]
+        if info["generation"] == 2:
             self.full.append(time.perf_counter() - self._started)
         else:
             self.young += 1
@@ -800,7 +799,8 @@ class _GCPauses:
         return (
             f"  GC meanwhile: {self.young} young collections (longest "
             f"{self.longest_young * 1e3:.0f} ms), {len(self.full)} full ones (longest "
-            f"{max(self.full, default=0.0) * 1e3:.0f} ms)"
+            f"{max(self.full, default=0.0) * 1e3:.0f} ms); {self.collected:,} objects of "
+            "cyclic garbage collected"
         )
 
 
