@@ -179,8 +179,15 @@ def thawed() -> Iterator[None]:
     gc.unfreeze()
 
 
-def test_garbage_made_after_a_freeze_is_collected_as_ever(thawed: None) -> None:
+@pytest.fixture
+def freezer(thawed: None) -> Iterator[HeapFreezer]:
+    """A freezer as a gateway's (two pods a freeze), closed after the test."""
     freezer = HeapFreezer(every=2)
+    yield freezer
+    freezer.close()
+
+
+def test_garbage_made_after_a_freeze_is_collected_as_ever(freezer: HeapFreezer) -> None:
     freezer.took(2)
     assert gc.get_freeze_count() > 0
     later = _Cycle()
@@ -303,13 +310,23 @@ def test_a_stored_request_reads_back_as_the_create_body_did(body: str) -> None:
     assert parsed_request(stored) == parse_create_body(stored)[0]
 
 
+def test_what_a_full_collection_leaves_is_frozen(freezer: HeapFreezer) -> None:
+    """Python's own full collections freeze what they leave, as a settle does: the state
+    that live pods make after they settle is not walked by every later pass."""
+    frozen = gc.get_freeze_count()
+    kept = [_Cycle() for _ in range(8)]
+    gone = weakref.ref(_Cycle())
+    gc.collect()  # a full collection, as Python's own rule runs one
+    assert gone() is None
+    assert gc.get_freeze_count() >= frozen + len(kept)
+
+
 def test_resumed_pods_are_frozen_without_a_pass_over_them(
-    thawed: None, monkeypatch: pytest.MonkeyPatch
+    freezer: HeapFreezer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pass over 10,000 resumed pods held the loop ~1 s and found nothing to collect."""
     passes: list[object] = []
     monkeypatch.setattr(gc, "collect", lambda *args: passes.append(args) or 0)
-    freezer = HeapFreezer(every=2)
     with freezer.paused():
         resumed = [_Cycle() for _ in range(8)]
     freezer.settle(collect=False)
@@ -342,8 +359,9 @@ async def test_a_restart_freezes_its_resumed_pods_without_a_pass(
         await gateway.close()
 
 
-def test_the_collector_waits_while_pods_are_resumed_and_runs_again_after(thawed: None) -> None:
-    freezer = HeapFreezer(every=2)
+def test_the_collector_waits_while_pods_are_resumed_and_runs_again_after(
+    freezer: HeapFreezer,
+) -> None:
     with pytest.raises(RuntimeError), freezer.paused():
         assert not gc.isenabled()
         raise RuntimeError("a resume that fails")
