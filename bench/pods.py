@@ -562,12 +562,11 @@ class _Load:
         with _GCPauses() as freezes:
             await self._create_all(quarter, batch)
             await self._until_running(quarter)
-        gc.unfreeze()
-        kept = gc.collect()
-        gc.freeze()
+        kept = _frozen_garbage()
         print(
-            f"  cyclic garbage the frozen heap kept: {kept:,} objects, after the deletes and "
-            f"{len(freezes.full)} more freezes (the quarter created again)"
+            f"  cyclic garbage the frozen heap kept: {sum(kept.values()):,} objects, after the "
+            f"deletes and {len(freezes.full)} more freezes (the quarter created again): "
+            f"{_modules(kept)}"
         )
 
     async def _servers(self) -> tuple[str, str, int]:
@@ -645,8 +644,7 @@ async def _restart(
     answering_s = time.perf_counter() - started
     stall = _stall_between(probe.samples, wall_started, time.time())
     gauge_line = gauge.read("the restart")
-    gc.unfreeze()
-    frozen_garbage = gc.collect()  # what the resume froze without a pass (none expected)
+    frozen_garbage = _frozen_garbage()  # what the resume froze without a pass (none expected)
     if profiler is not None:
         profiler.disable()
         print("  cProfile of the restart (this thread only; the profiler slows it), per pod:")
@@ -674,7 +672,10 @@ async def _restart(
         f"(Gateway.start returned after {resumed_s:.2f} s); longest stall {stall * 1e3:.0f} ms"
     )
     print(gauge_line)
-    print(f"  cyclic garbage the resume froze: {frozen_garbage:,} objects")
+    print(
+        f"  cyclic garbage the resume froze: {sum(frozen_garbage.values()):,} objects: "
+        f"{_modules(frozen_garbage)}"
+    )
     print(
         f"  floor:    {floor_s:6.3f} s (read the rows {read_s:.3f} s, one PodRecord each "
         f"{floor_s - read_s:.3f} s); the gateway's snapshot_of alone: {snapshots_s:.3f} s"
@@ -686,6 +687,26 @@ async def _restart(
 
 
 # --- where the objects and the CPU go (--profile) ---------------------------------------
+
+
+def _frozen_garbage() -> collections.Counter[str]:
+    """The cyclic garbage the frozen heap kept, by the module of its objects' types, found by
+    one pass of the bench's own over the thawed heap; then the heap is frozen again."""
+    gc.unfreeze()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        found = collections.Counter(type(o).__module__ for o in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    gc.freeze()
+    return found
+
+
+def _modules(found: collections.Counter[str]) -> str:
+    """The modules whose objects ``found`` holds the most of."""
+    return ", ".join(f"{module} {count:,}" for module, count in found.most_common(6)) or "none"
 
 
 def _tracked_by_type() -> collections.Counter[str]:
