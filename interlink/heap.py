@@ -12,10 +12,10 @@ A frozen object is never walked again, so the collector never frees a frozen obj
 up in a reference cycle: only reference counting frees frozen objects. A deleted pod leaves no
 reference cycle (its actor, follower and tasks let go of one another when the actor ends), so
 deleting pods needs no pass at all; the heap is thawed only when the gateway closes. What the
-frozen heap may still keep is cyclic garbage of work in flight at a freeze (a request under
-way, say) that was alive then and became garbage later: it stays until the process ends. The
-bench measures it (``bench/pods.py``: none found at 10,000 pods), and decision 48 says why we
-accept it rather than thaw.
+frozen heap may still keep is cyclic garbage of work in flight at a freeze (a connection
+open then) that was alive then and became garbage later: it stays until the process ends.
+The bench names it (``bench/pods.py``: the pods leave none; a connection open at a freeze and
+closed later leaves 5 objects), and decision 48 says why we accept it rather than thaw.
 """
 
 from __future__ import annotations
