@@ -254,6 +254,9 @@ class AsyncActorRef(Generic[A]):
             error = asyncio.CancelledError("actor task cancelled")
         finally:
             self._finish(error)
+            # The error's traceback holds this frame: holding the error here too would be a
+            # reference cycle, kept by a frozen heap for good (decision 50).
+            del error
 
     async def _dispatch(self, actor: A, message: Any) -> Any:
         if isinstance(message, _Call):

@@ -228,30 +228,32 @@ class _Checker:
 
     def _dependency_cycles(self) -> Iterator[Problem]:
         state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-        def visit(name: str, trail: list[str]) -> list[str] | None:
-            state[name] = 1
-            for dep in self.allocations[name].depends_on or ():
-                if dep not in self.allocations:
-                    continue
-                if state.get(dep) == 1:
-                    return [*trail, name, dep]
-                if dep not in state:
-                    cycle = visit(dep, [*trail, name])
-                    if cycle:
-                        return cycle
-            state[name] = 2
-            return None
-
         for name in sorted(self.allocations):
             if name not in state:
-                cycle = visit(name, [])
+                cycle = self._cycle_from(name, [], state)
                 if cycle:
                     start = cycle.index(cycle[-1])
                     yield Problem(
                         f"allocations.{name}.depends_on",
                         "cyclic dependency: " + " -> ".join(cycle[start:]),
                     )
+
+    def _cycle_from(self, name: str, trail: list[str], state: dict[str, int]) -> list[str] | None:
+        """The first dependency cycle reached from ``name`` (depth first), if any. A method,
+        not a closure that calls itself: such a closure is a reference cycle, and every
+        ensemble checked would wait for the cyclic collector to be freed."""
+        state[name] = 1
+        for dep in self.allocations[name].depends_on or ():
+            if dep not in self.allocations:
+                continue
+            if state.get(dep) == 1:
+                return [*trail, name, dep]
+            if dep not in state:
+                cycle = self._cycle_from(dep, [*trail, name], state)
+                if cycle:
+                    return cycle
+        state[name] = 2
+        return None
 
     def _placement(self) -> Iterator[Problem]:
         placed: dict[str, str] = {}

@@ -30,9 +30,15 @@ Pods are followed with a long poll interval, as live pods are once they settle.
    pod again, and what the gateway adds (an actor, a supervisor child, a snapshot per pod) is
    what the ratio shows.
 
+Then a quarter of the pods are deleted (their actors ended) and created again: the deletes'
+rate and longest stall, and the cyclic garbage the frozen heap kept meanwhile (none
+expected, decision 50), found by the bench's own pass over the thawed heap.
+
 Every load also reports the longest event-loop stall, from a timer probe every 20 ms on the
 same loop (so the floor's figure comes from the same probe, in the same run), and the
-gateway's own ``dmsgw_event_loop_stall_max_seconds`` gauge over the whole run.
+gateway's own ``dmsgw_event_loop_stall_max_seconds`` gauge over the whole run. The creates
+and deletes also report the longest single callback the loop ran (a stall of its own; the
+probe also counts callbacks ready together, queueing) and the collector's pauses.
 
 ``--profile`` adds where the objects and the CPU go per pod: tracked objects by type per pod
 (``gc.get_objects``), the allocation sites holding the most memory (``tracemalloc``, started
@@ -99,6 +105,7 @@ from dmsgw.behaviors.deployment import (
 )
 from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.clock import system_clock
+from dmsgw.interlink import k8s
 from dmsgw.interlink.bodies import RetrievedPodData
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import (
@@ -111,6 +118,7 @@ from dmsgw.interlink.pod_record import PodPolicy, PodRecord, snapshot_of
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.run_markers import STARTED_MARKER
 from dmsgw.interlink.server import LoopStalls, Metrics, PluginServer
+from dmsgw.interlink.server.metrics import STALL_PROBE_S
 from dmsgw.interlink.store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 
@@ -121,6 +129,7 @@ CREATE_TARGET = 1000  # pods/s
 GC_TARGET_MS = 50
 RESTART_TARGET_S = 3.0
 PROBE_S = 0.02  # the stall probe's period
+LOOKED_AT_ONCE = 2000  # pods whose /status entry the bench looks at per turn of the loop
 PACKAGE = str(Path(dmsgw.__file__).resolve().parent)  # the gateway's own code, for --profile
 ROUNDS = 2  # floor and project alternate this many times, --seconds / ROUNDS each
 CONNECTIONS = 64  # the client's keep-alive pool (interLink's Go client keeps a pool too)
@@ -169,16 +178,19 @@ _RUNNING = DeploymentStatusResponse(
         "bench_pod.main": AllocationInfo(allocation_id="bench_pod.main", status="running")
     },
 )
+_COMPLETED = DeploymentStatusResponse(status="Completed")
 
 
 class FakeDMS:
     """Answers the pod actors' behaviors at once; counts what it was asked. Every container's
     logs are one directory whose ``stderr.log`` holds what the pod wrapper writes when the
-    command starts (the gateway reads it for each container that starts running)."""
+    command starts (the gateway reads it for each container that starts running). A
+    deployment runs until it is shut down, and is completed after."""
 
     def __init__(self, logs: Path) -> None:
         self.calls: dict[str, int] = {}
         self._next = 0
+        self._shut: set[str] = set()
         logs.mkdir(parents=True, exist_ok=True)
         (logs / "stdout.log").write_text("")
         (logs / "stderr.log").write_text(STARTED_MARKER + "\n")
@@ -192,12 +204,13 @@ class FakeDMS:
             self._next += 1
             return NewDeploymentResponse(status="OK", ensemble_id=f"ens-{self._next}")
         if behavior is DEPLOYMENT_STATUS:
-            return _RUNNING
+            return _COMPLETED if payload.id in self._shut else _RUNNING
         if behavior is DEPLOYMENT_LIST:
             return DeploymentListResponse()
         if behavior is DEPLOYMENT_MANIFEST:
             return DeploymentManifestResponse()
         if behavior is DEPLOYMENT_SHUTDOWN:
+            self._shut.add(payload.id)
             return DeploymentShutdownResponse()
         if behavior is DEPLOYMENT_LOGS:
             return self._logs
@@ -218,6 +231,17 @@ def _running(gateway: Gateway, uid: str) -> bool:
     kept, not as a model: the bench asks for every pod, on the gateway's own loop)."""
     shown = gateway.snapshots.shown(uid)
     return shown is not None and shown.phase == "Running"
+
+
+async def _until_running(gateway: Gateway, indices: range) -> None:
+    """Until every pod of ``indices`` answers Running: a few thousand looked at per turn
+    of the loop, not all at once (a look at 100,000 pods held the loop ~0.2 s, in the
+    bench's own code, inside the window it measures)."""
+    waiting = [uid_of(i) for i in indices]
+    while waiting:
+        await asyncio.sleep(0.01)
+        now, later = waiting[:LOOKED_AT_ONCE], waiting[LOOKED_AT_ONCE:]
+        waiting = [u for u in now if not _running(gateway, u)] + later
 
 
 # --- the /status load generator (its own process) -----------------------------------------
@@ -399,7 +423,10 @@ class _StallGauge:
         self._stalls = LoopStalls(metrics)
         self.watch = asyncio.get_running_loop().create_task(self._stalls.watch())
 
-    def reset(self) -> None:
+    async def reset(self) -> None:
+        """Back to 0, once the gauge's probe has run since whatever held the loop last (the
+        bench's own collection just before, say): that stall belongs to no load."""
+        await asyncio.sleep(2 * STALL_PROBE_S)
         self._stalls.longest_s = 0.0
 
     def read(self, what: str) -> str:
@@ -454,14 +481,14 @@ class _Load:
         objects_before = _tracked_by_type() if profile else None
         if profile:
             tracemalloc.start()
-        self.gauge.reset()
+        await self.gauge.reset()
         await self._create(pods, batch, baseline, cProfile.Profile() if profile_creates else None)
         if objects_before is not None:
             _print_objects_per_pod(objects_before, pods)
             _print_allocations(pods)
         project_url, floor_url, size = await self._servers()
         plan = [("floor", floor_url), ("project", project_url)] * ROUNDS
-        self.gauge.reset()
+        await self.gauge.reset()
         results = await _drive_in_child(plan, pods, rate, seconds / ROUNDS)
         _report(results, rate, size, self.probe.samples)
         print(self.gauge.read("the /status loads (the floor's and the gateway's)"))
@@ -470,29 +497,20 @@ class _Load:
         gc.collect()
         after = (_rss_bytes() - baseline) / 2**20
         print(f"  RSS after the /status load: +{after:.0f} MiB over the baseline")
+        await self._delete_a_quarter(pods, batch)
 
     async def _create(
         self, pods: int, batch: int, baseline: int, profiler: cProfile.Profile | None
     ) -> None:
-        gateway = self.gateway
         started = time.perf_counter()
         wall_started = time.time()
         cpu_started = time.process_time()
         if profiler is not None:
             profiler.enable()
-        for first in range(0, pods, batch):
-            calls = [
-                self.backend.create(parse_create_body(create_body(i)))
-                for i in range(first, min(first + batch, pods))
-            ]
-            await asyncio.gather(*calls)
-        created_s = time.perf_counter() - started
-        uids = [uid_of(i) for i in range(pods)]
-        while True:
-            waiting = sum(1 for u in uids if not _running(gateway, u))
-            if not waiting:
-                break
-            await asyncio.sleep(0.05)
+        with _GCPauses() as pauses, _LongestCallback() as callbacks:
+            await self._create_all(range(pods), batch)
+            created_s = time.perf_counter() - started
+            await _until_running(self.gateway, range(pods))
         all_running_s = time.perf_counter() - started
         cpu_s = time.process_time() - cpu_started
         if profiler is not None:
@@ -505,12 +523,6 @@ class _Load:
         gc.collect()
         full_gc_s = time.perf_counter() - collecting
         tracked = len(gc.get_objects())
-        # What the gateway's thaw costs (a quarter of the frozen pods deleted): a pass over all.
-        gc.unfreeze()
-        thawing = time.perf_counter()
-        gc.collect()
-        thaw_s = time.perf_counter() - thawing
-        gc.freeze()
         grown = _rss_bytes() - baseline
         per_pod_kib = grown / pods / 1024
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -525,7 +537,11 @@ class _Load:
             f"  CPU/pod:     {cpu_s / pods * 1e6:8.0f} µs of the process (all threads) until "
             "every pod runs"
         )
-        print(f"  stall:       {stall * 1e3:8.0f} ms, the longest while creating")
+        print(
+            f"  stall:       {stall * 1e3:8.0f} ms, the longest while creating (the longest "
+            f"single callback: {callbacks.longest_s * 1e3:.0f} ms)"
+        )
+        print(pauses.line())
         print(gauge_line)
         print(
             f"  RSS/pod:     {per_pod_kib:8.1f} KiB (RSS +{grown / 2**20:.0f} MiB, peak "
@@ -537,15 +553,60 @@ class _Load:
             f"{tracked / pods:.1f} per pod, the rest frozen; target <= {GC_TARGET_MS} ms: "
             f"{'met' if full_gc_s * 1e3 <= GC_TARGET_MS else 'NOT met'})"
         )
-        print(
-            f"  thaw:        {thaw_s * 1e3:8.0f} ms, the pass over every pod that follows "
-            "the deletion of a quarter of them"
-        )
         calls = ", ".join(f"{k.rsplit('/', 1)[1]} {v:,}" for k, v in self.dms.calls.items())
         print(f"  fake DMS calls: {calls}")
         if profiler is not None:
             print("  cProfile of the creates until every pod runs (this thread only), per pod:")
             _print_profile(profiler, pods, "pod")
+
+    async def _create_all(self, indices: range, batch: int) -> None:
+        """One ``backend.create`` call per pod, ``batch`` in flight; each call parses its own
+        body, as the server's handler of its request does."""
+
+        async def create(i: int) -> None:
+            await self.backend.create(parse_create_body(create_body(i)))
+
+        for first in range(indices.start, indices.stop, batch):
+            await asyncio.gather(
+                *(create(i) for i in range(first, min(first + batch, indices.stop)))
+            )
+
+    async def _delete_a_quarter(self, pods: int, batch: int) -> None:
+        """Delete a quarter of the pods, ``batch`` calls in flight, until their actors have
+        ended; then create them again (the restart finds every pod). What the frozen heap
+        kept of them, and of all the work in flight at each freeze, is what one pass over the
+        thawed heap then finds (the bench's own pass: the gateway never thaws while serving)."""
+        quarter = range(pods // 4)
+        await self.gauge.reset()
+        started = time.perf_counter()
+        wall_started = time.time()
+        with _GCPauses() as pauses, _LongestCallback() as callbacks:
+            for first in range(0, quarter.stop, batch):
+                ended = range(first, min(first + batch, quarter.stop))
+                await asyncio.gather(
+                    *(self.backend.delete(k8s.Pod.model_validate(pod_of(i))) for i in ended)
+                )
+            while any(uid_of(i) in self.gateway.snapshots for i in quarter):
+                await asyncio.sleep(0.05)
+        deleted_s = time.perf_counter() - started
+        stall = _stall_between(self.probe.samples, wall_started, time.time())
+        print(f"delete a quarter of the pods ({quarter.stop:,}), {batch} calls in flight")
+        print(
+            f"  deleted:     {quarter.stop / deleted_s:8,.0f} pods/s ({deleted_s:.1f} s until "
+            f"their actors ended); longest stall {stall * 1e3:.0f} ms (the longest single "
+            f"callback: {callbacks.longest_s * 1e3:.0f} ms)"
+        )
+        print(pauses.line())
+        print(self.gauge.read("the deletes"))
+        with _GCPauses() as freezes:
+            await self._create_all(quarter, batch)
+            await _until_running(self.gateway, quarter)
+        kept = _frozen_garbage()
+        print(
+            f"  cyclic garbage the frozen heap kept: {sum(kept.values()):,} objects, after the "
+            f"deletes and {len(freezes.full)} more freezes (the quarter created again): "
+            f"{_modules(kept)}"
+        )
 
     async def _servers(self) -> tuple[str, str, int]:
         """The real ``PluginServer`` and the floor's fixed-body handler, on this loop."""
@@ -581,24 +642,18 @@ async def _drive_in_child(
     )
     child.start()
     theirs.close()
-    pauses = _GCPauses()
-    gc.callbacks.append(pauses)
     try:
         # Every pod's body goes once to each server first, at a few thousand a second.
         wait_s = 60 + 4 * s * len(plan) + pods * len(dict.fromkeys(u for _, u in plan)) / 250
-        results = await asyncio.to_thread(_receive, mine, wait_s)
+        with _GCPauses() as pauses:
+            results = await asyncio.to_thread(_receive, mine, wait_s)
     finally:
-        gc.callbacks.remove(pauses)
         child.join(5)
         if child.is_alive():
             child.terminate()
             child.join()
         mine.close()
-    full = sorted(pauses.full)
-    print(
-        f"  GC in the gateway process meanwhile: {pauses.young} young collections, "
-        f"{len(full)} full ones, longest full {(full[-1] if full else 0) * 1e3:.0f} ms"
-    )
+    print(pauses.line())
     return list(results)
 
 
@@ -613,7 +668,7 @@ async def _restart(
 ) -> None:
     """A new gateway on the same store, until every pod answers Running; then the floor."""
     gc.collect()
-    gauge.reset()
+    await gauge.reset()
     wall_started = time.time()
     started = time.perf_counter()
     profiler = cProfile.Profile() if profile else None
@@ -622,12 +677,11 @@ async def _restart(
     gateway = backend = _gateway(tmp, dms, loop, pods)
     await gateway.start()
     resumed_s = time.perf_counter() - started
-    uids = [uid_of(i) for i in range(pods)]
-    while not all(_running(gateway, u) for u in uids):
-        await asyncio.sleep(0.01)
+    await _until_running(gateway, range(pods))
     answering_s = time.perf_counter() - started
     stall = _stall_between(probe.samples, wall_started, time.time())
     gauge_line = gauge.read("the restart")
+    frozen_garbage = _frozen_garbage()  # what the resume froze without a pass (none expected)
     if profiler is not None:
         profiler.disable()
         print("  cProfile of the restart (this thread only; the profiler slows it), per pod:")
@@ -656,6 +710,10 @@ async def _restart(
     )
     print(gauge_line)
     print(
+        f"  cyclic garbage the resume froze: {sum(frozen_garbage.values()):,} objects: "
+        f"{_modules(frozen_garbage)}"
+    )
+    print(
         f"  floor:    {floor_s:6.3f} s (read the rows {read_s:.3f} s, one PodRecord each "
         f"{floor_s - read_s:.3f} s); the gateway's snapshot_of alone: {snapshots_s:.3f} s"
     )
@@ -666,6 +724,26 @@ async def _restart(
 
 
 # --- where the objects and the CPU go (--profile) ---------------------------------------
+
+
+def _frozen_garbage() -> collections.Counter[str]:
+    """The cyclic garbage the frozen heap kept, by the module of its objects' types, found by
+    one pass of the bench's own over the thawed heap; then the heap is frozen again."""
+    gc.unfreeze()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        found = collections.Counter(type(o).__module__ for o in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    gc.freeze()
+    return found
+
+
+def _modules(found: collections.Counter[str]) -> str:
+    """The modules whose objects ``found`` holds the most of."""
+    return ", ".join(f"{module} {count:,}" for module, count in found.most_common(6)) or "none"
 
 
 def _tracked_by_type() -> collections.Counter[str]:
@@ -745,20 +823,67 @@ def _profile_rows(profiler: cProfile.Profile) -> list[tuple[float, float, int, s
 
 
 class _GCPauses:
-    """How long the collector stops the gateway's loop (a full collection walks every pod)."""
+    """How long the collector stops the gateway's loop while in a ``with`` block: its young
+    collections, and its full ones (the gateway's own, each just before it freezes the heap,
+    walk what is younger than the last freeze)."""
 
     def __init__(self) -> None:
         self.young = 0
+        self.longest_young = 0.0
         self.full: list[float] = []
+        self.collected = 0  # cyclic garbage: what reference counting could not free
         self._started = 0.0
+
+    def __enter__(self) -> _GCPauses:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
-        elif info["generation"] == 2:
+            return
+        self.collected += info["collected"]
+        if info["generation"] == 2:
             self.full.append(time.perf_counter() - self._started)
         else:
             self.young += 1
+            self.longest_young = max(self.longest_young, time.perf_counter() - self._started)
+
+    def line(self) -> str:
+        """What the collector did meanwhile, in one line."""
+        return (
+            f"  GC meanwhile: {self.young} young collections (longest "
+            f"{self.longest_young * 1e3:.0f} ms), {len(self.full)} full ones (longest "
+            f"{max(self.full, default=0.0) * 1e3:.0f} ms); {self.collected:,} objects of "
+            "cyclic garbage collected"
+        )
+
+
+class _LongestCallback:
+    """The longest single callback the event loop ran while in a ``with`` block: a stall no
+    other callback caused. The probe's stall also counts callbacks that were ready together
+    (50 requests arriving at once each run a step before the timer's turn comes): queueing."""
+
+    def __init__(self) -> None:
+        self.longest_s = 0.0
+        self._run = asyncio.events.Handle._run
+
+    def __enter__(self) -> _LongestCallback:
+        run = self._run
+
+        def timed(handle: asyncio.Handle) -> None:
+            started = time.perf_counter()
+            run(handle)
+            self.longest_s = max(self.longest_s, time.perf_counter() - started)
+
+        asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.events.Handle._run = self._run  # type: ignore[method-assign]
 
 
 def _receive(conn: Connection, timeout_s: float) -> Any:

@@ -6,12 +6,16 @@ follower's coroutine, its snapshot). A full pass walks all of them — 0.5 s at 
 event loop meanwhile. Pods live long, so :class:`HeapFreezer` moves them out of the
 collector's sight (``gc.freeze``) once a batch of them has settled, right after a collection
 that leaves nothing unreachable behind: every pass after that walks only what is younger.
+What Python's own full collections leave is frozen too, for the same reason.
 
-The price: an object frozen and later dropped, if it is part of a reference cycle, is not
-collected until the heap is thawed. That is what a deleted pod leaves, and what a request in
-flight at the freeze leaves; so once pods amounting to a quarter of those frozen have been
-deleted, the freezer thaws the heap, collects it in full (one pass, as often as Python's own
-rule would run one) and freezes it again.
+A frozen object is never walked again, so the collector never frees a frozen object that ends
+up in a reference cycle: only reference counting frees frozen objects. A deleted pod leaves no
+reference cycle (its actor, follower and tasks let go of one another when the actor ends), so
+deleting pods needs no pass at all; the heap is thawed only when the gateway closes. What the
+frozen heap may still keep is cyclic garbage of work in flight at a freeze (a connection
+open then) that was alive then and became garbage later: it stays until the process ends.
+The bench names it (``bench/pods.py``: the pods leave none; a connection open at a freeze and
+closed later leaves 5 objects), and decision 50 says why we accept it rather than thaw.
 """
 
 from __future__ import annotations
@@ -24,21 +28,32 @@ from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
-FREEZE_EVERY = 256
-"""Pods taken on between two freezes: the collection before each walks ~256 pods' objects
-(~15 ms), and no collection walks more than that many pods' worth between two freezes."""
+FREEZE_EVERY = 64
+"""Pods taken on between two freezes: the collection before each walks what is younger than
+the last freeze, ~64 pods' objects and the work in flight (10-24 ms measured while 10,000
+pods were created 50 at a time; 20-75 ms at 256), so no collection walks more than that many
+pods' worth between two freezes."""
 
 
 class HeapFreezer:
     """Freezes the heap after every ``every`` pods taken on (created, resumed, re-adopted),
-    thaws and collects it in full once a quarter of the frozen pods have been deleted.
-    ``every=0`` never freezes (the tests' gateways, which share one process)."""
+    and after every full collection of Python's own. ``every=0`` never freezes (the tests'
+    gateways, which share one process)."""
 
     def __init__(self, every: int = FREEZE_EVERY) -> None:
         self._every = every
         self._taken = 0  # pods taken on since the last freeze
-        self._frozen = 0  # pods frozen since the last thaw
-        self._deleted = 0  # pods deleted since the last thaw
+        if every:
+            gc.callbacks.append(self._collected)
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        """(In whichever thread collected.) Python's own full collections walk only what is
+        younger than the last freeze too, but what they leave stayed unfrozen: the state that
+        live pods make after they settle (a followed pod's poll replaces its last reply and
+        ledgers) piled up there, and at 100,000 pods such a pass held the loop 1.1 s. A full
+        collection has just left nothing unreachable: what it leaves is frozen, as a settle's."""
+        if phase == "stop" and info["generation"] == 2:
+            gc.freeze()
 
     def took(self, pods: int = 1) -> None:
         """``pods`` more pods live; freeze once ``every`` have since the last freeze."""
@@ -62,37 +77,23 @@ class HeapFreezer:
             if pausing:
                 gc.enable()
 
-    def settle(self, pods: int = 0, *, collect: bool = True) -> None:
-        """Collect what is unreachable, then freeze what is left: the pods taken on so far,
-        and ``pods`` more. A restart's resume freezes without collecting (``collect=False``):
-        that pass over every resumed pod held the loop ~1 s at 10,000 pods, and found nothing
-        to collect; what a resume leaves in cycles, if anything, waits for the next thaw."""
+    def settle(self, *, collect: bool = True) -> None:
+        """Collect what is unreachable (a pass over what is younger than the last freeze),
+        then freeze what is left. A restart's resume freezes without collecting
+        (``collect=False``): that pass over every resumed pod held the loop ~1 s at 10,000
+        pods, and found nothing to collect."""
         if not self._every:
             return
         started = time.perf_counter()
         if collect:
             gc.collect()
         gc.freeze()
-        self._frozen += self._taken + pods
         self._taken = 0
         log.debug("heap frozen in %.1f ms", (time.perf_counter() - started) * 1e3)
 
     def close(self) -> None:
         """The pods are gone (the gateway closed): what was frozen is the collector's again."""
         if self._every:
+            gc.callbacks.remove(self._collected)
             gc.unfreeze()
-            self._taken = self._frozen = self._deleted = 0
-
-    def dropped(self, pods: int = 1) -> None:
-        """``pods`` pods were deleted (their actors have ended); thaw and collect once a
-        quarter of those frozen were."""
-        if not self._every:
-            return
-        self._deleted += pods
-        if self._deleted >= max(self._every, self._frozen // 4):
-            started = time.perf_counter()
-            gc.unfreeze()
-            self._frozen = max(0, self._frozen - self._deleted)
-            self._deleted = 0
-            self.settle()
-            log.info("heap thawed and collected in %.0f ms", (time.perf_counter() - started) * 1e3)
+            self._taken = 0

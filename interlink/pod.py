@@ -97,16 +97,10 @@ class PodActor(AsyncActor):
         self._on_deleted = on_deleted
         self._policy = policy
         self._clock = clock
-        self._follower = PodFollower(
-            record.uid,
-            record.request,
-            invoke=invoke,
-            translate=translate,
-            policy=policy,
-            rng=rng or random.Random(),
-            report=self._report,
-            clock=clock,
-        )
+        self._invoke = invoke
+        self._translate = translate
+        self._rng = rng or random.Random()
+        self._follower: PodFollower  # made on start (see _new_follower)
         self._task: asyncio.Task[None] | None = None
         self._shown: tuple[bytes, Shown] | None = None
         """The record's last ``/status`` entry, with what it was read from (:func:`shown_by`):
@@ -119,6 +113,7 @@ class PodActor(AsyncActor):
 
     async def on_start(self) -> None:
         """Resume from the record: a new pod deploys, a known ensemble is followed."""
+        self._follower = self._new_follower()
         self._publish()
         record = self.record
         if record.phase == Phase.PENDING:  # recorded by a gateway that wrote no first attempt
@@ -142,9 +137,22 @@ class PodActor(AsyncActor):
         self._task = asyncio.get_running_loop().create_task(coro)
         self._task.add_done_callback(self._task_done)
 
-    def _report(self, message: Any) -> None:
-        """The follower's way back: its results queue behind the actor's other messages."""
-        self.actor_ref.tell(message)
+    def _new_follower(self) -> PodFollower:
+        """The pod's follower, which reports through the actor's ref: its results queue
+        behind the actor's other messages. Not through the actor itself: actor, follower and
+        report would be a reference cycle, left for the cyclic collector when the pod ends
+        (and kept by a frozen heap); the ref lets go of the actor when the actor ends."""
+        record = self.record
+        return PodFollower(
+            record.uid,
+            record.request,
+            invoke=self._invoke,
+            translate=self._translate,
+            policy=self._policy,
+            rng=self._rng,
+            report=self.actor_ref.tell,
+            clock=self._clock,
+        )
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         """A bug in the follower task crashes the actor, so that its supervisor restarts it

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import queue
 import random
+import weakref
 from typing import Any
 
 import pykka
@@ -74,6 +76,24 @@ async def test_errors_on_ask_go_to_the_caller_and_crashes_on_tell_end_the_actor(
     ref.tell("crash")
     await ref.wait_stopped()
     assert len(exits) == 1 and str(exits[0].error) == "boom" and exits[0].ref is ref
+
+
+async def test_a_crashed_actor_leaves_no_reference_cycle() -> None:
+    """Reference counting alone frees an actor that crashed, once its exit is handled: its
+    error's traceback holds the actor's task frame, which must not hold the error back (a
+    frozen heap would keep such a cycle for good)."""
+    exits: list[ActorExit] = []
+    ref = Counter.start(exit_hook=exits.append)
+    assert ref._actor is not None
+    actor = weakref.ref(ref._actor)
+    gc.disable()
+    try:
+        ref.tell("crash")
+        await ref.wait_stopped()
+        exits.clear()
+        assert actor() is None
+    finally:
+        gc.enable()
 
 
 async def test_failing_on_start_is_reported() -> None:

@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
+from dmsgw.actors import bridge
 from dmsgw.actors.registry import Registry
 from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
 from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink import k8s, pod_record, resources
 from dmsgw.interlink.bodies import RetrievedPodData
-from dmsgw.interlink.gateway import job_id
+from dmsgw.interlink.gateway import Gateway, job_id
 from dmsgw.interlink.heap import HeapFreezer
 from dmsgw.interlink.parsing import (
     MEMO_BYTES,
@@ -276,8 +277,15 @@ def thawed() -> Iterator[None]:
     gc.unfreeze()
 
 
-def test_garbage_made_after_a_freeze_is_collected_as_ever(thawed: None) -> None:
+@pytest.fixture
+def freezer(thawed: None) -> Iterator[HeapFreezer]:
+    """A freezer as a gateway's (two pods a freeze), closed after the test."""
     freezer = HeapFreezer(every=2)
+    yield freezer
+    freezer.close()
+
+
+def test_garbage_made_after_a_freeze_is_collected_as_ever(freezer: HeapFreezer) -> None:
     freezer.took(2)
     assert gc.get_freeze_count() > 0
     later = _Cycle()
@@ -287,50 +295,98 @@ def test_garbage_made_after_a_freeze_is_collected_as_ever(thawed: None) -> None:
     assert gone() is None
 
 
-def test_frozen_pods_deleted_are_collected_once_a_quarter_of_them_are_gone(thawed: None) -> None:
-    """A frozen object that becomes garbage waits for the thaw, which comes once pods
-    amounting to a quarter of those frozen (at least ``every``) have been deleted."""
-    freezer = HeapFreezer(every=2)
-    pods = [_Cycle() for _ in range(8)]
-    freezer.took(8)
-    gone = [weakref.ref(p) for p in pods]
-    del pods
+@pytest.fixture
+def collector_off() -> Iterator[None]:
+    """Only reference counting frees objects meanwhile; the cyclic collector then saves what
+    it finds unreachable in ``gc.garbage`` instead of freeing it."""
     gc.collect()
-    assert all(ref() is not None for ref in gone)  # frozen: not walked
-    freezer.dropped()
-    gc.collect()
-    assert all(ref() is not None for ref in gone)
-    freezer.dropped()  # 2 of 8: a quarter
-    assert all(ref() is None for ref in gone)
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
 
 
-async def test_a_deleted_pod_is_not_kept_by_the_frozen_heap(
-    tmp_path: Path, clock: FixedClock, thawed: None
+def _cyclic_garbage_of_ours() -> list[str]:
+    """What the cyclic collector finds unreachable now that comes from the gateway's code."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.collect()
+    modules = (getattr(o, "__module__", None) or type(o).__module__ for o in gc.garbage)
+    return sorted({m for m in modules if isinstance(m, str) and m.startswith("dmsgw.")})
+
+
+async def _create_and_delete_two_pods(gateway: Gateway) -> list[weakref.ref[Any]]:
+    """Pod 1 deleted while its ensemble is followed, pod 2 while it deploys; returns weak
+    references to their actors and tasks (and pod 1's follower task), taken before the
+    deletes, once both actors have ended and the supervisor has let go of them."""
+    following = asyncio.Event()
+    snapshot = gateway.parts.snapshot
+
+    def published(record: PodRecord) -> Any:
+        if record.uid == uid(1) and record.dms_status == "Running":
+            following.set()
+        return snapshot(record)
+
+    gateway.parts.snapshot = published
+    specs = [pod(uid(n)) for n in (1, 2)]
+    await create(gateway, specs[0])
+    await asyncio.wait_for(following.wait(), WAIT_S)
+    await create(gateway, specs[1])
+    refs = [gateway.registry.require(f"pod/{uid(n)}") for n in (1, 2)]
+    actors = [ref._actor for ref in refs]  # type: ignore[attr-defined]
+    tasks = [ref._task for ref in refs]  # type: ignore[attr-defined]
+    follows = actors[0]._task  # pod 1's follower task (pod 2's may not have started)
+    alive = [weakref.ref(o) for o in (*actors, *tasks, follows)]
+    del actors, tasks, follows
+    for spec in specs:
+        await gateway.delete(k8s.Pod.model_validate(spec))
+    stopped = (ref.wait_stopped() for ref in refs)  # type: ignore[attr-defined]
+    await asyncio.wait_for(asyncio.gather(*stopped), WAIT_S)
+    del refs
+    # The supervisor lets go of the refs in its own thread, before it answers this.
+    await bridge.call(gateway._supervisor_proxy.which_children())
+    return alive
+
+
+async def test_a_deleted_pod_leaves_no_reference_cycle(
+    tmp_path: Path, clock: FixedClock, collector_off: None
 ) -> None:
-    """A gateway that freezes its heap after every two pods: once both pods are deleted,
-    their actors are collected (the thaw), not kept for the life of the process."""
+    """Reference counting alone frees a deleted pod (its actor, its follower, their tasks), so
+    that a frozen heap never needs a pass to let go of it. Nothing the creates, the
+    translations and the deletes made is left in a cycle either."""
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        alive = await _create_and_delete_two_pods(gateway)
+        assert [o() for o in alive] == [None] * len(alive)
+        assert _cyclic_garbage_of_ours() == []
+    finally:
+        await gateway.close()
+
+
+async def test_deleted_pods_leave_the_frozen_heap_without_a_thaw(
+    tmp_path: Path, clock: FixedClock, thawed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway that freezes its heap after every two pods: its deleted pods are freed while
+    the heap stays frozen (no pass over every pod while serving); closing thaws it."""
+    thaws: list[object] = []
+    unfreeze = gc.unfreeze
+    monkeypatch.setattr(gc, "unfreeze", lambda: thaws.append(()) or unfreeze())
     dms = FakeDMS(tmp_path / "logs")
     gateway = await gateway_on(
         dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2
     )
     try:
-        specs = [pod(uid(n)) for n in (1, 2)]
-        for spec in specs:
-            await create(gateway, spec)
-        await until(lambda: all(gateway.snapshots.get(uid(n)) for n in (1, 2)), "published")
-        actors = [weakref.ref(gateway.registry.require(f"pod/{uid(n)}")._actor) for n in (1, 2)]  # type: ignore[attr-defined]
+        alive = await _create_and_delete_two_pods(gateway)
         assert gc.get_freeze_count() > 0
-        for spec in specs:
-            await gateway.delete(k8s.Pod.model_validate(spec))
-
-        def collected() -> bool:
-            gc.collect()
-            return all(actor() is None for actor in actors)
-
-        await until(collected, "the deleted pods' actors collected")
+        assert [o() for o in alive] == [None] * len(alive)
+        assert thaws == []
     finally:
         await gateway.close()
-    assert gc.get_freeze_count() == 0  # closing thaws what the gateway froze
+    assert thaws == [()]
+    assert gc.get_freeze_count() == 0
 
 
 @pytest.mark.parametrize(
@@ -405,16 +461,26 @@ def test_the_parsed_requests_kept_are_the_most_recently_read(
     assert list(pod_record._parsed) == [first, third]
 
 
+def test_what_a_full_collection_leaves_is_frozen(freezer: HeapFreezer) -> None:
+    """Python's own full collections freeze what they leave, as a settle does: the state
+    that live pods make after they settle is not walked by every later pass."""
+    frozen = gc.get_freeze_count()
+    kept = [_Cycle() for _ in range(8)]
+    gone = weakref.ref(_Cycle())
+    gc.collect()  # a full collection, as Python's own rule runs one
+    assert gone() is None
+    assert gc.get_freeze_count() >= frozen + len(kept)
+
+
 def test_resumed_pods_are_frozen_without_a_pass_over_them(
-    thawed: None, monkeypatch: pytest.MonkeyPatch
+    freezer: HeapFreezer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pass over 10,000 resumed pods held the loop ~1 s and found nothing to collect."""
     passes: list[object] = []
     monkeypatch.setattr(gc, "collect", lambda *args: passes.append(args) or 0)
-    freezer = HeapFreezer(every=2)
     with freezer.paused():
         resumed = [_Cycle() for _ in range(8)]
-    freezer.settle(len(resumed), collect=False)
+    freezer.settle(collect=False)
     assert passes == []
     assert gc.get_freeze_count() >= len(resumed)
     freezer.took(2)  # pods taken on later: collected, then frozen
@@ -444,8 +510,9 @@ async def test_a_restart_freezes_its_resumed_pods_without_a_pass(
         await gateway.close()
 
 
-def test_the_collector_waits_while_pods_are_resumed_and_runs_again_after(thawed: None) -> None:
-    freezer = HeapFreezer(every=2)
+def test_the_collector_waits_while_pods_are_resumed_and_runs_again_after(
+    freezer: HeapFreezer,
+) -> None:
     with pytest.raises(RuntimeError), freezer.paused():
         assert not gc.isenabled()
         raise RuntimeError("a resume that fails")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.interlink.store import PodStore, StoreError, pack, unpack
+from dmsgw.interlink.store import WOKEN_AT_ONCE, PodStore, StoreError, pack, unpack
 
 
 async def test_records_survive_a_reopen(tmp_path: Path) -> None:
@@ -31,6 +31,32 @@ async def test_many_concurrent_writes_are_all_durable(tmp_path: Path) -> None:
     await asyncio.gather(*(store.put(f"p{i}", {"uid": f"p{i}", "n": i}) for i in range(500)))
     assert sorted(r["n"] for r in store.load_all()) == list(range(500))
     await store.close()
+
+
+async def test_the_writers_of_one_commit_wake_a_few_per_turn_of_the_loop(tmp_path: Path) -> None:
+    """What each writer does next runs before the next ones wake: 50 woken in one turn held
+    the loop's timers as long as all their next steps took."""
+    store = PodStore(tmp_path / "gw.sqlite3")
+    turn = 0
+
+    async def count_turns() -> None:
+        nonlocal turn
+        while True:
+            turn += 1
+            await asyncio.sleep(0)
+
+    async def write(i: int) -> int:
+        await store.put(f"p{i}", {"uid": f"p{i}"})
+        return turn
+
+    counter = asyncio.get_running_loop().create_task(count_turns())
+    try:
+        woken = await asyncio.gather(*(write(i) for i in range(4 * WOKEN_AT_ONCE)))
+    finally:
+        counter.cancel()
+        await store.close()
+    assert max(woken.count(t) for t in woken) == WOKEN_AT_ONCE
+    assert len(set(woken)) == 4
 
 
 async def test_a_closed_store_refuses_writes(tmp_path: Path) -> None:
