@@ -92,8 +92,9 @@ class HeapFreezer:
         log.debug("heap frozen in %.1f ms", (time.perf_counter() - started) * 1e3)
 
     def close(self) -> None:
-        """The pods are gone (the gateway closed): what was frozen is the collector's again."""
+        """The pods are gone (the gateway closed): what was frozen is the collector's again.
+        A second close does nothing (a gateway may be closed twice), nor does a later take."""
         if self._every:
             gc.callbacks.remove(self._collected)
             gc.unfreeze()
-            self._taken = 0
+            self._taken = self._every = 0

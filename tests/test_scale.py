@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from dmsgw.actors import bridge
+from dmsgw.actors.aio import AsyncActorRef
 from dmsgw.actors.registry import Registry
 from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
 from dmsgw.behaviors.resources import CPU, Resources
@@ -173,6 +174,40 @@ async def test_pods_created_at_once_start_in_one_supervisor_message(
     assert messages == [5]
 
 
+async def test_closing_stops_every_pod_at_once_and_they_resume(
+    tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing asks every pod actor to stop together: the supervisor, which stops its
+    children one thread round trip at a time, finds none left to wait for; and a restarted
+    gateway resumes every pod."""
+    waited_for: list[str] = []
+    stop = AsyncActorRef.stop
+
+    def spying(self: AsyncActorRef[Any], *, block: bool = False, **kw: Any) -> bool:
+        stopped = stop(self, block=block, **kw)
+        if block and stopped:
+            waited_for.append(repr(self))
+        return stopped
+
+    monkeypatch.setattr(AsyncActorRef, "stop", spying)
+    dms = FakeDMS(tmp_path / "logs")
+    pods = [uid(n) for n in range(8)]
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        await asyncio.gather(*(create(gateway, pod(u)) for u in pods))
+        await until(lambda: all(gateway._records[u].started_ns for u in pods), "running")
+    finally:
+        await gateway.close()
+    assert waited_for == []
+    again = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        await until(lambda: all(again.registry.get(f"pod/{u}") for u in pods), "resumed")
+        assert sorted(again._records) == sorted(pods)
+        assert len(dms.live()) == len(pods)  # none deployed again, none shut down
+    finally:
+        await again.close()
+
+
 class _CountingStore(PodStore):
     """A store that keeps the phase and attempt of every record written."""
 
@@ -293,6 +328,17 @@ def test_garbage_made_after_a_freeze_is_collected_as_ever(freezer: HeapFreezer) 
     del later
     gc.collect()
     assert gone() is None
+
+
+def test_a_freezer_closed_twice_is_closed_once(freezer: HeapFreezer) -> None:
+    """A gateway may be closed twice (a test's own close, then its fixture's): the second
+    close, and a pod taken on after, leave the collector as the first close left it."""
+    freezer.took(2)
+    freezer.close()
+    freezer.close()
+    freezer.took(2)
+    assert gc.get_freeze_count() == 0
+    assert freezer._collected not in gc.callbacks
 
 
 @pytest.fixture
