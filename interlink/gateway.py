@@ -47,6 +47,7 @@ from .parsing import PluginRequestError, PodRef, in_turns
 from .pod import PodActor
 from .pod_record import (
     DEFAULT_POLICY,
+    Kept,
     Phase,
     PodPolicy,
     PodRecord,
@@ -170,7 +171,7 @@ class Gateway:
 
     def _stored(
         self,
-    ) -> tuple[list[tuple[PodRecord, Shown]], list[tuple[PodRecord, Shown | None]]]:
+    ) -> tuple[list[tuple[PodRecord, Shown]], list[tuple[PodRecord, Kept | None]]]:
         """(In a worker thread.) Every stored pod: the ended ones with their ``/status``
         entry (made again when the one kept is not what this gateway would make), the others
         with their kept entry, if any, which their actors publish."""
@@ -179,7 +180,7 @@ class Gateway:
             record = PodRecord.from_map(value)
             kept = kept_snapshot(value, record)
             if record.phase == Phase.TERMINAL:
-                ended.append((record, kept or Shown.of(self.parts.snapshot(record))))
+                ended.append((record, kept[1] if kept else Shown.of(self.parts.snapshot(record))))
             else:
                 live.append((record, kept))
         return ended, live
@@ -279,7 +280,7 @@ class Gateway:
             else:
                 started.set_result(None)
 
-    def _child(self, record: PodRecord, kept: Shown | None = None) -> ChildSpec:
+    def _child(self, record: PodRecord, kept: Kept | None = None) -> ChildSpec:
         """The supervisor's spec of the pod's actor; the pod is known from now on. ``kept``:
         the ``/status`` entry stored with ``record``, which the actor's first start
         publishes."""

@@ -48,6 +48,7 @@ from .pod_record import (
     INIT_CONTAINER_FAILED,
     SHOWN_KEY,
     TERMINAL_DMS,
+    Kept,
     Phase,
     PodPolicy,
     PodRecord,
@@ -83,7 +84,7 @@ class PodActor(AsyncActor):
         snapshot: Snapshot,
         snapshots: Snapshots,
         on_deleted: Callable[[str], None],
-        kept: Shown | None = None,
+        kept: Kept | None = None,
         policy: PodPolicy = DEFAULT_POLICY,
         clock: Clock = system_clock,
         rng: random.Random | None = None,
@@ -102,12 +103,10 @@ class PodActor(AsyncActor):
         self._rng = rng or random.Random()
         self._follower: PodFollower  # made on start (see _new_follower)
         self._task: asyncio.Task[None] | None = None
-        self._shown: tuple[bytes, Shown] | None = None
+        self._shown: Kept | None = kept
         """The record's last ``/status`` entry, with what it was read from (:func:`shown_by`):
         at first the one stored with the record, which the store checked it was
         (:func:`~dmsgw.interlink.pod_record.kept_snapshot`)."""
-        if kept is not None:
-            self._shown = (shown_by(record), kept)
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -186,7 +185,7 @@ class PodActor(AsyncActor):
         from its JSON: the model is not kept, see :mod:`~dmsgw.interlink.snapshots`)."""
         return self._read()[1].status()
 
-    def _read(self) -> tuple[bytes, Shown]:
+    def _read(self) -> Kept:
         """The record's ``/status`` entry and what it was read from, read again only when
         that changed: most transitions (pending, deploying, deployed) change nothing
         ``/status`` shows."""

@@ -183,16 +183,21 @@ def _sources(package: Path) -> list[Path]:
     return sources
 
 
-def kept_snapshot(value: Mapping[str, Any], record: PodRecord) -> Shown | None:
-    """The ``/status`` entry stored with ``record`` (:data:`SHOWN_KEY`), if it is what this
-    gateway would make of the record (``None``: make it again). A restart resumed 10,000 pods
-    in 7.8 s, of which making their snapshots again took 2 s; the entry is taken as stored,
-    not read back as a model."""
-    kept = value.get(SHOWN_KEY)
-    if not (isinstance(kept, list) and kept and kept[0] == shown_by(record)):
+Kept = tuple[bytes, Shown]
+"""A ``/status`` entry kept with its record, and the record's :func:`shown_by` it was made of."""
+
+
+def kept_snapshot(value: Mapping[str, Any], record: PodRecord) -> Kept | None:
+    """The ``/status`` entry stored with ``record`` (:data:`SHOWN_KEY`), with the record's
+    digest, if it is what this gateway would make of the record (``None``: make it again).
+    A restart resumed 10,000 pods in 7.8 s, of which making their snapshots again took 2 s;
+    the entry is taken as stored, not read back as a model, and the digest goes to the pod's
+    actor, which needs it too."""
+    kept, digest = value.get(SHOWN_KEY), shown_by(record)
+    if not (isinstance(kept, list) and kept and kept[0] == digest):
         return None
     shown = Shown.from_stored(kept[1:])
-    return shown if shown is not None and _entry_of(shown.wire, record.uid) else None
+    return (digest, shown) if shown is not None and _entry_of(shown.wire, record.uid) else None
 
 
 def _entry_of(wire: bytes, uid: str) -> bool:
