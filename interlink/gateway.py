@@ -166,7 +166,8 @@ class Gateway:
             for first in range(0, len(live), RESUME_BATCH):
                 specs = [self._child(*pod) for pod in live[first : first + RESUME_BATCH]]
                 await bridge.call(self._supervisor_proxy.start_children(specs))
-        self._heap.settle(collect=False)  # the resumed pods are never walked
+            # Frozen before the collector is back: its first pass would walk them all.
+            self._heap.settle(collect=False)
         log.info("gateway resumed %d pods from %s", len(ended) + len(live), self.parts.store.path)
 
     def _stored(

@@ -546,12 +546,23 @@ async def test_a_restart_freezes_its_resumed_pods_without_a_pass(
     passes: list[object] = []
     monkeypatch.setattr(gc, "collect", lambda *args: passes.append(args) or 0)
     frozen = gc.get_freeze_count()
+    enable = gc.enable
+    young_at_enable: list[int] = []
+
+    def enabling() -> None:
+        """The collector comes back: what it finds young, its first pass walks (the resumed
+        pods, at 10,000 pods 175 ms, unless they were frozen first)."""
+        young_at_enable.append(gc.get_count()[0])
+        enable()
+
+    monkeypatch.setattr(gc, "enable", enabling)
     gateway = await gateway_on(
         dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2
     )
     try:
         assert gc.get_freeze_count() > frozen
         assert passes == []
+        assert young_at_enable == [0]
     finally:
         await gateway.close()
 
