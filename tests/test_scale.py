@@ -250,19 +250,7 @@ async def test_a_create_writes_its_first_attempt_at_once(tmp_path: Path, clock: 
     """A create records the pod's first deployment attempt, which the actor then makes:
     three writes to Running (the attempt, deployed, its first status), not a pending record
     that the actor wrote again as the attempt at once."""
-    dms = FakeDMS(tmp_path / "logs")
-    store = _CountingStore(tmp_path / "state")
-    gateway = await gateway_on(
-        dms, tmp_path / "state", owner="did:key:gw", clock=clock, store=store
-    )
-    try:
-        await create(gateway, pod(uid(1)))
-        await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
-    finally:
-        await gateway.close()
-    assert store.phases == [Phase.DEPLOYING, Phase.RUNNING, Phase.RUNNING]
-    assert store.attempts == [1, 1, 1]
-    assert dms.asked["deployment/new"] == 1
+    await _written_until_running(tmp_path, clock, create_it=True)
 
 
 async def test_a_pending_pod_an_earlier_gateway_recorded_is_deployed(
@@ -281,12 +269,20 @@ async def test_a_pending_pod_an_earlier_gateway_recorded_is_deployed(
     earlier = PodStore(tmp_path / "state")
     await earlier.put(uid(1), pending.to_map())
     await earlier.close()
+    await _written_until_running(tmp_path, clock, create_it=False)
+
+
+async def _written_until_running(tmp_path: Path, clock: FixedClock, *, create_it: bool) -> None:
+    """A gateway on the store under ``tmp_path`` (creating pod 1 first, or resuming it) writes
+    the first attempt, then its deployment and first status: three writes, one deployment."""
     dms = FakeDMS(tmp_path / "logs")
     store = _CountingStore(tmp_path / "state")
     gateway = await gateway_on(
         dms, tmp_path / "state", owner="did:key:gw", clock=clock, store=store
     )
     try:
+        if create_it:
+            await create(gateway, pod(uid(1)))
         await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
     finally:
         await gateway.close()
