@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -125,6 +126,9 @@ def request_data(record: PodRecord) -> RetrievedPodData:
 PARSED_REQUESTS = 256
 """How many pods' parsed requests are kept: 10,000 pods do not keep 10,000 parsed copies."""
 _parsed: collections.OrderedDict[bytes, RetrievedPodData] = collections.OrderedDict()
+_PARSED_LOCK = threading.Lock()
+"""The cache is read on the loop and by a restart's worker thread (the ended pods' snapshots):
+an ``OrderedDict`` reordered from two threads at once can lose its order or raise."""
 
 
 def parsed_request(request: bytes) -> RetrievedPodData:
@@ -132,21 +136,23 @@ def parsed_request(request: bytes) -> RetrievedPodData:
     parse it once (the most recently read are kept). It was checked as a ``/create`` body when
     it was stored, and stored as the model writes it: the model reads it back without those
     checks again (half the time, ~0.1 ms; every resumed pod misses once)."""
-    data = _parsed.get(request)
-    if data is None:
-        return remember_request(request, RetrievedPodData.model_validate_json(request))
-    _parsed.move_to_end(request)
-    return data
+    with _PARSED_LOCK:
+        data = _parsed.get(request)
+        if data is not None:
+            _parsed.move_to_end(request)
+            return data
+    return remember_request(request, RetrievedPodData.model_validate_json(request))
 
 
 def remember_request(request: bytes, data: RetrievedPodData) -> RetrievedPodData:
     """Keep ``data`` as what ``request`` (the JSON ``data`` writes) reads back as: a create
     hands on the body it parsed and checked instead of parsing the stored copy again (the
     model reads its own JSON back as an equal model)."""
-    _parsed[request] = data
-    _parsed.move_to_end(request)
-    if len(_parsed) > PARSED_REQUESTS:
-        _parsed.popitem(last=False)
+    with _PARSED_LOCK:
+        _parsed[request] = data
+        _parsed.move_to_end(request)
+        if len(_parsed) > PARSED_REQUESTS:
+            _parsed.popitem(last=False)
     return data
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import gc
 import ipaddress
 import json
+import sys
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -460,6 +462,36 @@ def test_a_stored_request_reads_back_as_the_create_body_did(
     assert read.pod.metadata == created.pod.metadata
     assert read.pod.status.pod_ip == created.pod.status.pod_ip
     assert read.model_copy(update={"pod": created.pod}) == created
+
+
+def test_the_parsed_requests_are_shared_by_the_loop_and_a_restarts_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restart reads the ended pods' requests in a worker thread while the loop may read
+    others: every read answers its own request, and the cache keeps its bound."""
+    monkeypatch.setattr(pod_record, "_parsed", collections.OrderedDict())
+    monkeypatch.setattr(pod_record, "PARSED_REQUESTS", 4)
+    requests = [
+        RetrievedPodData.model_validate({"pod": {"metadata": {"uid": f"u{n}"}}}) for n in range(8)
+    ]
+    stored = [(data.to_json(), data.pod.metadata.uid) for data in requests]
+
+    def reader(offset: int) -> list[bool]:
+        return [
+            pod_record.parsed_request(raw).pod.metadata.uid == uid
+            for _ in range(300)
+            for raw, uid in stored[offset:] + stored[:offset]
+        ]
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns between any two steps
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = [ok for oks in pool.map(reader, range(4)) for ok in oks]
+    finally:
+        sys.setswitchinterval(switching)
+    assert all(answers) and len(answers) == 4 * 300 * 8
+    assert len(pod_record._parsed) <= 4
 
 
 async def test_a_create_parses_its_body_once(
