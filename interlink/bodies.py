@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import ConfigDict, Field, PlainValidator, PrivateAttr, field_validator
 
 from . import k8s
-from .apimachinery import GoModel, Time, parse_quantity, validate_quantity, wire_json
+from .apimachinery import GoModel, Time, WireOptions, parse_quantity, validate_quantity
 
 __all__ = [
     "AcceleratorResponse",
@@ -177,7 +177,7 @@ class PodStatus(GoModel):
         poll of that pod until it changes (a published status is never changed, nested
         containers included; a new status is made for every change)."""
         if self._wire is None:
-            self._wire = wire_json(self.to_wire())
+            self._wire = self.to_json()
         return self._wire
 
     @classmethod
@@ -221,9 +221,8 @@ class _OmitEmpty(GoModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    def to_wire(self) -> dict[str, Any]:
-        """As Go's ``omitempty`` writes it: unset fields, empty lists and values left out."""
-        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    WIRE: ClassVar[WireOptions] = {"by_alias": True, "exclude_defaults": True}
+    """As Go's ``omitempty`` writes it: unset fields, empty lists and values left out."""
 
 
 class AcceleratorResponse(_OmitEmpty):

@@ -12,7 +12,7 @@ decoding are :mod:`dmsgw.interlink.apimachinery`'s.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -25,6 +25,7 @@ from .apimachinery import (
     IntOrString,
     Quantity,
     Time,
+    WireOptions,
 )
 
 __all__ = [
@@ -110,13 +111,14 @@ class K8sModel(GoModel):
 
     model_config = ConfigDict(alias_generator=_json_key, extra="allow")
 
-    def to_wire(self) -> dict[str, Any]:
-        """The object as Kubernetes JSON: camelCase, RFC 3339 times, base64 bytes.
-
-        Only fields that were given are written, so a parsed object comes back as it arrived
-        (less its ``null``\\s); Go reads a missing field as its zero value.
-        """
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
+    WIRE: ClassVar[WireOptions] = {
+        "by_alias": True,
+        "exclude_unset": True,
+        "exclude_none": True,
+    }
+    """Kubernetes JSON: camelCase, RFC 3339 times, base64 bytes. Only fields that were given
+    are written, so a parsed object comes back as it arrived (less its ``null``\\s); Go reads
+    a missing field as its zero value."""
 
 
 # --- metadata, config maps, secrets --------------------------------------------------------

@@ -53,6 +53,7 @@ from .pod_record import (
     PodPolicy,
     PodRecord,
     Snapshot,
+    kept_reply,
     request_data,
     shown_by,
 )
@@ -170,12 +171,13 @@ class PodActor(AsyncActor):
 
     async def _save(self) -> None:
         """Store the record with its snapshot (a restart publishes it as it is), then
-        publish the snapshot."""
+        publish that snapshot: the actor handles one message at a time, so the record is
+        still the one stored."""
         digest, shown = self._read()
         record = self.record.to_map()
         record[SHOWN_KEY] = [digest, *shown.to_stored()]
         await self._store.put(self.record.uid, record)
-        self._publish()
+        self._snapshots.publish(self.record.uid, shown)
 
     def _publish(self) -> None:
         self._snapshots.publish(self.record.uid, self._read()[1])
@@ -253,7 +255,7 @@ class PodActor(AsyncActor):
         record = self.record
         before = _followed(record)
         record.dms_status = message.status.go_name
-        observed = _plain(message.reply)
+        observed = kept_reply(message.reply)
         if not observed.get("allocation_info") and record.observed.get("allocation_info"):
             # The DMS stops listing allocations when the deployment ends: keep how they ended.
             observed["allocation_info"] = record.observed["allocation_info"]

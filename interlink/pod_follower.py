@@ -26,6 +26,7 @@ from ..behaviors.deployment import (
     DeploymentManifestRequest,
     DeploymentShutdownRequest,
     DeploymentStatusRequest,
+    DeploymentStatusResponse,
     NewDeploymentRequest,
     NewDeploymentResponse,
 )
@@ -68,7 +69,7 @@ class Observed:
     """The deployment's status, an allocation's or a container's runs changed."""
 
     status: DeploymentStatus
-    reply: Any
+    reply: DeploymentStatusResponse
     manifest: Any = None  # fetched when the deployment ends: how each allocation ended
     runs: Mapping[str, Runs] = dataclasses.field(default_factory=dict)
     endpoints: list[dict[str, Any]] | None = None  # once running: see :mod:`.endpoints`

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -24,7 +24,7 @@ from ..behaviors.status import DeploymentStatus, EnsembleManifest
 from ..clock import NS_PER_SECOND
 from .bodies import PodStatus, RetrievedPodData
 from .container_runs import Runs
-from .pod_status import container_statuses, pod_status
+from .pod_status import LiveAllocation, container_statuses, pod_status
 from .snapshots import Shown
 from .translate import METADATA_GENERATION, METADATA_POD_UID
 
@@ -244,7 +244,6 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
     """The ``/status`` entry for a pod record: its containers as Kubernetes sees them. It
     reads what :func:`shown_by` digests, and nothing else of the record."""
     pod = request_data(record).pod
-    observed = DeploymentStatusResponse.from_json(json.dumps(record.observed or {}))
     status = _shown_status(record)
     containers = (*pod.spec.init_containers, *pod.spec.containers)
     runs = {c.name: Runs.from_map(record.runs.get(c.name)) for c in containers}
@@ -263,9 +262,51 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
         status,
         manifest,
         now=datetime.fromtimestamp(now_ns / NS_PER_SECOND, UTC),
-        allocation_info=observed.allocation_info,
+        allocation_info=_live_allocations(record.observed),
         observations=seen,
-        error=record.message or observed.error,
+        error=record.message or _text(record.observed.get("error")),
         final=record.phase in ENDED_PHASES,
     )
     return pod_status(pod, record.jid, statuses)
+
+
+class _Live(NamedTuple):
+    """The fields of an allocation's live state that a status reads (their Go keys)."""
+
+    allocation_id: str
+    status: str
+    health: str
+
+
+def kept_reply(reply: DeploymentStatusResponse) -> dict[str, Any]:
+    """What a record keeps of a ``deployment/status`` reply: what its snapshot reads (the
+    status, the error, three fields of each allocation's live state), under the reply's own
+    Go keys. Not the whole reply: its usage figures and heartbeats, which nothing reads
+    (``/metrics`` asks the DMS anew), were ~1 KiB a pod, and writing them out and reading
+    them back a sixth of a create."""
+    kept: dict[str, Any] = {"status": reply.status, "error": reply.error}
+    if reply.allocation_info:
+        kept["allocation_info"] = {
+            key: {field: getattr(info, field) for field in _Live._fields}
+            for key, info in reply.allocation_info.items()
+        }
+    return kept
+
+
+def _live_allocations(observed: Mapping[str, Any]) -> dict[str, LiveAllocation]:
+    """The ``allocation_info`` of the stored reply (:func:`kept_reply`; an earlier gateway
+    kept the whole reply, under the same keys), read as it is: not decoded as the DMS's
+    ``AllocationInfo`` again (a quarter of a snapshot)."""
+    listed = observed.get("allocation_info")
+    if not isinstance(listed, dict):
+        return {}
+    return {
+        key: _Live(*(_text(entry.get(field)) for field in _Live._fields))
+        for key, entry in listed.items()
+        if isinstance(entry, dict)
+    }
+
+
+def _text(value: object) -> str:
+    """A stored string field; anything else (absent, garbled) reads as Go's zero value."""
+    return value if isinstance(value, str) else ""

@@ -40,10 +40,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeVar
 
 from ..behaviors.status import (
-    AllocationInfo,
     AllocationManifest,
     AllocationStatus,
     DeploymentStatus,
@@ -59,6 +58,7 @@ __all__ = [
     "FAILED_EXIT_CODE",
     "NOT_RUN_EXIT_CODE",
     "ContainerObservation",
+    "LiveAllocation",
     "PodContainerStatuses",
     "allocation_of",
     "find_allocation_key",
@@ -111,6 +111,23 @@ class ContainerObservation:
     """Why the run ended, when the caller knows (a probe killed it)."""
     running: bool = False
     ended: bool = False
+
+
+class LiveAllocation(Protocol):
+    """What a status reads of an allocation's live state: an :class:`AllocationInfo` of
+    ``deployment/status``, or the same three fields read from a stored reply."""
+
+    @property
+    def allocation_id(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def health(self) -> str: ...
+
+
+Live = TypeVar("Live", bound=LiveAllocation)
 
 
 class PodContainerStatuses(NamedTuple):
@@ -183,8 +200,8 @@ def find_allocation_key(entries: Mapping[str, object], name: str) -> str | None:
 def allocation_of(
     name: str,
     allocations: Mapping[str, AllocationManifest],
-    info: Mapping[str, AllocationInfo],
-) -> tuple[str, AllocationInfo | None, str]:
+    info: Mapping[str, Live],
+) -> tuple[str, Live | None, str]:
     """Container ``name``'s allocation in a manifest's ``allocations`` and in ``deployment/
     status``'s ``allocation_info``: its status (``""`` if unknown), live info and ID."""
     key = find_allocation_key(allocations, name)
@@ -203,7 +220,7 @@ class _Deployment:
         self,
         status: DeploymentStatus,
         manifest: EnsembleManifest | None,
-        info: Mapping[str, AllocationInfo],
+        info: Mapping[str, LiveAllocation],
         error: str,
     ) -> None:
         self.status = status
@@ -278,7 +295,7 @@ def container_statuses(
     manifest: EnsembleManifest | None = None,
     *,
     now: datetime,
-    allocation_info: Mapping[str, AllocationInfo] | None = None,
+    allocation_info: Mapping[str, LiveAllocation] | None = None,
     observations: Mapping[str, ContainerObservation] | None = None,
     error: str = "",
     final: bool = False,

@@ -48,9 +48,10 @@ class Shown:
 
     @classmethod
     def of(cls, status: PodStatus) -> Shown:
-        """The entry ``status`` is sent as."""
+        """The entry ``status`` is sent as (written, not kept on the model: the entry is
+        kept instead)."""
         names = tuple(sys.intern(c.name) for c in status.containers)
-        return cls(status.wire(), containers_phase(status), names)
+        return cls(status.to_json(), containers_phase(status), names)
 
     def status(self) -> PodStatus:
         """The model the entry was written from, read back from its JSON (its times at the

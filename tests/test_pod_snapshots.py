@@ -12,6 +12,7 @@ import dataclasses
 import json
 import random
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,21 @@ import pytest
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_MANIFEST
 from dmsgw.behaviors.deployment import DeploymentManifestResponse, DeploymentStatusResponse
+from dmsgw.behaviors.resources import CPU, Resources
+from dmsgw.behaviors.status import AllocationInfo, AllocationStatus
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink import k8s, pod_follower, pod_record
 from dmsgw.interlink.bodies import PodStatus
+from dmsgw.interlink.pod import _plain
 from dmsgw.interlink.pod_follower import PodFollower
-from dmsgw.interlink.pod_record import Phase, PodPolicy, PodRecord, shown_by, snapshot_of
+from dmsgw.interlink.pod_record import (
+    Phase,
+    PodPolicy,
+    PodRecord,
+    kept_reply,
+    shown_by,
+    snapshot_of,
+)
 from dmsgw.interlink.store import pack, unpack
 from tests.gateway_fakes import (
     WAIT_S,
@@ -120,6 +131,43 @@ def test_what_a_snapshot_does_not_read_leaves_its_digest(change: dict[str, Any])
     changed = dataclasses.replace(base, **change)
     assert snapshot_of(changed, now_ns=CLOCK()).wire() == snapshot_of(base, now_ns=CLOCK()).wire()
     assert shown_by(changed) == shown_by(base)
+
+
+def _decoded_allocations(observed: dict[str, Any]) -> Any:
+    """The reference: the stored reply decoded whole, as the DMS's own struct."""
+    return DeploymentStatusResponse.from_json(json.dumps(observed)).allocation_info
+
+
+@pytest.mark.parametrize("kept", [kept_reply, _plain], ids=["kept", "whole"])
+@pytest.mark.parametrize("health", ["", "healthy", "unhealthy"])
+@pytest.mark.parametrize("status", [*AllocationStatus, ""])
+def test_a_snapshot_reads_a_stored_reply_as_the_reply_itself(
+    status: str, health: str, kept: Callable[[Any], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot reads three fields of each stored allocation, not the whole struct: it
+    shows what the decoded struct shows, whether the record kept those fields only (as a
+    record does now) or the whole reply (as an earlier gateway's did)."""
+    info = AllocationInfo(
+        allocation_id="e1_pod.main",
+        status=status,
+        health=health,
+        heartbeat_seq=7,
+        resource_limit=Resources(cpu=CPU(cores=2.0)),
+    )
+    reply = DeploymentStatusResponse(
+        status="Running", error="e", allocation_info={"e1_pod.main": info}
+    )
+    record = dataclasses.replace(RECORD, observed=kept(reply))
+    read = snapshot_of(record, now_ns=CLOCK()).wire()
+    monkeypatch.setattr(pod_record, "_live_allocations", _decoded_allocations)
+    assert read == snapshot_of(record, now_ns=CLOCK()).wire()
+
+
+def test_a_garbled_stored_reply_reads_as_nothing_listed() -> None:
+    garbled = {"allocation_info": {"a": 5, "e1_pod.main": {"status": 7}}, "error": ["x"]}
+    record = dataclasses.replace(RECORD, observed=garbled)
+    [main] = snapshot_of(record, now_ns=CLOCK()).containers
+    assert main.state.running is not None  # its wrapper saw it start; the DMS listed nothing
 
 
 # --- the snapshot stored with the record -----------------------------------------------------

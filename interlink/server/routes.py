@@ -29,7 +29,6 @@ from aiohttp import web
 from prometheus_client import Counter, Histogram
 
 from ...errors import DmsgwError
-from ..apimachinery import wire_json
 from ..bodies import LogStruct, encode_pod_statuses
 from ..parsing import (
     PluginRequestError,
@@ -304,7 +303,7 @@ class PluginServer:
         if self._stopping.is_set():
             raise StatusError(503, "not ready: the gateway is shutting down")
         answer = await self._backend.ping()
-        return _json(wire_json(answer.to_wire()))
+        return _json(answer.to_json())
 
     async def _logs(self, request: web.Request) -> web.StreamResponse:
         query = parse_logs_body(await self._body(request))
