@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import pykka
 
 from .base import ActorExit, ExitHook, MailboxFullError
+from .turns import Turns
 
 A = TypeVar("A", bound="AsyncActor")
 
@@ -43,8 +44,12 @@ class AsyncActor:
 
     mailbox_size: ClassVar[int] = 1000
 
-    def __init__(self, *, exit_hook: ExitHook | None = None) -> None:
+    def __init__(self, *, exit_hook: ExitHook | None = None, turns: Turns | None = None) -> None:
         self._exit_hook = exit_hook
+        self._turns = turns
+        """Shared by actors that start or hear together in numbers (a gateway's pods): each
+        takes a turn of the loop's before it starts and before each message, so that a few
+        of them, not all, run in one turn (:mod:`~dmsgw.actors.turns`)."""
         self.actor_ref: AsyncActorRef[Any]
 
     async def on_start(self) -> None:
@@ -231,13 +236,18 @@ class AsyncActorRef(Generic[A]):
         actor = self._actor
         assert actor is not None
         error: BaseException | None = None
+        turns = actor._turns
         try:
+            if turns is not None:
+                await turns.take()
             await actor.on_start()
             while True:
                 message, reply = await self._inbox.get()
                 if message is _STOP:
                     await actor.on_stop()
                     break
+                if turns is not None:
+                    await turns.take()
                 try:
                     result = await self._dispatch(actor, message)
                 except Exception as exc:

@@ -505,7 +505,6 @@ class _Load:
         objects_before = _tracked_by_type() if profile else None
         if profile:
             tracemalloc.start()
-        await self.gauge.reset()
         await self._create(pods, batch, baseline, cProfile.Profile() if profile_creates else None)
         if objects_before is not None:
             _print_objects_per_pod(objects_before, pods)
@@ -527,6 +526,7 @@ class _Load:
         self, pods: int, batch: int, baseline: int, profiler: cProfile.Profile | None
     ) -> None:
         bodies = [create_body(i) for i in range(pods)]
+        await self.gauge.reset()  # and the bench's probe has caught up with the bodies' making
         started = time.perf_counter()
         wall_started = time.time()
         cpu_started = time.process_time()
@@ -535,6 +535,7 @@ class _Load:
         with _GCPauses() as pauses, _LongestCallback() as callbacks, _Stolen() as stolen:
             await self._create_all(bodies, batch)
             created_s = time.perf_counter() - started
+            del bodies  # not in the RSS per pod
             await _until_running(self.gateway, range(pods))
         all_running_s = time.perf_counter() - started
         cpu_s = time.process_time() - cpu_started
@@ -604,8 +605,8 @@ class _Load:
         kept of them, and of all the work in flight at each freeze, is what one pass over the
         thawed heap then finds (the bench's own pass: the gateway never thaws while serving)."""
         quarter = range(pods // 4)
-        await self.gauge.reset()
         pending = iter([k8s.Pod.model_validate(pod_of(i)) for i in quarter])
+        await self.gauge.reset()  # and the bench's probe has caught up with the pods' making
 
         async def worker() -> None:
             for pod in pending:

@@ -28,6 +28,7 @@ from ..actors.base import ActorExit
 from ..actors.registry import Registry
 from ..actors.supervision import Backoff, Intensity, Restart, Strategy
 from ..actors.supervisor import ChildSpec, Supervisor
+from ..actors.turns import Turns, wake_in_turns
 from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND, Clock, system_clock
@@ -148,6 +149,9 @@ class Gateway:
         self._starting: list[tuple[ChildSpec, asyncio.Future[None]]] = []
         """The pod actors to start in the next supervisor message (:meth:`_spawn`)."""
         self._sending: set[asyncio.Task[None]] = set()  # the messages under way
+        self._turns = Turns()
+        """Shared by the pod actors (pods started together begin and hear a few per turn of
+        the loop), and creates started together are answered a few per turn."""
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
         self._supervisor_proxy = self._supervisor.proxy()
         self._orphans: asyncio.Task[None] | None = None
@@ -262,24 +266,24 @@ class Gateway:
 
     async def _start_waiting(self) -> None:
         """Start the actors :meth:`_spawn` queued since this task was made, in one message;
-        each waiter hears how its own start went."""
+        each waiter hears how its own start went, a few per turn of the loop (what each
+        create does next, answering its request, runs before the next ones hear)."""
         waiting, self._starting = self._starting, []
         specs = [spec for spec, _ in waiting]
         try:
             outcomes = await bridge.call(self._supervisor_proxy.start_each(specs))
+            for (_, started), outcome in zip(waiting, outcomes, strict=True):
+                if isinstance(outcome, Exception) and not started.done():
+                    started.set_exception(outcome)
+            await wake_in_turns([started for _, started in waiting])
         except asyncio.CancelledError:
             for _, started in waiting:
                 started.cancel()
             raise
         except Exception as exc:  # the supervisor is gone: every start failed alike
-            outcomes = [exc] * len(waiting)
-        for (_, started), outcome in zip(waiting, outcomes, strict=True):
-            if started.done():  # its create was cancelled meanwhile
-                continue
-            if isinstance(outcome, Exception):
-                started.set_exception(outcome)
-            else:
-                started.set_result(None)
+            for _, started in waiting:
+                if not started.done():  # its create was cancelled meanwhile
+                    started.set_exception(exc)
 
     def _child(self, record: PodRecord, kept: Kept | None = None) -> ChildSpec:
         """The supervisor's spec of the pod's actor; the pod is known from now on. ``kept``:
@@ -304,6 +308,7 @@ class Gateway:
                 policy=parts.policy,
                 clock=parts.clock,
                 rng=self._jitter,
+                turns=self._turns,
                 loop=parts.loop,
                 exit_hook=hook,
             )

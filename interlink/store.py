@@ -26,6 +26,7 @@ from typing import Any
 
 import msgpack
 
+from ..actors.turns import wake_in_turns
 from ..errors import DmsgwError
 
 _SCHEMA = """
@@ -37,10 +38,6 @@ CREATE TABLE IF NOT EXISTS pods (
 _MAX_RECORD_BYTES = 16 * 1024 * 1024
 _SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
 """SQLite's companions of a database file; each holds pages of the records."""
-WOKEN_AT_ONCE = 8
-"""Writers woken per turn of the event loop once their commit is durable. Each goes on at once
-with its next step (a pod actor saves, then starts its follower: ~0.5-1 ms), and the 50 writers
-of one commit, woken together, ran in one turn: the loop's timers waited 30-40 ms."""
 _GROUP_OTHER = 0o077
 
 log = logging.getLogger(__name__)
@@ -136,7 +133,10 @@ class PodStore:
                     if not done.done():
                         done.set_exception(exc)
             else:
-                await _wake_in_turns([done for _, _, done in batch])
+                # Each writer goes on at once with its next step (a pod actor saves, then starts its
+                # follower: ~0.5-1 ms): the 50 writers of one commit, woken together, ran in
+                # one turn, and the loop's timers waited 30-40 ms.
+                await wake_in_turns([done for _, _, done in batch])
 
     def _commit(self, batch: list[tuple[str, bytes | None]]) -> None:
         with self._lock, self._transaction():
@@ -169,16 +169,6 @@ class PodStore:
                 await self._writer
         with self._lock:
             self._db.close()
-
-
-async def _wake_in_turns(writers: list[asyncio.Future[None]]) -> None:
-    """Tell ``writers`` their records are durable, :data:`WOKEN_AT_ONCE` per turn of the
-    loop: what each does next runs before the next ones wake, not all in one turn."""
-    for first in range(0, len(writers), WOKEN_AT_ONCE):
-        for done in writers[first : first + WOKEN_AT_ONCE]:
-            if not done.done():
-                done.set_result(None)
-        await asyncio.sleep(0)
 
 
 def _make_private(path: Path) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.interlink.store import WOKEN_AT_ONCE, PodStore, StoreError, pack, unpack
+from dmsgw.actors.turns import PER_TURN
+from dmsgw.interlink.store import PodStore, StoreError, pack, unpack
 
 
 async def test_records_survive_a_reopen(tmp_path: Path) -> None:
@@ -51,11 +52,11 @@ async def test_the_writers_of_one_commit_wake_a_few_per_turn_of_the_loop(tmp_pat
 
     counter = asyncio.get_running_loop().create_task(count_turns())
     try:
-        woken = await asyncio.gather(*(write(i) for i in range(4 * WOKEN_AT_ONCE)))
+        woken = await asyncio.gather(*(write(i) for i in range(4 * PER_TURN)))
     finally:
         counter.cancel()
         await store.close()
-    assert max(woken.count(t) for t in woken) == WOKEN_AT_ONCE
+    assert max(woken.count(t) for t in woken) == PER_TURN
     assert len(set(woken)) == 4
 
 
