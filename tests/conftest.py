@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,3 +30,19 @@ def private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
         yield
+
+
+@pytest.fixture
+async def turn() -> AsyncIterator[Callable[[], int]]:
+    """The number of the loop's current turn (a task that counts them)."""
+    count = 0
+
+    async def counting() -> None:
+        nonlocal count
+        while True:
+            count += 1
+            await asyncio.sleep(0)
+
+    counter = asyncio.get_running_loop().create_task(counting())
+    yield lambda: count
+    counter.cancel()

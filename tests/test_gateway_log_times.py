@@ -89,7 +89,9 @@ async def test_concurrent_log_requests_find_the_allocation_by_its_key_and_read_i
     try:
         spec = pod(uid(7), command=["sh", "-c", "sleep 60"])
         await create(gateway, spec)
-        await until(lambda: bool(gateway._records[uid(7)].ensemble_id), "deployed")
+        # The follower reads the running deployment's manifest once (where it runs): only
+        # then does the count say what the log requests ask.
+        await until(lambda: dms.asked["deployment/manifest"] > 0, "the placement read")
         manifests = dms.asked["deployment/manifest"]
         request = parse_logs_body(_log_request(spec, "main").encode())
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sqlite3
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,27 +35,20 @@ async def test_many_concurrent_writes_are_all_durable(tmp_path: Path) -> None:
     await store.close()
 
 
-async def test_the_writers_of_one_commit_wake_a_few_per_turn_of_the_loop(tmp_path: Path) -> None:
+async def test_the_writers_of_one_commit_wake_a_few_per_turn_of_the_loop(
+    tmp_path: Path, turn: Callable[[], int]
+) -> None:
     """What each writer does next runs before the next ones wake: 50 woken in one turn held
     the loop's timers as long as all their next steps took."""
     store = PodStore(tmp_path / "gw.sqlite3")
-    turn = 0
-
-    async def count_turns() -> None:
-        nonlocal turn
-        while True:
-            turn += 1
-            await asyncio.sleep(0)
 
     async def write(i: int) -> int:
         await store.put(f"p{i}", {"uid": f"p{i}"})
-        return turn
+        return turn()
 
-    counter = asyncio.get_running_loop().create_task(count_turns())
     try:
         woken = await asyncio.gather(*(write(i) for i in range(4 * PER_TURN)))
     finally:
-        counter.cancel()
         await store.close()
     assert max(woken.count(t) for t in woken) == PER_TURN
     assert len(set(woken)) == 4

@@ -4,28 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Callable
-
-import pytest
+from collections.abc import Callable
 
 from dmsgw.actors.aio import AsyncActor
 from dmsgw.actors.turns import PER_TURN, Turns, wake_in_turns
-
-
-@pytest.fixture
-async def turn() -> AsyncIterator[Callable[[], int]]:
-    """The number of the loop's current turn (a task that counts them)."""
-    count = 0
-
-    async def counting() -> None:
-        nonlocal count
-        while True:
-            count += 1
-            await asyncio.sleep(0)
-
-    counter = asyncio.get_running_loop().create_task(counting())
-    yield lambda: count
-    counter.cancel()
 
 
 async def test_steps_ready_together_pass_a_few_per_turn_in_order(
