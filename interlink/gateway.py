@@ -333,6 +333,7 @@ class Gateway:
         self._latest.pop(uid, None)
         self._records.pop(uid, None)
         self._polls.drop(uid)
+        self._heap.let_go()
 
     def _translate(self, data: RetrievedPodData, generation: int) -> EnsembleConfig:
         """The configured translation, the ensemble stamped with this gateway as its owner."""

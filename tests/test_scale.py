@@ -328,6 +328,38 @@ def test_garbage_made_after_a_freeze_is_collected_as_ever(freezer: HeapFreezer) 
     assert gone() is None
 
 
+def test_pods_let_go_settle_as_pods_taken_on_do(
+    freezer: HeapFreezer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    passes: list[object] = []
+    monkeypatch.setattr(gc, "collect", lambda *args: passes.append(args) or 0)
+    freezer.let_go()
+    assert passes == []
+    freezer.took()  # one pod came, one went: two since the last freeze
+    assert passes == [()]
+    freezer.let_go(2)
+    assert passes == [(), ()]
+
+
+def test_what_is_made_while_frozen_pods_are_freed_does_not_pile_up_young(
+    freezer: HeapFreezer,
+) -> None:
+    """Every free of a frozen object lowers the young generation's count: while pods are
+    deleted, Python's own young collections stop, and what is made meanwhile piles up, for
+    one collection to walk later. Each pod let go here frees 100 frozen objects and makes 100
+    that live on; the pile stays at a settle's worth of pods, not the 200 pods' 20,000."""
+    pods = [[[n] for n in range(100)] for _ in range(200)]
+    freezer.settle()
+    made: list[list[int]] = []
+    for _ in range(200):
+        pod = pods.pop()
+        while pod:  # a deleted pod's objects are freed as the new work goes on
+            pod.pop()
+            made.append([0])
+        freezer.let_go()
+    assert len(gc.get_objects(generation=0)) < 2_000
+
+
 def test_a_freezer_closed_twice_is_closed_once(freezer: HeapFreezer) -> None:
     """A gateway may be closed twice (a test's own close, then its fixture's): the second
     close, and a pod taken on after, leave the collector as the first close left it."""
