@@ -246,15 +246,21 @@ class AsyncActorRef(Generic[A]):
                 if message is _STOP:
                     await actor.on_stop()
                     break
-                if turns is not None:
-                    await turns.take()
                 try:
+                    if turns is not None:
+                        await turns.take()
                     result = await self._dispatch(actor, message)
                 except Exception as exc:
                     if reply is None:
                         raise  # a failure nobody waits for crashes the actor
                     if not reply.done():
                         reply.set_exception(exc)
+                except asyncio.CancelledError:
+                    # Taken off the mailbox already: the asker hears it, as those still in
+                    # the mailbox do (_finish).
+                    if reply is not None and not reply.done():
+                        reply.set_exception(_dead(self))
+                    raise
                 else:
                     if reply is not None and not reply.done():
                         reply.set_result(result)
@@ -282,7 +288,7 @@ class AsyncActorRef(Generic[A]):
         while not self._inbox.empty():
             _, reply = self._inbox.get_nowait()
             if reply is not None and not reply.done():
-                reply.set_exception(pykka.ActorDeadError(f"{self!r} stopped before replying"))
+                reply.set_exception(_dead(self))
         actor, self._actor = self._actor, None
         with _DONE_LOCK:
             if self._done is not None:
@@ -306,3 +312,7 @@ class _Proxy:
             return self._ref.ask(_Call(name, args, kwargs))
 
         return call
+
+
+def _dead(ref: AsyncActorRef[Any]) -> pykka.ActorDeadError:
+    return pykka.ActorDeadError(f"{ref!r} stopped before replying")

@@ -347,9 +347,10 @@ class GoModel(BaseModel):
     def to_json(self) -> bytes:
         """:meth:`to_wire` encoded, ready to send: by pydantic's own encoder, in a third of the
         time (a pod's ``/status`` entry is written at each change). The same JSON in ASCII as
-        :func:`wire_json` writes, spelled alike but for DEL (written as it is) and floats
-        under 1e-4 (``1e-7``, not ``1e-07``), which Go reads alike; a string holding a lone
-        surrogate, which only :func:`wire_json` escapes, goes that way."""
+        :func:`wire_json` writes, spelled alike but for DEL (written as it is) and some small
+        floats (``0.00001`` and ``1e-7`` for ``1e-05`` and ``1e-07``), which Go reads alike;
+        a string holding a lone surrogate, which only :func:`wire_json` escapes, goes that
+        way."""
         try:
             return self.model_dump_json(ensure_ascii=True, **self.WIRE).encode()
         except PydanticSerializationError:

@@ -53,9 +53,11 @@ from .pod_record import (
     PodPolicy,
     PodRecord,
     Snapshot,
+    entry_of,
     kept_snapshot,
     remember_request,
     request_data,
+    stored,
 )
 from .pod_report import PodReport
 from .recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_status
@@ -251,7 +253,7 @@ class Gateway:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
             self.parts.loop.call_soon_threadsafe(_settle, self.gave_up, reason)
 
-    async def _spawn(self, record: PodRecord) -> None:
+    async def _spawn(self, record: PodRecord, kept: Kept | None = None) -> None:
         """Start the pod's actor. The pods taken on at once (creates whose records shared a
         commit) start in one supervisor message: a thread round trip each was a tenth of a
         create's time on the loop."""
@@ -260,7 +262,7 @@ class Gateway:
             sending = asyncio.get_running_loop().create_task(self._start_waiting())
             self._sending.add(sending)
             sending.add_done_callback(self._sending.discard)
-        self._starting.append((self._child(record), started))
+        self._starting.append((self._child(record, kept), started))
         await started
         self._heap.took()
 
@@ -363,8 +365,12 @@ class Gateway:
         try:
             record = _first_attempt(uid, data, self.parts.clock())
             remember_request(record.request, data)  # parsed and checked once, by the route
-            await self.parts.store.put(uid, record.to_map())
-            await self._spawn(record)
+            # The pod's first entry is made here, not by its actor: the create is answered
+            # before the actor starts (actors take turns), and interLink may poll at once.
+            kept = entry_of(record, self._snapshot)
+            await self.parts.store.put(uid, stored(record, kept))
+            self.snapshots.publish(uid, kept[1])
+            await self._spawn(record, kept)
         finally:
             del self._creating[uid]
             done.set_result(None)

@@ -67,7 +67,8 @@ class HeapFreezer:
             self.settle()
 
     def let_go(self, pods: int = 1) -> None:
-        """``pods`` pods ended, and their frozen objects were freed. CPython lowers the young
+        """``pods`` pods were deleted: their frozen objects are freed as their actors end.
+        CPython lowers the young
         generation's count of allocations at every free (down to zero), so while pods are
         deleted faster than anything is made, no young collection runs, and all that is made
         meanwhile piles up young: the collection that finally runs walks it all (120 ms after

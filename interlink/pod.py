@@ -46,19 +46,20 @@ from .pod_record import (
     DEFAULT_POLICY,
     DEPLOYMENT_LOST,
     INIT_CONTAINER_FAILED,
-    SHOWN_KEY,
     TERMINAL_DMS,
     Kept,
     Phase,
     PodPolicy,
     PodRecord,
     Snapshot,
+    entry_of,
     kept_reply,
     request_data,
     shown_by,
+    stored,
 )
 from .pod_status import CRASH_LOOP
-from .snapshots import Shown, Snapshots
+from .snapshots import Snapshots
 from .store import PodStore
 from .translation import Translate
 
@@ -173,11 +174,9 @@ class PodActor(AsyncActor):
         """Store the record with its snapshot (a restart publishes it as it is), then
         publish that snapshot: the actor handles one message at a time, so the record is
         still the one stored."""
-        digest, shown = self._read()
-        record = self.record.to_map()
-        record[SHOWN_KEY] = [digest, *shown.to_stored()]
-        await self._store.put(self.record.uid, record)
-        self._snapshots.publish(self.record.uid, shown)
+        kept = self._read()
+        await self._store.put(self.record.uid, stored(self.record, kept))
+        self._snapshots.publish(self.record.uid, kept[1])
 
     def _publish(self) -> None:
         self._snapshots.publish(self.record.uid, self._read()[1])
@@ -191,9 +190,8 @@ class PodActor(AsyncActor):
         """The record's ``/status`` entry and what it was read from, read again only when
         that changed: most transitions (pending, deploying, deployed) change nothing
         ``/status`` shows."""
-        digest = shown_by(self.record)
-        if self._shown is None or self._shown[0] != digest:
-            self._shown = (digest, Shown.of(self._snapshot(self.record)))
+        if self._shown is None or self._shown[0] != shown_by(self.record):
+            self._shown = entry_of(self.record, self._snapshot)
         return self._shown
 
     # --- what the gateway asks ----------------------------------------------------------

@@ -193,6 +193,19 @@ Kept = tuple[bytes, Shown]
 """A ``/status`` entry kept with its record, and the record's :func:`shown_by` it was made of."""
 
 
+def entry_of(record: PodRecord, snapshot: Callable[[PodRecord], PodStatus]) -> Kept:
+    """The record's ``/status`` entry, made by ``snapshot``, with the digest it was made of."""
+    return shown_by(record), Shown.of(snapshot(record))
+
+
+def stored(record: PodRecord, kept: Kept) -> dict[str, Any]:
+    """The map ``record`` is stored as, with its ``/status`` entry beside it
+    (:func:`kept_snapshot` reads it back)."""
+    value = record.to_map()
+    value[SHOWN_KEY] = [kept[0], *kept[1].to_stored()]
+    return value
+
+
 def kept_snapshot(value: Mapping[str, Any], record: PodRecord) -> Kept | None:
     """The ``/status`` entry stored with ``record`` (:data:`SHOWN_KEY`), with the record's
     digest, if it is what this gateway would make of the record (``None``: make it again).

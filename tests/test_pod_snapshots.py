@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from dmsgw.actors.turns import Turns
 from dmsgw.behaviors.catalog import DEPLOYMENT_MANIFEST
 from dmsgw.behaviors.deployment import DeploymentManifestResponse, DeploymentStatusResponse
 from dmsgw.behaviors.resources import CPU, Resources
@@ -43,6 +44,7 @@ from tests.gateway_fakes import (
     gateway_on,
     plain_translation,
     pod,
+    poll,
     uid,
     until,
 )
@@ -76,6 +78,36 @@ async def test_a_pod_on_its_way_to_running_is_read_once_per_entry_it_shows(
     assert len(read) == 2  # waiting, then running
     assert read[0] != read[1]
     assert json.loads(read[-1])["containers"][0]["state"].get("running")
+
+
+class _Closed(Turns):
+    """A gate that lets nothing through until opened: every pod actor waits to start."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = asyncio.Event()
+
+    async def take(self) -> None:
+        await self.open.wait()
+
+
+async def test_a_created_pod_has_its_entry_before_its_actor_starts(tmp_path: Path) -> None:
+    """Creates are answered before their actors start (pod actors take turns of the loop):
+    interLink may poll a pod at once, and must find it waiting, not unknown."""
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
+    gate = gateway._turns = _Closed()
+    try:
+        await create(gateway, pod(uid(1)))
+        [status] = await poll(gateway, pod(uid(1)))
+        assert status.containers[0].state.waiting.reason == "ContainerCreating"
+        assert dms.asked == {}  # known: no re-adoption asked the DMS
+        with contextlib.closing(sqlite3.connect(tmp_path / "state")) as db:
+            [(blob,)] = db.execute("SELECT record FROM pods").fetchall()
+        assert unpack(blob)[pod_record.SHOWN_KEY][0] == shown_by(gateway._records[uid(1)])
+    finally:
+        gate.open.set()
+        await gateway.close()
 
 
 RECORD = PodRecord(

@@ -6,6 +6,9 @@ import asyncio
 import collections
 from collections.abc import Callable
 
+import pykka
+import pytest
+
 from dmsgw.actors.aio import AsyncActor
 from dmsgw.actors.turns import PER_TURN, Turns, wake_in_turns
 
@@ -86,3 +89,29 @@ async def test_actors_sharing_turns_start_a_few_per_turn(turn: Callable[[], int]
         for ref in refs:
             ref.stop()
     assert max(collections.Counter(started).values()) == PER_TURN
+
+
+class _Echo(AsyncActor):
+    async def on_receive(self, message: object) -> object:
+        return message
+
+
+async def test_an_ask_waiting_for_its_turn_hears_if_the_actor_is_cancelled() -> None:
+    """The message is off the mailbox while it waits for a turn: the asker still hears that
+    the actor is gone, as those whose messages were still in the mailbox do."""
+    turns = Turns()
+    ref = _Echo.start(turns=turns)
+    assert await ref.ask("started") == "started"
+    closed = asyncio.Event()
+
+    async def never() -> None:
+        await closed.wait()
+
+    turns.take = never  # type: ignore[method-assign]
+    asked = ref.ask("waits")
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert ref._task is not None
+    ref._task.cancel()
+    with pytest.raises(pykka.ActorDeadError):
+        await asyncio.wait_for(asked, 1.0)
