@@ -288,11 +288,14 @@ class Gateway:
                     started.set_exception(exc)
 
     def _child(self, record: PodRecord, kept: Kept | None = None) -> ChildSpec:
-        """The supervisor's spec of the pod's actor; the pod is known from now on. ``kept``:
-        the ``/status`` entry stored with ``record``, which the actor's first start
-        publishes."""
+        """The supervisor's spec of the pod's actor; the pod is known from now on, and
+        answers polls with ``kept``, the ``/status`` entry stored with ``record``, at once:
+        its actor may start turns later (pods started together take turns), and publishes
+        the same entry then without making it again."""
         self._records[record.uid] = record
         self._polls.took(record.uid)
+        if kept is not None:
+            self.snapshots.publish(record.uid, kept[1])
         parts = self.parts
         unread = [kept] if kept is not None else []
 
@@ -369,7 +372,6 @@ class Gateway:
             # before the actor starts (actors take turns), and interLink may poll at once.
             kept = entry_of(record, self._snapshot)
             await self.parts.store.put(uid, stored(record, kept))
-            self.snapshots.publish(uid, kept[1])
             await self._spawn(record, kept)
         finally:
             del self._creating[uid]
@@ -416,6 +418,10 @@ class Gateway:
         out = []
         async for ref in in_turns(pods):  # thousands of unknown pods must not hold the loop
             snapshot = self.snapshots.get(ref.uid)
+            if snapshot is None and (record := self._records.get(ref.uid)) is not None:
+                # Known, its actor not started yet (its entry was made again at a restart):
+                # read from the record, never re-adopted from the DMS.
+                snapshot = self.parts.snapshot(record)
             if snapshot is None:
                 snapshot = await self._readopt(ref.pod())
             out.append(snapshot)

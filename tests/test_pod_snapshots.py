@@ -292,6 +292,31 @@ def _rewrite_stored(state: Path, how: str) -> None:
         db.close()
 
 
+@pytest.mark.parametrize("stored_entry", ["kept", "garbled"])
+async def test_a_resumed_pod_answers_before_its_actor_starts(
+    tmp_path: Path, stored_entry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart's pods are known before their actors start (they take turns of the loop):
+    a poll meanwhile answers the stored entry, or one read from the record when the stored
+    one cannot be used, and never asks the DMS to re-adopt a pod it knows."""
+    dms = FakeDMS(tmp_path / "logs")
+    await _stored_pods(tmp_path, dms)
+    if stored_entry == "garbled":
+        _rewrite_stored(tmp_path / "state", "garbled")
+    monkeypatch.setattr("dmsgw.interlink.gateway.Turns", _Closed)
+    asked = dict(dms.asked)
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
+    try:
+        [running, ended] = await poll(gateway, pod(uid(1)), pod(uid(2)))
+        assert running.containers[0].state.running is not None
+        assert ended.containers[0].state.terminated is not None
+        assert dms.asked == asked  # nothing asked of the DMS: no actor started, no re-adoption
+    finally:
+        assert isinstance(gateway._turns, _Closed)
+        gateway._turns.open.set()
+        await gateway.close()
+
+
 # --- a resumed pod's first poll ---------------------------------------------------------------
 
 
