@@ -46,6 +46,9 @@ from .run_markers import strip_marker
 STDERR_LOG = "stderr.log"
 LOG_FILES = ("stdout.log", STDERR_LOG)
 FOLLOW_INTERVAL_S = 0.2
+READ_ON_LOOP_BYTES = 64 * 1024
+"""At most this much new log is read on the event loop itself (:func:`new_lines`); more goes
+to a thread."""
 
 Fetch = Callable[[], AbstractAsyncContextManager[Path]]
 """Has the DMS write the log files and holds them while the caller reads their directory."""
@@ -112,6 +115,21 @@ def lines_after(path: Path, offset: int, limit: int | None = None) -> tuple[byte
         start, data = start - 1 + cut, data[cut:]
     complete = data[: data.rfind(b"\n") + 1]
     return complete, start + len(complete)
+
+
+async def new_lines(path: Path, offset: int, limit: int | None = None) -> tuple[bytes, int]:
+    """:func:`lines_after`, read on the event loop when what is new is small (a stat tells),
+    on a thread when it is more than :data:`READ_ON_LOOP_BYTES`. A pod's follower reads its
+    container's markers once a run starts: a few lines of a file the DMS has just written,
+    ~10 µs to read, where the hand-off to a thread and back cost ~0.2 ms of the process's CPU
+    (decision 54)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = offset  # missing: lines_after says so, at once
+    if size - offset <= READ_ON_LOOP_BYTES:
+        return lines_after(path, offset, limit)
+    return await asyncio.to_thread(lines_after, path, offset, limit)
 
 
 class _Line(NamedTuple):

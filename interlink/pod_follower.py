@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from ..behaviors.catalog import (
@@ -39,7 +39,7 @@ from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
 from .container_runs import Runs
 from .endpoints import endpoints_of, has_ports, placement_of
-from .logs import STDERR_LOG, fetched_logs, lines_after
+from .logs import STDERR_LOG, fetched_logs, new_lines
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .pod_status import allocation_of
 from .run_markers import markers, probe_markers
@@ -339,13 +339,13 @@ class PodFollower:
                 )
             ]
             at_ns = self._clock()
-            found = await asyncio.gather(
-                *(
+            found = await _each(
+                [
                     read_runs(
                         self._invoke, ensemble_id, name, runs[name], uid=self._uid, at_ns=at_ns
                     )
                     for name in read
-                )
+                ]
             )
             unread = {name for name, got in zip(read, found, strict=True) if got is None}
             if ended and unread and end_reads_left:
@@ -485,6 +485,15 @@ def _initializing(
     return ""
 
 
+async def _each(reads: list[Coroutine[Any, Any, Runs | None]]) -> list[Runs | None]:
+    """The reads' results, made together (``asyncio.gather``); a lone read is awaited as it
+    is: most polls read one log or none, and a task of its own was three more turns of the
+    loop for it."""
+    if len(reads) <= 1:
+        return [await read for read in reads]
+    return list(await asyncio.gather(*reads))
+
+
 async def read_runs(
     invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str, at_ns: int = 0
 ) -> Runs | None:
@@ -493,9 +502,7 @@ async def read_runs(
     message)."""
     try:
         async with fetched_logs(invoke, ensemble_id, allocation_key(container)) as directory:
-            text, read_to = await asyncio.to_thread(
-                lines_after, directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT
-            )
+            text, read_to = await new_lines(directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT)
     except (DmsgwError, OSError) as exc:
         log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
         return None

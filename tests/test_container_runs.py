@@ -14,9 +14,10 @@ import pytest
 from dmsgw.behaviors.catalog import DEPLOYMENT_LOGS, Behavior
 from dmsgw.behaviors.deployment import DeploymentLogsResponse
 from dmsgw.behaviors.node import DMSBehaviorError
+from dmsgw.interlink import logs
 from dmsgw.interlink.bodies import ContainerLogOpts
 from dmsgw.interlink.container_runs import Runs
-from dmsgw.interlink.logs import lines_after, read_logs
+from dmsgw.interlink.logs import READ_ON_LOOP_BYTES, lines_after, new_lines, read_logs
 from dmsgw.interlink.pod_follower import read_runs
 from dmsgw.interlink.pod_record import PodRecord
 from dmsgw.interlink.probe_state import ProbeState
@@ -172,6 +173,32 @@ def test_lines_after_returns_whole_lines_only(tmp_path: Path) -> None:
     # Exactly the last line: it is whole, since the byte before it ends a line.
     assert lines_after(path, 0, limit=6) == (b"three\n", 14)
     assert lines_after(path, 0, limit=5) == (b"", 14)
+
+
+async def test_new_lines_reads_a_small_part_on_the_loop_and_a_large_one_on_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threaded: list[int] = []
+    to_thread = logs.asyncio.to_thread
+
+    async def counted(function: Any, *args: Any) -> Any:
+        threaded.append(args[1])
+        return await to_thread(function, *args)
+
+    monkeypatch.setattr(logs.asyncio, "to_thread", counted)
+    path = tmp_path / "stderr.log"
+    line = b"x" * 99 + b"\n"
+    path.write_bytes(line * (READ_ON_LOOP_BYTES // 100))  # just under the bound
+    small = await new_lines(path, 0)
+    path.write_bytes(line * (READ_ON_LOOP_BYTES // 100 + 1) + b"unterminated")
+    large = await new_lines(path, 0)
+    tail = await new_lines(path, len(line))  # what is new is small again
+    missing = await new_lines(tmp_path / "missing.log", 7)
+    assert threaded == [0]  # only the large read left the loop
+    assert small == (line * (READ_ON_LOOP_BYTES // 100), len(small[0]))
+    assert large == (line * (READ_ON_LOOP_BYTES // 100 + 1), len(large[0]))
+    assert tail == (large[0][len(line) :], len(large[0]))
+    assert missing == (b"", 7)
 
 
 def _invoke(directory: str | Exception) -> Any:
