@@ -313,6 +313,7 @@ class Gateway:
                 policy=parts.policy,
                 clock=parts.clock,
                 rng=self._jitter,
+                on_poll=self._heap.polled,
                 turns=self._turns,
                 loop=parts.loop,
                 exit_hook=hook,

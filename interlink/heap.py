@@ -12,8 +12,9 @@ A frozen object is never walked again, so the collector never frees a frozen obj
 up in a reference cycle: only reference counting frees frozen objects. A deleted pod leaves no
 reference cycle (its actor, follower and tasks let go of one another when the actor ends), so
 deleting pods needs no pass over the frozen pods; the heap is thawed only when the gateway
-closes. Deleting does settle as creating does (:meth:`HeapFreezer.let_go`): while frozen pods
-are freed, Python runs no young collection, and what is made meanwhile piles up. What the
+closes. Deleting does settle as creating does (:meth:`HeapFreezer.let_go`), and so do the
+polls of followed pods (:meth:`HeapFreezer.polled`): while frozen objects are freed, Python
+runs no young collection, and what is made meanwhile piles up. What the
 frozen heap may still keep is cyclic garbage of work in flight at a freeze (a connection
 open then) that was alive then and became garbage later: it stays until the process ends.
 The bench names it (``bench/pods.py``: the pods leave none; a connection open at a freeze and
@@ -37,6 +38,13 @@ while 10,000 pods were created 50 at a time; 20-75 ms at 256), so no collection 
 than that many pods' worth between two freezes."""
 
 
+POLLS_BETWEEN_FREEZES = 512
+"""Polls of followed pods between two freezes. Each poll makes anew the ~16 objects its pod
+holds until the next (the sleep's task wake-up, future, timer and context, the last reply, the
+ledgers); those of 512 polls are ~8,000 objects, ~64 pods' worth, walked in a few
+milliseconds."""
+
+
 class HeapFreezer:
     """Freezes the heap after every ``every`` pods taken on (created, resumed, re-adopted) or
     let go (deleted), and after every full collection of Python's own. ``every=0`` never
@@ -45,6 +53,7 @@ class HeapFreezer:
     def __init__(self, every: int = FREEZE_EVERY) -> None:
         self._every = every
         self._taken = 0  # pods taken on or let go since the last freeze
+        self._polls = 0  # polls of followed pods since the last freeze
         if every:
             gc.callbacks.append(self._collected)
 
@@ -76,6 +85,20 @@ class HeapFreezer:
         ``every`` taken on, keeps that pile to so many pods' worth."""
         self.took(pods)
 
+    def polled(self) -> None:
+        """A followed pod has polled the DMS; freeze once :data:`POLLS_BETWEEN_FREEZES` have.
+        A live pod renews what it holds at each poll, and frees what it held (frozen, or made
+        since): CPython lowers the young generation's count at each free, so in the steady
+        state of polling no young collection runs for long, and the one that finally runs walks
+        every pod's renewed state (~90 ms at 10,000 pods polled every 5-10 s, as they are by
+        default). A settle every so many polls keeps that pile to so many polls' worth
+        (decision 55)."""
+        if not self._every:
+            return
+        self._polls += 1
+        if self._polls >= POLLS_BETWEEN_FREEZES:
+            self.settle()
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """No collection runs meanwhile (a restart resuming every stored pod, before the plugin
@@ -101,7 +124,7 @@ class HeapFreezer:
         if collect:
             gc.collect()
         gc.freeze()
-        self._taken = 0
+        self._taken = self._polls = 0
         log.debug("heap frozen in %.1f ms", (time.perf_counter() - started) * 1e3)
 
     def close(self) -> None:

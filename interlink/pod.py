@@ -90,6 +90,7 @@ class PodActor(AsyncActor):
         policy: PodPolicy = DEFAULT_POLICY,
         clock: Clock = system_clock,
         rng: random.Random | None = None,
+        on_poll: Callable[[], None] = lambda: None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -103,6 +104,7 @@ class PodActor(AsyncActor):
         self._invoke = invoke
         self._translate = translate
         self._rng = rng or random.Random()
+        self._on_poll = on_poll  # the follower's, at each status poll (HeapFreezer.polled)
         self._follower: PodFollower  # made on start (see _new_follower)
         self._task: asyncio.Task[None] | None = None
         self._shown: Kept | None = kept
@@ -153,6 +155,7 @@ class PodActor(AsyncActor):
             rng=self._rng,
             report=self.actor_ref.tell,
             clock=self._clock,
+            on_poll=self._on_poll,
         )
 
     def _task_done(self, task: asyncio.Task[None]) -> None:

@@ -129,6 +129,7 @@ class PodFollower:
         "_clock",
         "_inflight",
         "_invoke",
+        "_on_poll",
         "_policy",
         "_report",
         "_request",
@@ -148,8 +149,10 @@ class PodFollower:
         rng: random.Random,
         report: Report,
         clock: Clock = system_clock,
+        on_poll: Callable[[], None] = lambda: None,
     ) -> None:
         self._uid = uid
+        self._on_poll = on_poll  # each status poll of a followed deployment (see follow)
         self._clock = clock
         self._request = request
         self._invoke = invoke
@@ -290,6 +293,7 @@ class PodFollower:
         # (cached) when needed.
         placement_due = True
         while True:
+            self._on_poll()  # what the last poll made is replaced: see HeapFreezer.polled
             try:
                 reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
             except DmsgwError as exc:

@@ -24,6 +24,7 @@ from dmsgw.behaviors.deployment import DeploymentManifestResponse, DeploymentSta
 from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.behaviors.status import AllocationInfo, AllocationStatus
 from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.errors import DmsgwError
 from dmsgw.interlink import k8s, pod_follower, pod_record
 from dmsgw.interlink.bodies import PodStatus
 from dmsgw.interlink.pod import _plain
@@ -393,3 +394,38 @@ async def test_a_follower_between_polls_keeps_no_parsed_pod(
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert kept == []
+
+
+async def test_a_follower_counts_each_status_poll_answered_or_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each poll renews what the follower holds until the next: the gateway's heap freezer
+    counts them (``HeapFreezer.polled``), a poll the DMS did not answer too."""
+    events: list[str] = []
+
+    async def sleep(_: float) -> None:
+        events.append("wait")
+        if events.count("wait") == 3:
+            raise _StoppedError
+
+    async def invoke(behavior: Any, *_: Any, **__: Any) -> Any:
+        if behavior is DEPLOYMENT_MANIFEST:
+            return DeploymentManifestResponse()
+        if events.count("poll") == 2:
+            raise DmsgwError("the DMS is restarting")
+        return DeploymentStatusResponse(status="Running")
+
+    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
+    follower = PodFollower(
+        RECORD.uid,
+        RECORD.request,
+        invoke=invoke,
+        translate=plain_translation,
+        policy=PodPolicy(),
+        rng=random.Random(),
+        report=lambda _: None,
+        on_poll=lambda: events.append("poll"),
+    )
+    with pytest.raises(_StoppedError):
+        await follower.follow("ens-1", {})
+    assert events == ["poll", "wait", "poll", "wait", "poll", "wait"]

@@ -25,7 +25,7 @@ from dmsgw.actors.registry import Registry
 from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
 from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink import k8s, pod_record, resources
+from dmsgw.interlink import heap, k8s, pod_record, resources
 from dmsgw.interlink.bodies import RetrievedPodData
 from dmsgw.interlink.gateway import Gateway, job_id
 from dmsgw.interlink.heap import HeapFreezer
@@ -358,6 +358,25 @@ def test_what_is_made_while_frozen_pods_are_freed_does_not_pile_up_young(
             made.append([0])
         freezer.let_go()
     assert len(gc.get_objects(generation=0)) < 2_000
+
+
+def test_what_live_pods_renew_at_each_poll_does_not_pile_up_young(
+    freezer: HeapFreezer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A followed pod frees what its last poll made (frozen, or made since) and makes it anew
+    at each poll, so the young count stays low and Python's own young collections stop: in
+    the steady state of polling, what the pods renew piled up until one collection walked it
+    all (~90 ms at 10,000 pods). Here 200 pods of 16 objects each are polled three times
+    over; the pile stays at the polls' worth between two freezes, not the 3,200 objects that
+    all the pods renewed."""
+    monkeypatch.setattr(heap, "POLLS_BETWEEN_FREEZES", 8)
+    pods = [[[n] for n in range(16)] for _ in range(200)]
+    freezer.settle()
+    for _ in range(3):
+        for index in range(len(pods)):
+            pods[index] = [[n] for n in range(16)]  # the last poll's objects are freed
+            freezer.polled()
+    assert len(gc.get_objects(generation=0)) < 1_000
 
 
 def test_a_freezer_closed_twice_is_closed_once(freezer: HeapFreezer) -> None:
