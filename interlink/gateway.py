@@ -264,7 +264,6 @@ class Gateway:
             sending.add_done_callback(self._sending.discard)
         self._starting.append((self._child(record, kept), started))
         await started
-        self._heap.took()
 
     async def _start_waiting(self) -> None:
         """Start the actors :meth:`_spawn` queued since this task was made, in one message;
@@ -313,7 +312,7 @@ class Gateway:
                 policy=parts.policy,
                 clock=parts.clock,
                 rng=self._jitter,
-                on_poll=self._heap.polled,
+                heap=self._heap,
                 turns=self._turns,
                 loop=parts.loop,
                 exit_hook=hook,

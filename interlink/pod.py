@@ -32,6 +32,7 @@ from . import k8s
 from .bodies import PodStatus
 from .container_runs import Runs
 from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY, describe
+from .heap import NO_FREEZER, HeapFreezer
 from .pod_follower import (
     BackedOff,
     Deployed,
@@ -90,7 +91,7 @@ class PodActor(AsyncActor):
         policy: PodPolicy = DEFAULT_POLICY,
         clock: Clock = system_clock,
         rng: random.Random | None = None,
-        on_poll: Callable[[], None] = lambda: None,
+        heap: HeapFreezer = NO_FREEZER,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -104,7 +105,8 @@ class PodActor(AsyncActor):
         self._invoke = invoke
         self._translate = translate
         self._rng = rng or random.Random()
-        self._on_poll = on_poll  # the follower's, at each status poll (HeapFreezer.polled)
+        self._heap = heap
+        """Told when the actor has started, and (by its follower) of each status poll."""
         self._follower: PodFollower  # made on start (see _new_follower)
         self._task: asyncio.Task[None] | None = None
         self._shown: Kept | None = kept
@@ -132,6 +134,7 @@ class PodActor(AsyncActor):
             self._run(self._follower.shut_down(record.ensemble_id, record.attempt))
         elif record.phase == Phase.ENDING:
             self._run(self._follower.end(record.ensemble_id))
+        self._heap.took()  # what the start made (its follower, its task) is settled in time
 
     async def on_stop(self) -> None:
         await self._cancel()
@@ -155,7 +158,7 @@ class PodActor(AsyncActor):
             rng=self._rng,
             report=self.actor_ref.tell,
             clock=self._clock,
-            on_poll=self._on_poll,
+            on_poll=self._heap.polled,
         )
 
     def _task_done(self, task: asyncio.Task[None]) -> None:

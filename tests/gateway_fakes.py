@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dmsgw.actors.turns import Turns
 from dmsgw.behaviors.catalog import Behavior
 from dmsgw.behaviors.deployment import (
     DeploymentInfo,
@@ -177,6 +178,17 @@ class FakeDMS:
 
 def plain_translation(data: RetrievedPodData, generation: int) -> Any:
     return pod_to_ensemble(data, options=TranslationOptions(generation=generation))
+
+
+class ClosedTurns(Turns):
+    """A gate that lets nothing through until opened: every pod actor waits to start."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = asyncio.Event()
+
+    async def take(self) -> None:
+        await self.open.wait()
 
 
 async def gateway_on(

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from dmsgw.actors.turns import Turns
 from dmsgw.behaviors.catalog import DEPLOYMENT_MANIFEST
 from dmsgw.behaviors.deployment import DeploymentManifestResponse, DeploymentStatusResponse
 from dmsgw.behaviors.resources import CPU, Resources
@@ -40,6 +39,7 @@ from dmsgw.interlink.pod_record import (
 from dmsgw.interlink.store import pack, unpack
 from tests.gateway_fakes import (
     WAIT_S,
+    ClosedTurns,
     FakeDMS,
     create,
     gateway_on,
@@ -81,23 +81,12 @@ async def test_a_pod_on_its_way_to_running_is_read_once_per_entry_it_shows(
     assert json.loads(read[-1])["containers"][0]["state"].get("running")
 
 
-class _Closed(Turns):
-    """A gate that lets nothing through until opened: every pod actor waits to start."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.open = asyncio.Event()
-
-    async def take(self) -> None:
-        await self.open.wait()
-
-
 async def test_a_created_pod_has_its_entry_before_its_actor_starts(tmp_path: Path) -> None:
     """Creates are answered before their actors start (pod actors take turns of the loop):
     interLink may poll a pod at once, and must find it waiting, not unknown."""
     dms = FakeDMS(tmp_path / "logs")
     gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
-    gate = gateway._turns = _Closed()
+    gate = gateway._turns = ClosedTurns()
     try:
         await create(gateway, pod(uid(1)))
         [status] = await poll(gateway, pod(uid(1)))
@@ -304,7 +293,7 @@ async def test_a_resumed_pod_answers_before_its_actor_starts(
     await _stored_pods(tmp_path, dms)
     if stored_entry == "garbled":
         _rewrite_stored(tmp_path / "state", "garbled")
-    monkeypatch.setattr("dmsgw.interlink.gateway.Turns", _Closed)
+    monkeypatch.setattr("dmsgw.interlink.gateway.Turns", ClosedTurns)
     asked = dict(dms.asked)
     gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
     try:
@@ -313,7 +302,7 @@ async def test_a_resumed_pod_answers_before_its_actor_starts(
         assert ended.containers[0].state.terminated is not None
         assert dms.asked == asked  # nothing asked of the DMS: no actor started, no re-adoption
     finally:
-        assert isinstance(gateway._turns, _Closed)
+        assert isinstance(gateway._turns, ClosedTurns)
         gateway._turns.open.set()
         await gateway.close()
 

@@ -40,7 +40,16 @@ from dmsgw.interlink.pod_record import Phase, PodRecord, parsed_request
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.server import front_door, host_is_local
 from dmsgw.interlink.store import PodStore
-from tests.gateway_fakes import WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
+from tests.gateway_fakes import (
+    WAIT_S,
+    ClosedTurns,
+    FakeDMS,
+    create,
+    gateway_on,
+    pod,
+    uid,
+    until,
+)
 from tests.test_actors_runtime import Echo
 
 DATA = Path(__file__).parent / "data" / "interlink"
@@ -482,6 +491,62 @@ async def test_deleted_pods_leave_the_frozen_heap_without_a_thaw(
         await gateway.close()
     assert thaws == [()]
     assert gc.get_freeze_count() == 0
+
+
+async def test_a_restarts_pods_count_as_taken_on_once_their_actors_start(
+    tmp_path: Path, clock: FixedClock, thawed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume freezes what it read without a pass; the actors it asks for start turns
+    later, and what their starts make is settled every so many pods, as a create's is. Never
+    counted, 100,000 resumed actors were all walked by the first settle that came (3.6 s)."""
+    dms = FakeDMS(tmp_path / "logs")
+    pods = [uid(n) for n in range(4)]
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    try:
+        await asyncio.gather(*(create(gateway, pod(u)) for u in pods))
+        await until(lambda: all(gateway._records[u].started_ns for u in pods), "running")
+    finally:
+        await gateway.close()
+    settles: list[bool] = []
+    settle = HeapFreezer.settle
+
+    def counted(self: HeapFreezer, *, collect: bool = True) -> None:
+        settles.append(collect)
+        settle(self, collect=collect)
+
+    monkeypatch.setattr(HeapFreezer, "settle", counted)
+    monkeypatch.setattr("dmsgw.interlink.gateway.Turns", ClosedTurns)
+    again = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2
+    )
+    try:
+        assert settles == [False]  # the resume's freeze; no actor has started yet
+        assert isinstance(again._turns, ClosedTurns)
+        again._turns.open.set()
+        await until(lambda: len(settles) == 3, "the started actors settled")
+        assert settles == [False, True, True]  # then one per two starts
+    finally:
+        await again.close()
+
+
+async def test_pods_taken_on_while_the_collector_is_paused_wait_for_its_settle(
+    freezer: HeapFreezer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Actors that start while a restart still resumes (the collector paused) settle nothing
+    on their own: a settle's pass then would walk every record the resume has read; the
+    resume's own freeze, after it, takes what they made."""
+    passes: list[object] = []
+    monkeypatch.setattr(gc, "collect", lambda *args: passes.append(args) or 0)
+    with freezer.paused():
+        freezer.took(3)
+        for _ in range(heap.POLLS_BETWEEN_FREEZES):
+            freezer.polled()
+    assert passes == []
+    freezer.settle(collect=False)
+    freezer.took()
+    assert passes == []  # counted from the resume's freeze: one pod since
+    freezer.took()
+    assert passes == [()]
 
 
 @pytest.mark.parametrize(
