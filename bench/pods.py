@@ -31,6 +31,13 @@ Pods are followed with a long poll interval, as live pods are once they settle.
    pod again, and what the gateway adds (an actor, a supervisor child, a snapshot per pod) is
    what the ratio shows.
 
+4. Steady state: the gateway left running with every pod followed (a gateway resumed on the
+   same store whose pods each poll the DMS every ``pods / 1,500`` seconds, at least every 5
+   s, the default policy's longest wait), watched, once every pod has been asked once, for
+   two such periods (at most ``--steady-seconds``): the longest stall while nothing but
+   the polls happens, against the target (the other phases follow pods every 60-120 s, so
+   that the polls are not what they measure).
+
 Then a quarter of the pods are deleted (their actors ended) and created again: the deletes'
 rate and longest stall, and the cyclic garbage the frozen heap kept meanwhile (none
 expected, decision 50), found by the bench's own pass over the thawed heap.
@@ -50,6 +57,7 @@ every allocation it profiles): what a pod costs on its way to Running, and how m
 each step runs per pod.
 
     .venv/bin/python bench/pods.py [--pods 2000] [--rate 2000] [--seconds 4] [--profile]
+                                   [--steady-seconds 30]
     .venv/bin/python bench/pods.py [--pods 2000] --profile-creates
 
 The default run is short (about 30 s on 2 cores); the issue's figures are for ``--pods 10000``
@@ -114,7 +122,7 @@ from dmsgw.interlink.gateway import (
 )
 from dmsgw.interlink.heap import FREEZE_EVERY
 from dmsgw.interlink.parsing import parse_create_body, parse_delete_body
-from dmsgw.interlink.pod_record import PodPolicy, PodRecord, snapshot_of
+from dmsgw.interlink.pod_record import DEFAULT_POLICY, PodPolicy, PodRecord, snapshot_of
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.run_markers import STARTED_MARKER
 from dmsgw.interlink.server import LoopStalls, Metrics, PluginServer
@@ -128,6 +136,9 @@ CPU_TARGET = 1.2  # gateway CPU per /status request over the floor's
 CREATE_TARGET = 1000  # pods/s
 GC_TARGET_MS = 50
 RESTART_TARGET_S = 3.0
+STALL_TARGET_MS = 20  # the longest event-loop stall while serving, GC included
+STEADY_POLLS_PER_S = 1500  # the steady phase's polls of the DMS, over all pods
+STEADY_S = 30.0  # the steady phase is watched at most this long (--steady-seconds)
 PROBE_S = 0.02  # the stall probe's period
 LOOKED_AT_ONCE = 2000  # pods whose /status entry the bench looks at per turn of the loop
 PACKAGE = str(Path(dmsgw.__file__).resolve().parent)  # the gateway's own code, for --profile
@@ -355,7 +366,13 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}/status"
 
 
-def _gateway(tmp: Path, dms: FakeDMS, loop: asyncio.AbstractEventLoop, pods: int) -> Gateway:
+def _gateway(
+    tmp: Path,
+    dms: FakeDMS,
+    loop: asyncio.AbstractEventLoop,
+    pods: int,
+    policy: PodPolicy = POLICY,
+) -> Gateway:
     """The real gateway on the store under ``tmp`` (the same file each time: a restart); the
     gateway is the plugin server's backend."""
     parts = GatewayParts(
@@ -365,14 +382,20 @@ def _gateway(tmp: Path, dms: FakeDMS, loop: asyncio.AbstractEventLoop, pods: int
         snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
         capacity=Capacity(ResourceActor.start(dms, loop=loop), pods_capacity=pods * 2),
         loop=loop,
-        policy=POLICY,
+        policy=policy,
         freeze_every=FREEZE_EVERY,  # as `dmsgw serve` runs it
     )
     return Gateway(parts)
 
 
 async def main(
-    pods: int, rate: float, seconds: float, batch: int, profile: bool, profile_creates: bool
+    pods: int,
+    rate: float,
+    seconds: float,
+    batch: int,
+    profile: bool,
+    profile_creates: bool,
+    steady_s: float = STEADY_S,
 ) -> None:
     loop = asyncio.get_running_loop()
     print(f"load average before the run: {_load_average()} (2 cores shared: figures are noisy)")
@@ -396,6 +419,7 @@ async def main(
             await _close(backend, gateway, "first")
         del load, gateway, backend  # a restarted process holds nothing of the first gateway
         await _restart(tmp, dms, loop, pods, probe, gauge, profile)
+        await _steady(tmp, dms, loop, pods, probe, gauge, steady_s)
     gauge.watch.cancel()
     sampler.cancel()
     print(f"load average after the run: {_load_average()}")
@@ -757,6 +781,58 @@ async def _restart(
     )
 
 
+async def _steady(
+    tmp: Path,
+    dms: FakeDMS,
+    loop: asyncio.AbstractEventLoop,
+    pods: int,
+    probe: _Probe,
+    gauge: _StallGauge,
+    most_s: float,
+) -> None:
+    """The gateway left running, every pod followed: a gateway resumed on the same store
+    whose pods each poll the DMS every ``pods / STEADY_POLLS_PER_S`` seconds (at least the
+    default policy's longest wait), watched, once every pod has been asked once, for two such
+    periods (at most ``most_s``) while nothing but the polls happens. The other phases
+    follow pods every 60-120 s, so that what they measure is not the polls; here the polls
+    are the load, and the longest stall (the collector's pauses included) is measured."""
+    period = max(DEFAULT_POLICY.poll_max_s, pods / STEADY_POLLS_PER_S)
+    gateway = _gateway(tmp, dms, loop, pods, PodPolicy(poll_min_s=period, poll_max_s=period))
+    await gateway.start()
+    await _until_running(gateway, range(pods))
+    # Each resumed pod is first asked within one period: its first poll reads its pod again
+    # and reports what it hears to its actor. Past that, what is left is the steady state.
+    await asyncio.sleep(period)
+    await gauge.reset()
+    watched_s = min(2 * period, most_s)
+    polls = dms.calls.get(DEPLOYMENT_STATUS.name, 0)
+    wall_started = time.time()
+    cpu_started = time.process_time()
+    with _GCPauses() as pauses, _LongestCallback() as callbacks, _Stolen() as stolen:
+        await asyncio.sleep(watched_s)
+    cpu_s = time.process_time() - cpu_started
+    stall = _stall_between(probe.samples, wall_started, time.time())
+    polled = dms.calls.get(DEPLOYMENT_STATUS.name, 0) - polls
+    print(
+        f"steady state: {pods:,} pods followed, each polled every {period:.0f} s, watched for "
+        f"{watched_s:.0f} s"
+    )
+    per_poll_us = cpu_s / max(polled, 1) * 1e6
+    print(
+        f"  polls:       {polled / watched_s:8,.0f}/s, {per_poll_us:.0f} µs of the process's CPU "
+        "each (the bench's probes included)"
+    )
+    verdict = "met" if stall * 1e3 <= STALL_TARGET_MS else "NOT met"
+    print(
+        f"  stall:       {stall * 1e3:8.0f} ms, the longest (target <= {STALL_TARGET_MS} ms: "
+        f"{verdict}; {callbacks.line()})"
+    )
+    print(pauses.line())
+    print(stolen.line())
+    print(gauge.read("the steady state"))
+    await _close(gateway, gateway, "steady")
+
+
 # --- where the objects and the CPU go (--profile) ---------------------------------------
 
 
@@ -1023,7 +1099,18 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile-creates", action="store_true", help="where the CPU of a create goes per pod"
     )
+    parser.add_argument(
+        "--steady-seconds", type=float, default=STEADY_S, help="the steady state, at most"
+    )
     args = parser.parse_args()
     asyncio.run(
-        main(args.pods, args.rate, args.seconds, args.batch, args.profile, args.profile_creates)
+        main(
+            args.pods,
+            args.rate,
+            args.seconds,
+            args.batch,
+            args.profile,
+            args.profile_creates,
+            args.steady_seconds,
+        )
     )
