@@ -74,6 +74,7 @@ import argparse
 import asyncio
 import collections
 import cProfile
+import dataclasses
 import gc
 import itertools
 import json
@@ -138,7 +139,6 @@ GC_TARGET_MS = 50
 RESTART_TARGET_S = 3.0
 STALL_TARGET_MS = 20  # the longest event-loop stall while serving, GC included
 STEADY_POLLS_PER_S = 1500  # the steady phase's polls of the DMS, over all pods
-STEADY_S = 30.0  # the steady phase is watched at most this long (--steady-seconds)
 PROBE_S = 0.02  # the stall probe's period
 LOOKED_AT_ONCE = 2000  # pods whose /status entry the bench looks at per turn of the loop
 PACKAGE = str(Path(dmsgw.__file__).resolve().parent)  # the gateway's own code, for --profile
@@ -388,16 +388,22 @@ def _gateway(
     return Gateway(parts)
 
 
-async def main(
-    pods: int,
-    rate: float,
-    seconds: float,
-    batch: int,
-    profile: bool,
-    profile_creates: bool,
-    steady_s: float = STEADY_S,
-) -> None:
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What one run measures (the command line's options)."""
+
+    pods: int = 2_000
+    rate: float = 2000.0  # /status requests a second
+    seconds: float = 4.0  # of /status load, per side (floor, project)
+    batch: int = 50  # create calls in flight
+    profile: bool = False
+    profile_creates: bool = False
+    steady_s: float = 30.0  # the steady state is watched at most this long
+
+
+async def main(run: Run) -> None:
     loop = asyncio.get_running_loop()
+    pods = run.pods
     print(f"load average before the run: {_load_average()} (2 cores shared: figures are noisy)")
     metrics = Metrics()
     gauge = _StallGauge(metrics)
@@ -412,14 +418,15 @@ async def main(
         runners: list[web.AppRunner] = []
         try:
             load = _Load(backend, gateway, dms, metrics, config, runners, probe, gauge)
-            await load.run(pods, rate, seconds, batch, profile, profile_creates)
+            await load.run(run)
         finally:
             for runner in runners:
                 await runner.cleanup()
             await _close(backend, gateway, "first")
         del load, gateway, backend  # a restarted process holds nothing of the first gateway
-        await _restart(tmp, dms, loop, pods, probe, gauge, profile)
-        await _steady(tmp, dms, loop, pods, probe, gauge, steady_s)
+        rig = _Rig(tmp, dms, loop, probe, gauge)
+        await _restart(rig, pods, run.profile)
+        await _steady(rig, pods, run.steady_s)
     gauge.watch.cancel()
     sampler.cancel()
     print(f"load average after the run: {_load_average()}")
@@ -509,16 +516,9 @@ class _Load:
         self.runners = runners
         self.probe = probe
 
-    async def run(
-        self,
-        pods: int,
-        rate: float,
-        seconds: float,
-        batch: int,
-        profile: bool,
-        profile_creates: bool,
-    ) -> None:
+    async def run(self, run: Run) -> None:
         gateway = self.gateway
+        pods, batch, profile = run.pods, run.batch, run.profile
         # Warm the code paths (imports, caches) with a throwaway pod, then take the baseline.
         warm = pods  # an index outside 0..pods-1
         await self.backend.create(parse_create_body(create_body(warm)))
@@ -529,18 +529,19 @@ class _Load:
         objects_before = _tracked_by_type() if profile else None
         if profile:
             tracemalloc.start()
-        await self._create(pods, batch, baseline, cProfile.Profile() if profile_creates else None)
+        profiler = cProfile.Profile() if run.profile_creates else None
+        await self._create(pods, batch, baseline, profiler)
         if objects_before is not None:
             _print_objects_per_pod(objects_before, pods)
             _print_allocations(pods)
         project_url, floor_url, size = await self._servers()
         plan = [("floor", floor_url), ("project", project_url)] * ROUNDS
         await self.gauge.reset()
-        results = await _drive_in_child(plan, pods, rate, seconds / ROUNDS)
-        _report(results, rate, size, self.probe.samples)
+        results = await _drive_in_child(plan, pods, run.rate, run.seconds / ROUNDS)
+        _report(results, run.rate, size, self.probe.samples)
         print(self.gauge.read("the /status loads (the floor's and the gateway's)"))
         if profile:
-            await _profile_status(project_url, pods, rate, seconds / ROUNDS)
+            await _profile_status(project_url, pods, run.rate, run.seconds / ROUNDS)
         gc.collect()
         after = (_rss_bytes() - baseline) / 2**20
         print(f"  RSS after the /status load: +{after:.0f} MiB over the baseline")
@@ -715,16 +716,21 @@ async def _drive_in_child(
     return list(results)
 
 
-async def _restart(
-    tmp: Path,
-    dms: FakeDMS,
-    loop: asyncio.AbstractEventLoop,
-    pods: int,
-    probe: _Probe,
-    gauge: _StallGauge,
-    profile: bool,
-) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Rig:
+    """What the phases after the first gateway run on: its store's directory, the fake DMS,
+    the loop, the stall probe and the gateway's own stall gauge."""
+
+    tmp: Path
+    dms: FakeDMS
+    loop: asyncio.AbstractEventLoop
+    probe: _Probe
+    gauge: _StallGauge
+
+
+async def _restart(rig: _Rig, pods: int, profile: bool) -> None:
     """A new gateway on the same store, until every pod answers Running; then the floor."""
+    tmp, dms, loop, probe, gauge = rig.tmp, rig.dms, rig.loop, rig.probe, rig.gauge
     gc.collect()
     await gauge.reset()
     wall_started = time.time()
@@ -781,23 +787,17 @@ async def _restart(
     )
 
 
-async def _steady(
-    tmp: Path,
-    dms: FakeDMS,
-    loop: asyncio.AbstractEventLoop,
-    pods: int,
-    probe: _Probe,
-    gauge: _StallGauge,
-    most_s: float,
-) -> None:
+async def _steady(rig: _Rig, pods: int, most_s: float) -> None:
     """The gateway left running, every pod followed: a gateway resumed on the same store
     whose pods each poll the DMS every ``pods / STEADY_POLLS_PER_S`` seconds (at least the
     default policy's longest wait), watched, once every pod has been asked once, for two such
     periods (at most ``most_s``) while nothing but the polls happens. The other phases
     follow pods every 60-120 s, so that what they measure is not the polls; here the polls
     are the load, and the longest stall (the collector's pauses included) is measured."""
+    dms, gauge = rig.dms, rig.gauge
     period = max(DEFAULT_POLICY.poll_max_s, pods / STEADY_POLLS_PER_S)
-    gateway = _gateway(tmp, dms, loop, pods, PodPolicy(poll_min_s=period, poll_max_s=period))
+    policy = PodPolicy(poll_min_s=period, poll_max_s=period)
+    gateway = _gateway(rig.tmp, dms, rig.loop, pods, policy)
     await gateway.start()
     await _until_running(gateway, range(pods))
     # Each resumed pod is first asked within one period: its first poll reads its pod again
@@ -811,7 +811,7 @@ async def _steady(
     with _GCPauses() as pauses, _LongestCallback() as callbacks, _Stolen() as stolen:
         await asyncio.sleep(watched_s)
     cpu_s = time.process_time() - cpu_started
-    stall = _stall_between(probe.samples, wall_started, time.time())
+    stall = _stall_between(rig.probe.samples, wall_started, time.time())
     polled = dms.calls.get(DEPLOYMENT_STATUS.name, 0) - polls
     print(
         f"steady state: {pods:,} pods followed, each polled every {period:.0f} s, watched for "
@@ -1089,10 +1089,10 @@ def _report(results: list[Any], rate: float, size: int, cpu: list[tuple[float, f
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pods", type=int, default=2_000, help="10000, 100000: the issue's")
-    parser.add_argument("--rate", type=float, default=2000.0)
-    parser.add_argument("--seconds", type=float, default=4.0, help="per side (floor, project)")
-    parser.add_argument("--batch", type=int, default=50, help="create calls in flight")
+    parser.add_argument("--pods", type=int, default=Run.pods, help="10000, 100000: the issue's")
+    parser.add_argument("--rate", type=float, default=Run.rate)
+    parser.add_argument("--seconds", type=float, default=Run.seconds, help="per side")
+    parser.add_argument("--batch", type=int, default=Run.batch, help="create calls in flight")
     parser.add_argument(
         "--profile", action="store_true", help="where the objects and the CPU go per pod"
     )
@@ -1100,17 +1100,19 @@ if __name__ == "__main__":
         "--profile-creates", action="store_true", help="where the CPU of a create goes per pod"
     )
     parser.add_argument(
-        "--steady-seconds", type=float, default=STEADY_S, help="the steady state, at most"
+        "--steady-seconds", type=float, default=Run.steady_s, help="the steady state, at most"
     )
     args = parser.parse_args()
     asyncio.run(
         main(
-            args.pods,
-            args.rate,
-            args.seconds,
-            args.batch,
-            args.profile,
-            args.profile_creates,
-            args.steady_seconds,
+            Run(
+                args.pods,
+                args.rate,
+                args.seconds,
+                args.batch,
+                args.profile,
+                args.profile_creates,
+                args.steady_seconds,
+            )
         )
     )

@@ -310,6 +310,26 @@ async def test_a_resumed_pod_answers_before_its_actor_starts(
 # --- a resumed pod's first poll ---------------------------------------------------------------
 
 
+def _follower(
+    invoke: Any,
+    *,
+    policy: PodPolicy | None = None,
+    rng: random.Random | None = None,
+    on_poll: Callable[[], None] = lambda: None,
+) -> PodFollower:
+    """The follower of ``RECORD``'s pod over ``invoke``, reporting to nobody."""
+    return PodFollower(
+        RECORD.uid,
+        RECORD.request,
+        invoke=invoke,
+        translate=plain_translation,
+        policy=policy or PodPolicy(),
+        rng=rng or random.Random(),
+        report=lambda _: None,
+        on_poll=on_poll,
+    )
+
+
 class _StoppedError(Exception):
     """Ends the follower at its first wait or its first DMS call."""
 
@@ -333,15 +353,7 @@ async def test_a_resumed_deployment_is_first_asked_after_a_random_part_of_the_lo
     rng = random.Random()
     monkeypatch.setattr(rng, "uniform", lambda low, high: (low + high) / 4)
     monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
-    follower = PodFollower(
-        RECORD.uid,
-        RECORD.request,
-        invoke=invoke,
-        translate=plain_translation,
-        policy=PodPolicy(poll_max_s=8.0),
-        rng=rng,
-        report=lambda _: None,
-    )
+    follower = _follower(invoke, policy=PodPolicy(poll_max_s=8.0), rng=rng)
     with pytest.raises(_StoppedError):
         await follower.follow("ens-1", {}, resumed=resumed)
     assert first == (["wait 2"] if resumed else ["ask"])
@@ -364,15 +376,7 @@ async def test_a_follower_between_polls_keeps_no_parsed_pod(
         return DeploymentStatusResponse(status="Running")
 
     monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
-    follower = PodFollower(
-        RECORD.uid,
-        RECORD.request,
-        invoke=invoke,
-        translate=plain_translation,
-        policy=PodPolicy(),
-        rng=random.Random(),
-        report=lambda _: None,
-    )
+    follower = _follower(invoke)
     task = asyncio.create_task(follower.follow("ens-1", {}))
     try:
         await asyncio.wait_for(waiting.wait(), WAIT_S)
@@ -405,16 +409,7 @@ async def test_a_follower_counts_each_status_poll_answered_or_not(
         return DeploymentStatusResponse(status="Running")
 
     monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
-    follower = PodFollower(
-        RECORD.uid,
-        RECORD.request,
-        invoke=invoke,
-        translate=plain_translation,
-        policy=PodPolicy(),
-        rng=random.Random(),
-        report=lambda _: None,
-        on_poll=lambda: events.append("poll"),
-    )
+    follower = _follower(invoke, on_poll=lambda: events.append("poll"))
     with pytest.raises(_StoppedError):
         await follower.follow("ens-1", {})
     assert events == ["poll", "wait", "poll", "wait", "poll", "wait"]

@@ -185,6 +185,21 @@ async def test_pods_created_at_once_start_in_one_supervisor_message(
     assert messages == [5]
 
 
+async def _stored_running_pods(
+    dms: FakeDMS, state: Path, clock: FixedClock, count: int
+) -> list[str]:
+    """``count`` pods created and running in a gateway on ``state``, closed after: the
+    UIDs of what a restart there resumes."""
+    pods = [uid(n) for n in range(count)]
+    gateway = await gateway_on(dms, state, owner="did:key:gw", clock=clock)
+    try:
+        await asyncio.gather(*(create(gateway, pod(u)) for u in pods))
+        await until(lambda: all(gateway._records[u].started_ns for u in pods), "running")
+    finally:
+        await gateway.close()
+    return pods
+
+
 async def test_closing_stops_every_pod_at_once_and_they_resume(
     tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -202,13 +217,7 @@ async def test_closing_stops_every_pod_at_once_and_they_resume(
 
     monkeypatch.setattr(AsyncActorRef, "stop", spying)
     dms = FakeDMS(tmp_path / "logs")
-    pods = [uid(n) for n in range(8)]
-    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
-    try:
-        await asyncio.gather(*(create(gateway, pod(u)) for u in pods))
-        await until(lambda: all(gateway._records[u].started_ns for u in pods), "running")
-    finally:
-        await gateway.close()
+    pods = await _stored_running_pods(dms, tmp_path / "state", clock, 8)
     assert waited_for == []
     again = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
     try:
@@ -500,13 +509,7 @@ async def test_a_restarts_pods_count_as_taken_on_once_their_actors_start(
     later, and what their starts make is settled every so many pods, as a create's is. Never
     counted, 100,000 resumed actors were all walked by the first settle that came (3.6 s)."""
     dms = FakeDMS(tmp_path / "logs")
-    pods = [uid(n) for n in range(4)]
-    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
-    try:
-        await asyncio.gather(*(create(gateway, pod(u)) for u in pods))
-        await until(lambda: all(gateway._records[u].started_ns for u in pods), "running")
-    finally:
-        await gateway.close()
+    await _stored_running_pods(dms, tmp_path / "state", clock, 4)
     settles: list[bool] = []
     settle = HeapFreezer.settle
 
