@@ -739,9 +739,10 @@ async def _restart(rig: _Rig, pods: int, profile: bool) -> None:
     if profiler is not None:
         profiler.enable()
     gateway = backend = _gateway(tmp, dms, loop, pods)
-    await gateway.start()
-    resumed_s = time.perf_counter() - started
-    await _until_running(gateway, range(pods))
+    with _LongestCallback() as callbacks:
+        await gateway.start()
+        resumed_s = time.perf_counter() - started
+        await _until_running(gateway, range(pods))
     answering_s = time.perf_counter() - started
     stall = _stall_between(probe.samples, wall_started, time.time())
     gauge_line = gauge.read("the restart")
@@ -770,7 +771,8 @@ async def _restart(rig: _Rig, pods: int, profile: bool) -> None:
     print(f"restart with {len(rows):,} pods in the store (the {pods:,} live ones, and the warm-up)")
     print(
         f"  gateway:  {answering_s:6.2f} s until every pod answers Running on /status "
-        f"(Gateway.start returned after {resumed_s:.2f} s); longest stall {stall * 1e3:.0f} ms"
+        f"(Gateway.start returned after {resumed_s:.2f} s); longest stall {stall * 1e3:.0f} ms "
+        f"({callbacks.line()})"
     )
     print(gauge_line)
     print(
