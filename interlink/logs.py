@@ -28,7 +28,9 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import errno
 import os
+import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -122,12 +124,15 @@ async def new_lines(path: Path, offset: int, limit: int | None = None) -> tuple[
     on a thread when it is more than :data:`READ_ON_LOOP_BYTES`. A pod's follower reads its
     container's markers once a run starts: a few lines of a file the DMS has just written,
     ~10 µs to read, where the hand-off to a thread and back cost ~0.2 ms of the process's CPU
-    (decision 54)."""
+    (decision 54). Anything but a regular file is refused (:class:`OSError`): opening a FIFO
+    would hold the loop until something writes to it."""
     try:
-        size = os.stat(path).st_size
-    except OSError:
-        size = offset  # missing: lines_after says so, at once
-    if size - offset <= READ_ON_LOOP_BYTES:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return b"", offset  # nothing written yet
+    if not stat.S_ISREG(found.st_mode):  # opening a FIFO would block until someone writes
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    if found.st_size - offset <= READ_ON_LOOP_BYTES:
         return lines_after(path, offset, limit)
     return await asyncio.to_thread(lines_after, path, offset, limit)
 

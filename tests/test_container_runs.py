@@ -4,6 +4,7 @@ the marker format, the ledger that reconciles both sources, and the log reads th
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -219,14 +220,19 @@ async def test_read_runs_takes_the_new_markers_of_the_log(tmp_path: Path) -> Non
     assert await read_runs(_invoke(str(tmp_path)), "ens", "main", runs, uid="u") == runs
 
 
-@pytest.mark.parametrize("problem", ["refused", "no directory", "unreadable"])
+@pytest.mark.parametrize("problem", ["refused", "no directory", "unreadable", "a fifo"])
 async def test_a_log_that_cannot_be_read_is_said_so(tmp_path: Path, problem: str) -> None:
+    """A log that is not a regular file is not opened: a FIFO would hold the event loop (the
+    read is made on it) until something writes to it."""
     (tmp_path / "dir" / "stderr.log").mkdir(parents=True)  # unreadable: a directory
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "stderr.log")
     invoke = _invoke(
         {
             "refused": DMSBehaviorError("/dms/node/deployment/logs", "no such allocation"),
             "no directory": "",
             "unreadable": str(tmp_path / "dir"),
+            "a fifo": str(tmp_path / "fifo"),
         }[problem]
     )
     before = Runs(read_to=7, started=1)
