@@ -96,9 +96,9 @@ class HeapFreezer:
         A live pod renews what it holds at each poll, and frees what it held (frozen, or made
         since): CPython lowers the young generation's count at each free, so in the steady
         state of polling no young collection runs for long, and the one that finally runs walks
-        every pod's renewed state (~90 ms at 10,000 pods polled every 5-10 s, as they are by
-        default). A settle every so many polls keeps that pile to so many polls' worth
-        (decision 55)."""
+        every pod's renewed state (~90 ms at 10,000 pods polled every 5-10 s; the default
+        policy polls every 0.5-5 s). A settle every so many polls keeps that pile to so many
+        polls' worth (decision 55)."""
         if not self._every:
             return
         self._polls += 1

@@ -34,7 +34,7 @@ import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from ..behaviors.catalog import DEPLOYMENT_LOGS
 from ..behaviors.deployment import DeploymentLogsRequest
@@ -87,6 +87,11 @@ async def log_directory(invoke: Invoke, ensemble_id: str, allocation: str) -> Pa
     reply = await invoke(DEPLOYMENT_LOGS, DeploymentLogsRequest(ensemble_id, allocation))
     if not reply.logs_written_to:
         raise DmsgwError(f"the DMS wrote no logs for {allocation} of {ensemble_id}")
+    if "\0" in reply.logs_written_to:  # no file has such a name: every file call would raise
+        raise DmsgwError(
+            f"the DMS named a log directory for {allocation} of {ensemble_id} with a NUL byte: "
+            f"{reply.logs_written_to!r}"
+        )
     return Path(reply.logs_written_to)
 
 
@@ -103,15 +108,19 @@ def lines_after(path: Path, offset: int, limit: int | None = None) -> tuple[byte
     line is left for the next call. Blocking."""
     try:
         with path.open("rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            start = offset if limit is None else max(offset, size - limit)
-            # Skipping ahead, read one byte before: whether it ends a line tells whether the
-            # first line read is whole or only the tail of one.
-            skipped = start > offset
-            f.seek(start - 1 if skipped else start)
-            data = f.read(max(size - start, 0) + (1 if skipped else 0))
+            return _lines_in(f, f.seek(0, os.SEEK_END), offset, limit)
     except FileNotFoundError:
         return b"", offset
+
+
+def _lines_in(f: BinaryIO, size: int, offset: int, limit: int | None) -> tuple[bytes, int]:
+    """:func:`lines_after` of the open file ``f``, read up to byte ``size``."""
+    start = offset if limit is None else max(offset, size - limit)
+    # Skipping ahead, read one byte before: whether it ends a line tells whether the first
+    # line read is whole or only the tail of one.
+    skipped = start > offset
+    f.seek(start - 1 if skipped else start)
+    data = f.read(max(size - start, 0) + (1 if skipped else 0))
     if skipped:
         cut = data.find(b"\n") + 1
         start, data = start - 1 + cut, data[cut:]
@@ -120,21 +129,24 @@ def lines_after(path: Path, offset: int, limit: int | None = None) -> tuple[byte
 
 
 async def new_lines(path: Path, offset: int, limit: int | None = None) -> tuple[bytes, int]:
-    """:func:`lines_after`, read on the event loop when what is new is small (a stat tells),
-    on a thread when it is more than :data:`READ_ON_LOOP_BYTES`. A pod's follower reads its
-    container's markers once a run starts: a few lines of a file the DMS has just written,
-    ~10 µs to read, where the hand-off to a thread and back cost ~0.2 ms of the process's CPU
-    (decision 54). Anything but a regular file is refused (:class:`OSError`): opening a FIFO
-    would hold the loop until something writes to it."""
+    """:func:`lines_after`, up to the size the file had when opened: read on the event loop
+    when that leaves at most :data:`READ_ON_LOOP_BYTES` to read, on a thread when more. A
+    pod's follower reads its container's markers as runs start and end: a few lines of a file
+    the DMS has just written, ~10 µs to read, where the hand-off to a thread and back cost
+    ~0.2 ms of the process's CPU (decision 54). The file is opened without blocking and
+    anything but a regular file is refused (:class:`OSError`): a FIFO would otherwise hold
+    the loop until something wrote to it."""
     try:
-        found = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return b"", offset  # nothing written yet
-    if not stat.S_ISREG(found.st_mode):  # opening a FIFO would block until someone writes
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
-    if found.st_size - offset <= READ_ON_LOOP_BYTES:
-        return lines_after(path, offset, limit)
-    return await asyncio.to_thread(lines_after, path, offset, limit)
+    with open(fd, "rb") as f:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if found.st_size - offset <= READ_ON_LOOP_BYTES:
+            return _lines_in(f, found.st_size, offset, limit)
+        return await asyncio.to_thread(_lines_in, f, found.st_size, offset, limit)
 
 
 class _Line(NamedTuple):

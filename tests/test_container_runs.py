@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -183,22 +184,23 @@ async def test_new_lines_reads_a_small_part_on_the_loop_and_a_large_one_on_a_thr
     to_thread = logs.asyncio.to_thread
 
     async def counted(function: Any, *args: Any) -> Any:
-        threaded.append(args[1])
+        threaded.append(args[2])  # the offset read from
         return await to_thread(function, *args)
 
     monkeypatch.setattr(logs.asyncio, "to_thread", counted)
     path = tmp_path / "stderr.log"
-    line = b"x" * 99 + b"\n"
-    path.write_bytes(line * (READ_ON_LOOP_BYTES // 100))  # just under the bound
+    line = b"x" * 63 + b"\n"
+    bound = READ_ON_LOOP_BYTES // len(line)
+    path.write_bytes(line * bound)  # exactly the bound: read on the loop
     small = await new_lines(path, 0)
-    path.write_bytes(line * (READ_ON_LOOP_BYTES // 100 + 1) + b"unterminated")
+    path.write_bytes(line * (bound + 1) + b"unterminated")
     large = await new_lines(path, 0)
-    tail = await new_lines(path, len(line))  # what is new is small again
+    tail = await new_lines(path, len(line) + len(b"unterminated"))  # small again
     missing = await new_lines(tmp_path / "missing.log", 7)
     assert threaded == [0]  # only the large read left the loop
-    assert small == (line * (READ_ON_LOOP_BYTES // 100), len(small[0]))
-    assert large == (line * (READ_ON_LOOP_BYTES // 100 + 1), len(large[0]))
-    assert tail == (large[0][len(line) :], len(large[0]))
+    assert small == (line * bound, READ_ON_LOOP_BYTES)
+    assert large == (line * (bound + 1), len(line) * (bound + 1))
+    assert tail[1] == len(line) * (bound + 1)
     assert missing == (b"", 7)
 
 
@@ -220,23 +222,44 @@ async def test_read_runs_takes_the_new_markers_of_the_log(tmp_path: Path) -> Non
     assert await read_runs(_invoke(str(tmp_path)), "ens", "main", runs, uid="u") == runs
 
 
-@pytest.mark.parametrize("problem", ["refused", "no directory", "unreadable", "a fifo"])
+@pytest.mark.parametrize(
+    "problem", ["refused", "no directory", "unreadable", "a fifo", "a NUL byte"]
+)
 async def test_a_log_that_cannot_be_read_is_said_so(tmp_path: Path, problem: str) -> None:
-    """A log that is not a regular file is not opened: a FIFO would hold the event loop (the
-    read is made on it) until something writes to it."""
+    """A log that is not a regular file is not read: a FIFO opened as files are would hold the
+    event loop (the read is made on it) until something wrote to it. Should that come back,
+    a writer opened after 5 s turns the hang into a failure. A directory named with a NUL
+    byte, which no file call takes, is the DMS's mistake, said as such."""
     (tmp_path / "dir" / "stderr.log").mkdir(parents=True)  # unreadable: a directory
     (tmp_path / "fifo").mkdir()
-    os.mkfifo(tmp_path / "fifo" / "stderr.log")
+    fifo = tmp_path / "fifo" / "stderr.log"
+    os.mkfifo(fifo)
+    released: list[Path] = []
+    release = threading.Timer(5.0, _write_once, (fifo, released))
+    release.daemon = True
+    release.start()
     invoke = _invoke(
         {
             "refused": DMSBehaviorError("/dms/node/deployment/logs", "no such allocation"),
             "no directory": "",
             "unreadable": str(tmp_path / "dir"),
             "a fifo": str(tmp_path / "fifo"),
+            "a NUL byte": str(tmp_path) + "\0x",
         }[problem]
     )
     before = Runs(read_to=7, started=1)
-    assert await read_runs(invoke, "ens", "main", before, uid="u") is None
+    try:
+        assert await read_runs(invoke, "ens", "main", before, uid="u") is None
+    finally:
+        release.cancel()
+    assert released == []  # nothing waited for a writer
+
+
+def _write_once(fifo: Path, released: list[Path]) -> None:
+    """Open ``fifo`` for writing, which lets a reader blocked on opening it go on."""
+    released.append(fifo)
+    with contextlib.suppress(OSError):  # no reader: nothing to release
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
 async def test_a_log_not_written_yet_has_no_new_markers(tmp_path: Path) -> None:

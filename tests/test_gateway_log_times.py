@@ -23,7 +23,7 @@ from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.bodies import ContainerLogOpts
 from dmsgw.interlink.logs import fetched_logs, read_logs
 from dmsgw.interlink.parsing import PluginRequestError, parse_logs_body
-from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
+from tests.gateway_fakes import ClosedTurns, FakeDMS, create, gateway_on, pod, uid, until
 from tests.test_gateway_e2e import plugin, wait_state
 from tests.test_gateway_pod_life import clock
 from tests.test_gateway_pods import _container, _create, _log_request, _pod
@@ -192,12 +192,14 @@ async def test_previous_logs_of_a_pod_that_never_restarted_are_the_callers_mista
 
 
 async def test_logs_of_a_pod_not_deployed_yet_are_the_callers_mistake(
-    tmp_path: Path, clock: FixedClock
+    tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pod whose ensemble the DMS has not taken yet has no logs to give: the kubelet answers
-    that with a 400 ("waiting to start"); the gateway answered 500, its own failure."""
+    that with a 400 ("waiting to start"); the gateway answered 500, its own failure. The pod's
+    actor is held before it starts, so the pod waits to be deployed (the DMS would deploy it
+    at once, before the logs were asked for when the loop ran the actor first)."""
+    monkeypatch.setattr("dmsgw.interlink.gateway.Turns", ClosedTurns)
     dms = FakeDMS(tmp_path / "logs")
-    dms.reachable = False  # deployment/new goes unanswered: the pod waits to be deployed
     gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
     try:
         spec = pod(uid(8), command=["sh", "-c", "sleep 60"])
@@ -209,4 +211,6 @@ async def test_logs_of_a_pod_not_deployed_yet_are_the_callers_mistake(
         assert str(waiting.value) == f"pod {name} is waiting to start: not deployed yet"
         assert not gateway._records[uid(8)].ensemble_id
     finally:
+        assert isinstance(gateway._turns, ClosedTurns)
+        gateway._turns.open.set()
         await gateway.close()

@@ -532,6 +532,30 @@ async def test_a_restarts_pods_count_as_taken_on_once_their_actors_start(
         await again.close()
 
 
+async def test_a_followed_pods_polls_settle_the_gateways_heap(
+    tmp_path: Path, clock: FixedClock, thawed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway's pod actors hand their followers its freezer: polls alone settle it."""
+    polls_at_settles: list[int] = []
+    settle = HeapFreezer.settle
+
+    def counted(self: HeapFreezer, *, collect: bool = True) -> None:
+        polls_at_settles.append(self._polls)
+        settle(self, collect=collect)
+
+    monkeypatch.setattr(HeapFreezer, "settle", counted)
+    monkeypatch.setattr(heap, "POLLS_BETWEEN_FREEZES", 2)
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=1_000
+    )
+    try:
+        await create(gateway, pod(uid(1)))
+        await until(lambda: 2 in polls_at_settles, "a settle after two polls")
+    finally:
+        await gateway.close()
+
+
 async def test_pods_taken_on_while_the_collector_is_paused_wait_for_its_settle(
     freezer: HeapFreezer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
