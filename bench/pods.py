@@ -31,12 +31,12 @@ Pods are followed with a long poll interval, as live pods are once they settle.
    pod again, and what the gateway adds (an actor, a supervisor child, a snapshot per pod) is
    what the ratio shows.
 
-4. Steady state: the gateway left running with every pod followed (a gateway resumed on the
-   same store whose pods each poll the DMS every ``pods / 1,500`` seconds, at least every 5
-   s, the default policy's longest wait), watched, once every pod has been asked once, for
-   two such periods (at most ``--steady-seconds``): the longest stall while nothing but
-   the polls happens, against the target (the other phases follow pods every 60-120 s, so
-   that the polls are not what they measure).
+4. Steady state: the gateway left running with every pod followed as ``dmsgw serve``
+   follows them (a gateway resumed on the same store, with the default policy and pace: each
+   pod polled every 5 s, or every ``pods / 1,000`` s beyond 5,000 pods), watched, once every
+   pod has been asked once, for two such periods (at most ``--steady-seconds``): the
+   longest stall while nothing but the polls happens, against the target (the other phases
+   follow pods every 60-120 s, so that the polls are not what they measure).
 
 Then a quarter of the pods are deleted (their actors ended) and created again: the deletes'
 rate and longest stall, and the cyclic garbage the frozen heap kept meanwhile (none
@@ -124,6 +124,7 @@ from dmsgw.interlink.gateway import (
 from dmsgw.interlink.heap import FREEZE_EVERY
 from dmsgw.interlink.parsing import parse_create_body, parse_delete_body
 from dmsgw.interlink.pod_record import DEFAULT_POLICY, PodPolicy, PodRecord, snapshot_of
+from dmsgw.interlink.poll_pace import DEFAULT_POLLS_PER_S
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.run_markers import STARTED_MARKER
 from dmsgw.interlink.server import LoopStalls, Metrics, PluginServer
@@ -138,7 +139,6 @@ CREATE_TARGET = 1000  # pods/s
 GC_TARGET_MS = 50
 RESTART_TARGET_S = 3.0
 STALL_TARGET_MS = 20  # the longest event-loop stall while serving, GC included
-STEADY_POLLS_PER_S = 1500  # the steady phase's polls of the DMS, over all pods
 PROBE_S = 0.02  # the stall probe's period
 LOOKED_AT_ONCE = 2000  # pods whose /status entry the bench looks at per turn of the loop
 PACKAGE = str(Path(dmsgw.__file__).resolve().parent)  # the gateway's own code, for --profile
@@ -790,16 +790,16 @@ async def _restart(rig: _Rig, pods: int, profile: bool) -> None:
 
 
 async def _steady(rig: _Rig, pods: int, most_s: float) -> None:
-    """The gateway left running, every pod followed: a gateway resumed on the same store
-    whose pods each poll the DMS every ``pods / STEADY_POLLS_PER_S`` seconds (at least the
-    default policy's longest wait), watched, once every pod has been asked once, for two such
-    periods (at most ``most_s``) while nothing but the polls happens. The other phases
+    """The gateway left running, every pod followed as ``dmsgw serve`` follows them: a
+    gateway resumed on the same store with the default policy and pace (each pod polled every
+    5 s, or every ``pods / 1,000`` s when more than 5,000 are followed), watched, once every
+    pod has been asked once, for two such periods (at most ``most_s``) while nothing but the
+    polls happens. The other phases
     follow pods every 60-120 s, so that what they measure is not the polls; here the polls
     are the load, and the longest stall (the collector's pauses included) is measured."""
     dms, gauge = rig.dms, rig.gauge
-    period = max(DEFAULT_POLICY.poll_max_s, pods / STEADY_POLLS_PER_S)
-    policy = PodPolicy(poll_min_s=period, poll_max_s=period)
-    gateway = _gateway(rig.tmp, dms, rig.loop, pods, policy)
+    period = max(DEFAULT_POLICY.poll_max_s, pods / DEFAULT_POLLS_PER_S)
+    gateway = _gateway(rig.tmp, dms, rig.loop, pods, DEFAULT_POLICY)
     await gateway.start()
     await _until_running(gateway, range(pods))
     # Each resumed pod is first asked within one period: its first poll reads its pod again

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Awaitable
 from typing import Any, TextIO
 
-from ..interlink.config import CONFIG_ENV, SETTINGS, GatewayConfig, configure_logging, load_config
+from ..interlink.config import CONFIG_ENV, SETTINGS, GatewayConfig, load_config
+from ..interlink.log_lines import configure_logging
 from ..interlink.server import (
     BackendFactory,
     Metrics,

@@ -213,6 +213,7 @@ async def start_backend(
         owner=str(dms.did),
         close_dms=dms.close,
         freeze_every=FREEZE_EVERY,
+        polls_per_s=config.polls_per_s,
     )
     gateway = Gateway(parts)
     await gateway.start()

@@ -1,4 +1,4 @@
-"""The gateway's configuration (``dmsgw serve``), and its structured, redacted logging.
+"""The gateway's configuration (``dmsgw serve``).
 
 Every setting comes from, highest first: a command-line flag, an environment variable
 (``DMSGW_<KEY>``), the TOML file (``--config`` or ``$DMSGW_CONFIG``; flat ``key = value``
@@ -8,8 +8,8 @@ value is reported as ``listen (env DMSGW_LISTEN): …`` and the operator knows w
 Secrets never come from the file or a flag (a file gets committed, a flag shows in ``ps``):
 the DMS key's passphrase is ``$DMS_PASSPHRASE`` (what ``nunet`` reads), the plugin API's bearer
 token ``$DMSGW_TOKEN`` or the contents of ``token_file``. They are :class:`~pydantic.SecretStr`
-(``**********`` in ``repr``), and :func:`configure_logging` blanks them, bearer tokens and
-capability signatures out of every log line.
+(``**********`` in ``repr``), and :func:`~dmsgw.interlink.log_lines.configure_logging`
+blanks them, bearer tokens and capability signatures out of every log line.
 
 Relative paths in the file (``key_dir``, ``cap_dir``, ``token_file``, ``state_path``) are
 relative to the file's directory; from the environment or a flag, to the working directory.
@@ -19,19 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
-import logging
 import os
 import re
-import sys
 import tomllib
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TextIO
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -48,6 +43,7 @@ from pydantic_core import ErrorDetails
 
 from ..behaviors.devnet_record import state_dir
 from ..errors import DmsgwError
+from .poll_pace import DEFAULT_POLLS_PER_S
 from .server import (
     DEFAULT_DEADLINE_S,
     DEFAULT_MAX_BODY_BYTES,
@@ -66,9 +62,7 @@ __all__ = [
     "TOKEN_ENV",
     "ConfigError",
     "GatewayConfig",
-    "Redactor",
     "Setting",
-    "configure_logging",
     "default_state_path",
     "load_config",
 ]
@@ -79,7 +73,6 @@ PASSPHRASE_ENV = "DMS_PASSPHRASE"
 DEFAULT_NAME = "dmsgw"  # the key and the capability context `dmsgw whoami` creates
 DEFAULT_PODS_CAPACITY = 1000
 PRIVILEGED_PORTS = 1024
-REDACTED = "[REDACTED]"
 
 
 class ConfigError(DmsgwError):
@@ -138,6 +131,13 @@ SETTINGS: tuple[Setting, ...] = (
         "--pods-capacity",
         "N",
         f"pods offered to Kubernetes (default {DEFAULT_PODS_CAPACITY})",
+    ),
+    Setting(
+        "polls_per_s",
+        "--polls-per-second",
+        "N",
+        "status polls of the DMS a second, all followed pods together: with more pods than "
+        f"that in 5 s, each is polled less often (default {DEFAULT_POLLS_PER_S:g})",
     ),
     Setting(
         "gpu_resource_prefix",
@@ -225,6 +225,7 @@ class GatewayConfig(BaseModel):
     token_file: Path | None = None
     state_path: Path = Field(default_factory=default_state_path)
     pods_capacity: int = Field(default=DEFAULT_PODS_CAPACITY, ge=1, le=1_000_000)
+    polls_per_s: float = Field(default=DEFAULT_POLLS_PER_S, gt=0, le=1_000_000)
     gpu_resource_prefix: Literal["nunet.gpu.", "nunet.io/gpu."] = "nunet.gpu."
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
@@ -312,7 +313,8 @@ class GatewayConfig(BaseModel):
         )
 
     def secret_values(self) -> list[str]:
-        """What :class:`Redactor` must blank out wherever it appears."""
+        """What :class:`~dmsgw.interlink.log_lines.Redactor` must blank out wherever it
+        appears."""
         return [s.get_secret_value() for s in (self.token, self.passphrase) if s is not None]
 
     def describe(self) -> dict[str, str]:
@@ -463,138 +465,3 @@ def _got(error: ErrorDetails) -> str:
     if error["type"] == "value_error" or isinstance(error["input"], dict):
         return ""
     return f" (got {error['input']!r})"
-
-
-# --- logging -------------------------------------------------------------------------------
-
-
-class Redactor:
-    """Blanks secrets out of a finished log line: the configured secret values (raw and as
-    JSON escapes them), ``Bearer`` credentials, capability token signatures (``"sig"``) and
-    JWTs. It runs on the whole line, so a secret in a message, a field or a traceback is
-    caught alike."""
-
-    # A secret shorter than this is not searched for: it would blank ordinary words out.
-    MIN_SECRET_LENGTH = 4
-    _PATTERNS = (
-        (re.compile(r"(?i)\b(bearer\s+)[^\s\"'\\,;]+"), rf"\g<1>{REDACTED}"),
-        (re.compile(r'((?:\\*")sig(?:\\*")\s*:\s*(?:\\*"))[^"\\]+'), rf"\g<1>{REDACTED}"),
-        (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
-    )
-
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        forms = set()
-        for secret in secrets:
-            if len(secret) >= self.MIN_SECRET_LENGTH:
-                forms.add(secret)
-                forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
-                forms.add(json.dumps(secret)[1:-1])
-        # Longest first, so that a secret containing another is blanked whole.
-        self._secrets = sorted(forms, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
-        for pattern, replacement in self._PATTERNS:
-            text = pattern.sub(replacement, text)
-        return text
-
-
-_RECORD_FIELDS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
-    "message",
-    "asctime",
-    "taskName",
-}
-_SECRET_FIELD = re.compile(r"(?i)(passphrase|password|secret|authorization|(^|_)token$)")
-
-
-def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    """The ``extra=`` fields of a record, those named like a secret blanked out."""
-    return {
-        key: REDACTED if _SECRET_FIELD.search(key) else value
-        for key, value in record.__dict__.items()
-        if key not in _RECORD_FIELDS and not key.startswith("_")
-    }
-
-
-def _timestamp(record: logging.LogRecord) -> str:
-    moment = datetime.fromtimestamp(record.created, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ``time``, ``level``, ``logger``, ``message``, the record's
-    extra fields, and ``exception`` (the traceback, as one string)."""
-
-    def __init__(self, redact: Redactor) -> None:
-        super().__init__()
-        self._redact = redact
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": _timestamp(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-            **_fields(record),
-        }
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return self._redact(json.dumps(entry, ensure_ascii=False, default=str))
-
-
-class TextFormatter(logging.Formatter):
-    """``time LEVEL logger: message key=value…`` for a person at a terminal."""
-
-    def __init__(self, redact: Redactor) -> None:
-        super().__init__()
-        self._redact = redact
-
-    def format(self, record: logging.LogRecord) -> str:
-        extra = " ".join(f"{key}={value}" for key, value in _fields(record).items())
-        line = f"{_timestamp(record)} {record.levelname} {record.name}: {record.getMessage()}"
-        if extra:
-            line += f" {extra}"
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return self._redact(line)
-
-
-def _malformed_request_as_warning(record: logging.LogRecord) -> bool:
-    """aiohttp logs a client's malformed HTTP request (an 8 KiB request line, a bad header) at
-    ERROR with a traceback, as if the gateway had failed (it answered 400): one WARNING line."""
-    exc = record.exc_info[1] if record.exc_info else None
-    if isinstance(exc, HttpProcessingError) and exc.code < 500:
-        remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
-        record.msg = "malformed HTTP request from %s refused (%d): %s"
-        record.args = (remote, exc.code, " ".join(str(exc.message).split())[:200])
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.exc_info, record.exc_text = None, None
-    return True
-
-
-class _GatewayHandler(logging.StreamHandler[TextIO]):
-    """Ours, so that configuring again replaces it instead of doubling every line."""
-
-
-def configure_logging(
-    level: str,
-    fmt: Literal["json", "text"],
-    *,
-    secrets: Iterable[str] = (),
-    stream: TextIO | None = None,
-) -> logging.Handler:
-    """Sends every logger's records to ``stream`` (stderr) as JSON lines or text, redacted."""
-    handler = _GatewayHandler(stream if stream is not None else sys.stderr)
-    redact = Redactor(secrets)
-    handler.setFormatter(JsonFormatter(redact) if fmt == "json" else TextFormatter(redact))
-    root = logging.getLogger()
-    for old in [h for h in root.handlers if isinstance(h, _GatewayHandler)]:
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(level)
-    # One line per HTTP request of the embedded devnet's DMS API would drown the gateway's own
-    # log at INFO; the plugin API logs its requests itself.
-    logging.getLogger("aiohttp.access").setLevel(max(logging.WARNING, root.level))
-    logging.getLogger("aiohttp.server").addFilter(_malformed_request_as_warning)  # added once
-    return handler

@@ -60,6 +60,7 @@ from .pod_record import (
     stored,
 )
 from .pod_report import PodReport
+from .poll_pace import DEFAULT_POLLS_PER_S, PollPace
 from .recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_status
 from .resources import Capacity
 from .server import BackendUnavailable, UnknownPodError
@@ -115,6 +116,8 @@ class GatewayParts:
     freeze_every: int = 0
     """Freeze the heap after this many pods taken on (:class:`HeapFreezer`; ``dmsgw serve``
     sets :data:`~dmsgw.interlink.heap.FREEZE_EVERY`); 0 never freezes."""
+    polls_per_s: float = DEFAULT_POLLS_PER_S
+    """Status polls of the DMS a second, all followed pods together (:class:`PollPace`)."""
 
 
 class Gateway:
@@ -124,6 +127,7 @@ class Gateway:
     def __init__(self, parts: GatewayParts) -> None:
         self.parts = parts
         self._heap = HeapFreezer(parts.freeze_every)
+        self._pace = PollPace(parts.policy.poll_max_s, parts.polls_per_s)
         self.registry = Registry()
         self.snapshots = Snapshots()
         self._records: dict[str, PodRecord] = {}
@@ -313,6 +317,7 @@ class Gateway:
                 clock=parts.clock,
                 rng=self._jitter,
                 heap=self._heap,
+                pace=self._pace,
                 turns=self._turns,
                 loop=parts.loop,
                 exit_hook=hook,

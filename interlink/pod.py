@@ -60,6 +60,7 @@ from .pod_record import (
     stored,
 )
 from .pod_status import CRASH_LOOP
+from .poll_pace import PollPace
 from .snapshots import Snapshots
 from .store import PodStore
 from .translation import Translate
@@ -92,6 +93,7 @@ class PodActor(AsyncActor):
         clock: Clock = system_clock,
         rng: random.Random | None = None,
         heap: HeapFreezer = NO_FREEZER,
+        pace: PollPace | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -107,6 +109,7 @@ class PodActor(AsyncActor):
         self._rng = rng or random.Random()
         self._heap = heap
         """Told when the actor has started, and (by its follower) of each status poll."""
+        self._pace = pace  # how often all followed pods poll together (the follower's)
         self._follower: PodFollower  # made on start (see _new_follower)
         self._task: asyncio.Task[None] | None = None
         self._shown: Kept | None = kept
@@ -159,6 +162,7 @@ class PodActor(AsyncActor):
             report=self.actor_ref.tell,
             clock=self._clock,
             on_poll=self._heap.polled,
+            pace=self._pace,
         )
 
     def _task_done(self, task: asyncio.Task[None]) -> None:

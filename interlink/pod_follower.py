@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import random
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -42,6 +43,7 @@ from .endpoints import endpoints_of, has_ports, placement_of
 from .logs import STDERR_LOG, fetched_logs, new_lines
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .pod_status import allocation_of
+from .poll_pace import PollPace
 from .run_markers import markers, probe_markers
 from .translate import allocation_key, is_wrapped
 from .translation import Translate, TranslationNotReadyError
@@ -130,6 +132,7 @@ class PodFollower:
         "_inflight",
         "_invoke",
         "_on_poll",
+        "_pace",
         "_policy",
         "_report",
         "_request",
@@ -150,8 +153,10 @@ class PodFollower:
         report: Report,
         clock: Clock = system_clock,
         on_poll: Callable[[], None] = lambda: None,
+        pace: PollPace | None = None,
     ) -> None:
         self._uid = uid
+        self._pace = pace or PollPace(policy.poll_max_s, per_s=math.inf)  # alone: the policy's
         self._on_poll = on_poll  # each status poll of a followed deployment (see follow)
         self._clock = clock
         self._request = request
@@ -274,113 +279,121 @@ class PodFollower:
         probes, whose outcomes change no DMS status.
 
         A ``resumed`` deployment, one its pod's stored snapshot shows already, is first asked
-        after a random part of ``poll_max_s``, as if it had been followed all along: a
+        after a random part of the longest wait, as if it had been followed all along: a
         gateway resuming 10,000 pods asked about all of them at once, and held the loop
-        while it did."""
-        if resumed:
-            await asyncio.sleep(self._rng.uniform(0.0, self._policy.poll_max_s))
-        interval = self._policy.poll_min_s
-        last: tuple[Any, ...] | None = None
-        containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped
-        probed = _probed_containers(self._request)
-        inits = _init_containers(self._request)
-        runs = {name: Runs.from_map(runs_so_far.get(name)) for name in containers}
-        seen: dict[str, tuple[str, str] | None] = {}
-        end_reads_left = END_READ_TRIES
-        unknown = 0  # status polls in a row that found the deployment unknown to the DMS
-        # The running manifest is read once the deployment runs, until read. The parsed pod is
-        # not kept while following (~8 KiB a pod, as long as the pod lives): it is read again
-        # (cached) when needed.
-        placement_due = True
-        while True:
-            self._on_poll()  # what the last poll made is replaced: see HeapFreezer.polled
-            try:
-                reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
-            except DmsgwError as exc:
-                lost = isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND
-                unknown = unknown + 1 if lost else 0
-                if unknown >= LOST_AFTER:
-                    self._report(Lost(ensemble_id, str(exc)))
-                    return
-                log.info("pod %s: status of %s unavailable: %s", self._uid, ensemble_id, exc)
-                await asyncio.sleep(interval)
-                interval = min(interval * 2, self._policy.poll_max_s)
-                continue
-            unknown = 0
-            status = DeploymentStatus.parse(reply.status)
-            allocations = reply.allocation_info or {}
-            key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
-            ended = status in TERMINAL_DMS
-            manifest = await self._manifest(ensemble_id) if ended and key != last else None
-            placement = (
-                placement_of(parsed_request(self._request).pod, manifest)
-                if manifest is not None
-                else None
-            )
-            endpoints = None
-            if placement_due and status == DeploymentStatus.RUNNING:
-                running = await self._manifest(ensemble_id)
-                if running is not None:
-                    placement_due = False
-                    placement, endpoints = _where(parsed_request(self._request).pod, running)
-            listed = (manifest.allocations or {}) if manifest is not None else {}
-            states = {name: _allocation_state(name, listed, allocations) for name in containers}
-            read = [
-                name
-                for name, wraps in containers.items()
-                if wraps
-                and (
-                    ended  # the manifest may have failed too: every log, once more
-                    or (
-                        states[name][0] not in _NOT_STARTED
-                        and (
-                            states[name] != seen.get(name)
-                            or states[name][1] == _UNHEALTHY
-                            or name in probed
+        while it did. The longest wait is the policy's ``poll_max_s``, or longer when more
+        pods are followed than poll that often within the pace's polls a second
+        (:class:`~dmsgw.interlink.poll_pace.PollPace`)."""
+        with self._pace:  # the pod counts toward how often all pods poll (PollPace)
+            if resumed:
+                await asyncio.sleep(self._rng.uniform(0.0, self._pace.longest_s()))
+            interval = self._policy.poll_min_s
+            last: tuple[Any, ...] | None = None
+            containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped
+            probed = _probed_containers(self._request)
+            inits = _init_containers(self._request)
+            runs = {name: Runs.from_map(runs_so_far.get(name)) for name in containers}
+            seen: dict[str, tuple[str, str] | None] = {}
+            end_reads_left = END_READ_TRIES
+            unknown = 0  # status polls in a row that found the deployment unknown to the DMS
+            # The running manifest is read once the deployment runs, until read. The parsed pod is
+            # not kept while following (~8 KiB a pod, as long as the pod lives): it is read again
+            # (cached) when needed.
+            placement_due = True
+            while True:
+                self._on_poll()  # what the last poll made is replaced: see HeapFreezer.polled
+                try:
+                    reply = await self._invoke(
+                        DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id)
+                    )
+                except DmsgwError as exc:
+                    lost = isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND
+                    unknown = unknown + 1 if lost else 0
+                    if unknown >= LOST_AFTER:
+                        self._report(Lost(ensemble_id, str(exc)))
+                        return
+                    log.info("pod %s: status of %s unavailable: %s", self._uid, ensemble_id, exc)
+                    await asyncio.sleep(interval)
+                    interval = min(interval * 2, self._pace.longest_s())
+                    continue
+                unknown = 0
+                status = DeploymentStatus.parse(reply.status)
+                allocations = reply.allocation_info or {}
+                key = (
+                    status,
+                    tuple(sorted((k, v.status, v.health) for k, v in allocations.items())),
+                )
+                ended = status in TERMINAL_DMS
+                manifest = await self._manifest(ensemble_id) if ended and key != last else None
+                placement = (
+                    placement_of(parsed_request(self._request).pod, manifest)
+                    if manifest is not None
+                    else None
+                )
+                endpoints = None
+                if placement_due and status == DeploymentStatus.RUNNING:
+                    running = await self._manifest(ensemble_id)
+                    if running is not None:
+                        placement_due = False
+                        placement, endpoints = _where(parsed_request(self._request).pod, running)
+                listed = (manifest.allocations or {}) if manifest is not None else {}
+                states = {name: _allocation_state(name, listed, allocations) for name in containers}
+                read = [
+                    name
+                    for name, wraps in containers.items()
+                    if wraps
+                    and (
+                        ended  # the manifest may have failed too: every log, once more
+                        or (
+                            states[name][0] not in _NOT_STARTED
+                            and (
+                                states[name] != seen.get(name)
+                                or states[name][1] == _UNHEALTHY
+                                or name in probed
+                            )
                         )
+                        or name == _initializing(inits, runs, states)
                     )
-                    or name == _initializing(inits, runs, states)
-                )
-            ]
-            at_ns = self._clock()
-            found = await _each(
-                [
-                    read_runs(
-                        self._invoke, ensemble_id, name, runs[name], uid=self._uid, at_ns=at_ns
-                    )
-                    for name in read
                 ]
-            )
-            unread = {name for name, got in zip(read, found, strict=True) if got is None}
-            if ended and unread and end_reads_left:
-                end_reads_left -= 1  # the logs hold the only exit codes: try the end again
-                await asyncio.sleep(interval)
-                continue
-            now = {
-                **runs,
-                **{n: got for n, got in zip(read, found, strict=True) if got is not None},
-            }
-            now = {
-                # A container whose log could not be read keeps its runs as they were: judging
-                # its status without its markers would count a run they may yet show.
-                name: now[name]
-                if name in unread and not ended
-                else now[name].saw(
-                    states[name][0], deployment_ended=ended, wrapped=wraps, at_ns=at_ns
+                at_ns = self._clock()
+                found = await _each(
+                    [
+                        read_runs(
+                            self._invoke, ensemble_id, name, runs[name], uid=self._uid, at_ns=at_ns
+                        )
+                        for name in read
+                    ]
                 )
-                for name, wraps in containers.items()
-            }
-            # A container whose log could not be read is read again at the next poll.
-            seen = {name: seen.get(name) if name in unread else states[name] for name in states}
-            if key != last or now != runs or endpoints is not None or placement is not None:
-                self._report(Observed(status, reply, manifest, now, endpoints, placement))
-                interval = self._policy.poll_min_s
-                last, runs = key, now
-                if ended:
-                    return
-            else:
-                interval = min(interval * 1.5, self._policy.poll_max_s)
-            await asyncio.sleep(interval)
+                unread = {name for name, got in zip(read, found, strict=True) if got is None}
+                if ended and unread and end_reads_left:
+                    end_reads_left -= 1  # the logs hold the only exit codes: try the end again
+                    await asyncio.sleep(interval)
+                    continue
+                now = {
+                    **runs,
+                    **{n: got for n, got in zip(read, found, strict=True) if got is not None},
+                }
+                now = {
+                    # A container whose log could not be read keeps its runs as they were: judging
+                    # its status without its markers would count a run they may yet show.
+                    name: now[name]
+                    if name in unread and not ended
+                    else now[name].saw(
+                        states[name][0], deployment_ended=ended, wrapped=wraps, at_ns=at_ns
+                    )
+                    for name, wraps in containers.items()
+                }
+                # A container whose log could not be read is read again at the next poll.
+                seen = {name: seen.get(name) if name in unread else states[name] for name in states}
+                if key != last or now != runs or endpoints is not None or placement is not None:
+                    self._report(Observed(status, reply, manifest, now, endpoints, placement))
+                    interval = self._policy.poll_min_s
+                    last, runs = key, now
+                    if ended:
+                        return
+                else:
+                    interval = min(interval * 1.5, self._pace.longest_s())
+                await asyncio.sleep(interval)
 
     async def _manifest(self, ensemble_id: str) -> Any:
         try:

@@ -13,13 +13,8 @@ import pytest
 from aiohttp import web
 from pydantic import ValidationError
 
-from dmsgw.interlink.config import (
-    SETTINGS,
-    ConfigError,
-    GatewayConfig,
-    configure_logging,
-    load_config,
-)
+from dmsgw.interlink.config import SETTINGS, ConfigError, GatewayConfig, load_config
+from dmsgw.interlink.log_lines import configure_logging
 from dmsgw.interlink.server import ListenAddress
 
 TOKEN = "tok-5f1e0c9a7b3d"
@@ -197,6 +192,23 @@ def test_errors_name_each_key_and_its_source(tmp_path: Path) -> None:
         "parse string as an integer (got 'lots')",
         "deadline_s (flag --deadline): input should be less than or equal to 110 (got '200')",
     ]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("0", "input should be greater than 0 (got '0')"),
+        ("-5", "input should be greater than 0 (got '-5')"),
+        ("fast", "input should be a valid number, unable to parse string as a number (got 'fast')"),
+        ("nan", "input should be less than or equal to 1000000 (got 'nan')"),
+        ("inf", "input should be less than or equal to 1000000 (got 'inf')"),
+    ],
+)
+def test_polls_a_second_must_be_a_positive_number(given: str, said: str) -> None:
+    assert load_config(env={"DMSGW_POLLS_PER_S": "250"}).polls_per_s == 250.0
+    assert error_of(env={"DMSGW_POLLS_PER_S": given}) == (
+        f"polls_per_s (env DMSGW_POLLS_PER_S): {said}"
+    )
 
 
 def test_bad_urls_and_names() -> None:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import random
 import sqlite3
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from dmsgw.interlink.pod_record import (
     shown_by,
     snapshot_of,
 )
+from dmsgw.interlink.poll_pace import PollPace
 from dmsgw.interlink.store import pack, unpack
 from tests.gateway_fakes import (
     WAIT_S,
@@ -316,6 +318,7 @@ def _follower(
     policy: PodPolicy | None = None,
     rng: random.Random | None = None,
     on_poll: Callable[[], None] = lambda: None,
+    pace: PollPace | None = None,
 ) -> PodFollower:
     """The follower of ``RECORD``'s pod over ``invoke``, reporting to nobody."""
     return PodFollower(
@@ -327,6 +330,7 @@ def _follower(
         rng=rng or random.Random(),
         report=lambda _: None,
         on_poll=on_poll,
+        pace=pace,
     )
 
 
@@ -413,3 +417,51 @@ async def test_a_follower_counts_each_status_poll_answered_or_not(
     with pytest.raises(_StoppedError):
         await follower.follow("ens-1", {})
     assert events == ["poll", "wait", "poll", "wait", "poll", "wait"]
+
+
+# --- how often all followed pods poll together ---------------------------------------------
+
+
+def test_the_longest_wait_stretches_with_the_pods_followed() -> None:
+    pace = PollPace(5.0, per_s=1000.0)
+    assert pace.longest_s() == 5.0
+    with contextlib.ExitStack() as stack:
+        for _ in range(10_000):
+            stack.enter_context(pace)
+        assert (pace.followed, pace.longest_s()) == (10_000, 10.0)
+    assert (pace.followed, pace.longest_s()) == (0, 5.0)
+    for wrong in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="polls a second must be more than 0"):
+            PollPace(5.0, per_s=wrong)
+
+
+@pytest.mark.parametrize("others", [0, 99])
+async def test_a_follower_waits_as_long_as_the_pace_says(
+    monkeypatch: pytest.MonkeyPatch, others: int
+) -> None:
+    """Alone, a followed pod waits up to the policy's ``poll_max_s`` between polls; with 99
+    other pods followed and 10 polls a second for all, up to 10 s. It is counted while it
+    follows, and no longer once it stops."""
+    waits: list[float] = []
+    pace = PollPace(5.0, per_s=10.0)
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+        if len(waits) == 5:
+            raise _StoppedError
+
+    async def invoke(behavior: Any, *_: Any, **__: Any) -> Any:
+        if behavior is DEPLOYMENT_MANIFEST:
+            return DeploymentManifestResponse()
+        return DeploymentStatusResponse(status="Running")
+
+    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
+    follower = _follower(invoke, policy=PodPolicy(poll_min_s=4.0, poll_max_s=5.0), pace=pace)
+    with contextlib.ExitStack() as stack:
+        for _ in range(others):
+            stack.enter_context(pace)
+        with pytest.raises(_StoppedError):
+            await follower.follow("ens-1", {})
+        assert pace.followed == others
+    # The first poll heard news (it runs): the next in poll_min_s, then 1.5 times longer.
+    assert waits == ([4.0, 5.0, 5.0, 5.0, 5.0] if not others else [4.0, 6.0, 9.0, 10.0, 10.0])

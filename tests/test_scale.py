@@ -556,6 +556,27 @@ async def test_a_followed_pods_polls_settle_the_gateways_heap(
         await gateway.close()
 
 
+async def test_the_pods_a_gateway_follows_set_how_often_each_polls(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    """The gateway's followers share one pace: with 3 pods followed and 10 polls a second for
+    all, each waits at most the policy's longest wait (0.1 s here) but no less than 0.3 s; a
+    deleted pod no longer counts."""
+    dms = FakeDMS(tmp_path / "logs")
+    pods = [uid(n) for n in range(3)]
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, polls_per_s=10.0
+    )
+    try:
+        await asyncio.gather(*(create(gateway, pod(u)) for u in pods))
+        await until(lambda: gateway._pace.followed == 3, "three pods followed")
+        assert gateway._pace.longest_s() == pytest.approx(0.3)
+        await gateway.delete(k8s.Pod.model_validate(pod(pods[0])))
+        await until(lambda: gateway._pace.followed == 2, "the deleted pod no longer followed")
+    finally:
+        await gateway.close()
+
+
 async def test_pods_taken_on_while_the_collector_is_paused_wait_for_its_settle(
     freezer: HeapFreezer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,8 +22,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.config import ConfigError, configure_logging, load_config
+from dmsgw.interlink.config import ConfigError, load_config
 from dmsgw.interlink.gateway import Gateway
+from dmsgw.interlink.log_lines import configure_logging
 from dmsgw.interlink.pod_record import PodPolicy
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.store import PodStore
