@@ -127,7 +127,7 @@ class Gateway:
     def __init__(self, parts: GatewayParts) -> None:
         self.parts = parts
         self._heap = HeapFreezer(parts.freeze_every)
-        self._pace = PollPace(parts.policy.poll_max_s, parts.polls_per_s)
+        self._pace = PollPace(parts.polls_per_s)
         self.registry = Registry()
         self.snapshots = Snapshots()
         self._records: dict[str, PodRecord] = {}

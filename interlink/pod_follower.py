@@ -156,7 +156,7 @@ class PodFollower:
         pace: PollPace | None = None,
     ) -> None:
         self._uid = uid
-        self._pace = pace or PollPace(policy.poll_max_s, per_s=math.inf)  # alone: the policy's
+        self._pace = pace or PollPace(per_s=math.inf)  # alone: the policy's longest wait
         self._on_poll = on_poll  # each status poll of a followed deployment (see follow)
         self._clock = clock
         self._request = request
@@ -261,6 +261,10 @@ class PodFollower:
                 return str(item.orchestrator_id)
         return ""
 
+    def _longest_wait(self) -> float:
+        """The longest wait between two polls, now: the policy's, stretched by the pace."""
+        return self._pace.stretched(self._policy.poll_max_s)
+
     def _retry_delay(self, tries: int) -> float:
         p = self._policy
         base = min(p.retry_max_s, p.retry_min_s * 2.0 ** (tries - 1))
@@ -286,7 +290,7 @@ class PodFollower:
         (:class:`~dmsgw.interlink.poll_pace.PollPace`)."""
         with self._pace:  # the pod counts toward how often all pods poll (PollPace)
             if resumed:
-                await asyncio.sleep(self._rng.uniform(0.0, self._pace.longest_s()))
+                await asyncio.sleep(self._rng.uniform(0.0, self._longest_wait()))
             interval = self._policy.poll_min_s
             last: tuple[Any, ...] | None = None
             containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped
@@ -314,7 +318,7 @@ class PodFollower:
                         return
                     log.info("pod %s: status of %s unavailable: %s", self._uid, ensemble_id, exc)
                     await asyncio.sleep(interval)
-                    interval = min(interval * 2, self._pace.longest_s())
+                    interval = min(interval * 2, self._longest_wait())
                     continue
                 unknown = 0
                 status = DeploymentStatus.parse(reply.status)
@@ -392,7 +396,7 @@ class PodFollower:
                     if ended:
                         return
                 else:
-                    interval = min(interval * 1.5, self._pace.longest_s())
+                    interval = min(interval * 1.5, self._longest_wait())
                 await asyncio.sleep(interval)
 
     async def _manifest(self, ensemble_id: str) -> Any:

@@ -17,16 +17,15 @@ DEFAULT_POLLS_PER_S = 1000.0
 
 
 class PollPace:
-    """The longest wait between two polls of a followed pod: the policy's ``longest_s``, or
-    longer, so that the pods followed poll at most ``per_s`` times a second together. A
-    follower is counted while inside ``with pace:``."""
+    """How many pods are followed (each while inside ``with pace:``), and so how long each
+    waits at most between two polls: the policy's longest wait, or longer, so that the pods
+    followed poll at most ``per_s`` times a second together."""
 
-    __slots__ = ("_followed", "_longest_s", "_per_s")
+    __slots__ = ("_followed", "_per_s")
 
-    def __init__(self, longest_s: float, per_s: float = DEFAULT_POLLS_PER_S) -> None:
+    def __init__(self, per_s: float = DEFAULT_POLLS_PER_S) -> None:
         if not per_s > 0:
             raise ValueError(f"polls a second must be more than 0, not {per_s!r}")
-        self._longest_s = longest_s
         self._per_s = per_s
         self._followed = 0
 
@@ -42,6 +41,7 @@ class PollPace:
         """The pods followed now."""
         return self._followed
 
-    def longest_s(self) -> float:
-        """The longest a followed pod waits between two polls, now."""
-        return max(self._longest_s, self._followed / self._per_s)
+    def stretched(self, longest_s: float) -> float:
+        """The longest a followed pod waits between two polls, now: ``longest_s`` (the
+        policy's), or longer when more pods are followed than poll that often together."""
+        return max(longest_s, self._followed / self._per_s)

@@ -423,16 +423,16 @@ async def test_a_follower_counts_each_status_poll_answered_or_not(
 
 
 def test_the_longest_wait_stretches_with_the_pods_followed() -> None:
-    pace = PollPace(5.0, per_s=1000.0)
-    assert pace.longest_s() == 5.0
+    pace = PollPace(per_s=1000.0)
+    assert pace.stretched(5.0) == 5.0
     with contextlib.ExitStack() as stack:
         for _ in range(10_000):
             stack.enter_context(pace)
-        assert (pace.followed, pace.longest_s()) == (10_000, 10.0)
-    assert (pace.followed, pace.longest_s()) == (0, 5.0)
+        assert (pace.followed, pace.stretched(5.0), pace.stretched(20.0)) == (10_000, 10.0, 20.0)
+    assert (pace.followed, pace.stretched(5.0)) == (0, 5.0)
     for wrong in (0.0, -1.0, math.nan):
         with pytest.raises(ValueError, match="polls a second must be more than 0"):
-            PollPace(5.0, per_s=wrong)
+            PollPace(per_s=wrong)
 
 
 @pytest.mark.parametrize("others", [0, 99])
@@ -443,7 +443,7 @@ async def test_a_follower_waits_as_long_as_the_pace_says(
     other pods followed and 10 polls a second for all, up to 10 s. It is counted while it
     follows, and no longer once it stops."""
     waits: list[float] = []
-    pace = PollPace(5.0, per_s=10.0)
+    pace = PollPace(per_s=10.0)
 
     async def sleep(delay: float) -> None:
         waits.append(delay)

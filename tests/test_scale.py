@@ -570,7 +570,7 @@ async def test_the_pods_a_gateway_follows_set_how_often_each_polls(
     try:
         await asyncio.gather(*(create(gateway, pod(u)) for u in pods))
         await until(lambda: gateway._pace.followed == 3, "three pods followed")
-        assert gateway._pace.longest_s() == pytest.approx(0.3)
+        assert gateway._pace.stretched(0.1) == pytest.approx(0.3)
         await gateway.delete(k8s.Pod.model_validate(pod(pods[0])))
         await until(lambda: gateway._pace.followed == 2, "the deleted pod no longer followed")
     finally:
