@@ -984,6 +984,7 @@ class _LongestCallback:
         self.longest_s = 0.0
         self.longest = ""
         self._run = asyncio.events.Handle._run
+        self._open = False  # the callback that leaves the block runs on: it is not counted
 
     def __enter__(self) -> _LongestCallback:
         run = self._run
@@ -992,13 +993,15 @@ class _LongestCallback:
             started = time.perf_counter()
             run(handle)
             took = time.perf_counter() - started
-            if took > self.longest_s:
+            if self._open and took > self.longest_s:
                 self.longest_s, self.longest = took, _callback_name(handle)
 
+        self._open = True
         asyncio.events.Handle._run = timed  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._open = False
         asyncio.events.Handle._run = self._run  # type: ignore[method-assign]
 
     def line(self) -> str:

@@ -167,7 +167,10 @@ class Gateway:
     async def start(self) -> None:
         """Resume every stored pod (crash-only recovery). The store is read in a worker
         thread (reading 10,000 records and their kept snapshots held the loop 2.4 s in one
-        go), then the live pods' actors start a batch at a time."""
+        go), then the live pods' actors start a batch at a time. What the process made before
+        is collected first, while it is small: the resume's own freeze collects nothing, and
+        would keep its garbage for good (a command line's parser, say)."""
+        self._heap.settle()
         with self._heap.paused():
             ended, live = await asyncio.to_thread(self._stored)
             for record, snapshot in ended:

@@ -5,9 +5,10 @@ changes (:class:`~dmsgw.interlink.pod_record.PodPolicy`: 5 s by default). A poll
 gateway ~115 µs of CPU (``bench/pods.py``, the steady state) and the DMS a request: 10,000
 pods polled every 5 s are 2,000 polls a second, and 100,000 pods 20,000, more than two cores
 can make. :class:`PollPace` stretches the longest wait with the number of pods followed, so
-that together they poll at most ``per_s`` times a second: at the default 1,000 a second, the
-policy's 5 s up to 5,000 pods, 10 s at 10,000, 100 s at 100,000. A pod whose status has just
-changed still polls again after ``poll_min_s``, and its wait grows from there (decision 56).
+that once nothing changes they poll at most ``per_s`` times a second together: at the default
+1,000 a second, the policy's 5 s up to 5,000 pods, 10 s at 10,000, 100 s at 100,000. A pod
+whose status has just changed still polls again after ``poll_min_s``, and its wait grows from
+there (decision 56).
 """
 
 from __future__ import annotations

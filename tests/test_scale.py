@@ -502,6 +502,28 @@ async def test_deleted_pods_leave_the_frozen_heap_without_a_thaw(
     assert gc.get_freeze_count() == 0
 
 
+async def test_a_gateway_collects_what_was_made_before_it_freezes_its_resume(
+    tmp_path: Path, clock: FixedClock, thawed: None
+) -> None:
+    """The resume freezes without a collection (a pass over the pods it resumed would be
+    long): garbage the process made before it starts, a command line's parser say, is
+    collected first, not frozen for good."""
+    made_before = _Cycle()
+    gone = weakref.ref(made_before)
+    del made_before
+    gc.disable()  # no collection of Python's own gets there first
+    try:
+        gateway = await gateway_on(
+            FakeDMS(tmp_path / "logs"), tmp_path / "state", owner="o", clock=clock, freeze_every=2
+        )
+    finally:
+        gc.enable()
+    try:
+        assert gone() is None
+    finally:
+        await gateway.close()
+
+
 async def test_a_restarts_pods_count_as_taken_on_once_their_actors_start(
     tmp_path: Path, clock: FixedClock, thawed: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -523,11 +545,12 @@ async def test_a_restarts_pods_count_as_taken_on_once_their_actors_start(
         dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2
     )
     try:
-        assert settles == [False]  # the resume's freeze; no actor has started yet
+        # What came before the resume, then the resume's freeze; no actor has started yet.
+        assert settles == [True, False]
         assert isinstance(again._turns, ClosedTurns)
         again._turns.open.set()
-        await until(lambda: len(settles) == 3, "the started actors settled")
-        assert settles == [False, True, True]  # then one per two starts
+        await until(lambda: len(settles) == 4, "the started actors settled")
+        assert settles == [True, False, True, True]  # then one per two starts
     finally:
         await again.close()
 
@@ -736,7 +759,9 @@ async def test_a_restart_freezes_its_resumed_pods_without_a_pass(
     finally:
         await gateway.close()
     passes: list[object] = []
-    monkeypatch.setattr(gc, "collect", lambda *args: passes.append(args) or 0)
+    monkeypatch.setattr(gc, "collect", lambda *args: passes.append("a pass") or 0)
+    load_all = PodStore.load_all
+    monkeypatch.setattr(PodStore, "load_all", lambda self: passes.append("read") or load_all(self))
     frozen = gc.get_freeze_count()
     enable = gc.enable
     young_at_enable: list[int] = []
@@ -753,7 +778,7 @@ async def test_a_restart_freezes_its_resumed_pods_without_a_pass(
     )
     try:
         assert gc.get_freeze_count() > frozen
-        assert passes == []
+        assert passes == ["a pass", "read"]  # what came before; none over the pods read
         assert young_at_enable == [0]
     finally:
         await gateway.close()
