@@ -391,7 +391,11 @@ class PodFollower:
                 seen = {name: seen.get(name) if name in unread else states[name] for name in states}
                 if key != last or now != runs or endpoints is not None or placement is not None:
                     self._report(Observed(status, reply, manifest, now, endpoints, placement))
-                    interval = self._policy.poll_min_s
+                    # A resumed pod's first poll tells what its snapshot showed already, not
+                    # news: polled again at the longest wait, not ramping up from the shortest
+                    # (100,000 resumed pods made 2,000 polls a second where 1,000 were due).
+                    first_of_resumed = resumed and last is None
+                    interval = self._longest_wait() if first_of_resumed else self._policy.poll_min_s
                     last, runs = key, now
                     if ended:
                         return

@@ -8,7 +8,7 @@ can make. :class:`PollPace` stretches the longest wait with the number of pods f
 that once nothing changes they poll at most ``per_s`` times a second together: at the default
 1,000 a second, the policy's 5 s up to 5,000 pods, 10 s at 10,000, 100 s at 100,000. A pod
 whose status has just changed still polls again after ``poll_min_s``, and its wait grows from
-there (decision 56).
+there; a resumed pod's first poll is not news (decision 56).
 """
 
 from __future__ import annotations

@@ -465,3 +465,28 @@ async def test_a_follower_waits_as_long_as_the_pace_says(
         assert pace.followed == others
     # The first poll heard news (it runs): the next in poll_min_s, then 1.5 times longer.
     assert waits == ([4.0, 5.0, 5.0, 5.0, 5.0] if not others else [4.0, 6.0, 9.0, 10.0, 10.0])
+
+
+async def test_a_resumed_pods_first_poll_is_not_news(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed pod's first poll reports what its stored snapshot shows: it is followed on
+    at the longest wait, not from the shortest up (a restart of 100,000 pods polled the DMS
+    twice as often as due while each ramped up again)."""
+    waits: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+        if len(waits) == 4:
+            raise _StoppedError
+
+    async def invoke(behavior: Any, *_: Any, **__: Any) -> Any:
+        if behavior is DEPLOYMENT_MANIFEST:
+            return DeploymentManifestResponse()
+        return DeploymentStatusResponse(status="Running")
+
+    rng = random.Random()
+    monkeypatch.setattr(rng, "uniform", lambda low, high: (low + high) / 5)
+    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
+    follower = _follower(invoke, policy=PodPolicy(poll_min_s=0.5, poll_max_s=5.0), rng=rng)
+    with pytest.raises(_StoppedError):
+        await follower.follow("ens-1", {}, resumed=True)
+    assert waits == [1.0, 5.0, 5.0, 5.0]
