@@ -13,7 +13,7 @@ import json
 import math
 import random
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -422,6 +422,24 @@ async def test_a_follower_counts_each_status_poll_answered_or_not(
 # --- how often all followed pods poll together ---------------------------------------------
 
 
+def _waits_into(waits: list[float], most: int) -> Callable[[float], Awaitable[None]]:
+    """An ``asyncio.sleep`` that notes each wait and ends the follower at the ``most``-th."""
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+        if len(waits) == most:
+            raise _StoppedError
+
+    return sleep
+
+
+async def _running_deployment(behavior: Any, *_: Any, **__: Any) -> Any:
+    """A DMS whose deployment runs, and stays as it is."""
+    if behavior is DEPLOYMENT_MANIFEST:
+        return DeploymentManifestResponse()
+    return DeploymentStatusResponse(status="Running")
+
+
 def test_the_longest_wait_stretches_with_the_pods_followed() -> None:
     pace = PollPace(per_s=1000.0)
     assert pace.stretched(5.0) == 5.0
@@ -444,19 +462,9 @@ async def test_a_follower_waits_as_long_as_the_pace_says(
     follows, and no longer once it stops."""
     waits: list[float] = []
     pace = PollPace(per_s=10.0)
-
-    async def sleep(delay: float) -> None:
-        waits.append(delay)
-        if len(waits) == 5:
-            raise _StoppedError
-
-    async def invoke(behavior: Any, *_: Any, **__: Any) -> Any:
-        if behavior is DEPLOYMENT_MANIFEST:
-            return DeploymentManifestResponse()
-        return DeploymentStatusResponse(status="Running")
-
-    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
-    follower = _follower(invoke, policy=PodPolicy(poll_min_s=4.0, poll_max_s=5.0), pace=pace)
+    monkeypatch.setattr(pod_follower.asyncio, "sleep", _waits_into(waits, 5))
+    policy = PodPolicy(poll_min_s=4.0, poll_max_s=5.0)
+    follower = _follower(_running_deployment, policy=policy, pace=pace)
     with contextlib.ExitStack() as stack:
         for _ in range(others):
             stack.enter_context(pace)
@@ -472,21 +480,11 @@ async def test_a_resumed_pods_first_poll_is_not_news(monkeypatch: pytest.MonkeyP
     at the longest wait, not from the shortest up (a restart of 100,000 pods polled the DMS
     twice as often as due while each ramped up again)."""
     waits: list[float] = []
-
-    async def sleep(delay: float) -> None:
-        waits.append(delay)
-        if len(waits) == 4:
-            raise _StoppedError
-
-    async def invoke(behavior: Any, *_: Any, **__: Any) -> Any:
-        if behavior is DEPLOYMENT_MANIFEST:
-            return DeploymentManifestResponse()
-        return DeploymentStatusResponse(status="Running")
-
     rng = random.Random()
     monkeypatch.setattr(rng, "uniform", lambda low, high: (low + high) / 5)
-    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
-    follower = _follower(invoke, policy=PodPolicy(poll_min_s=0.5, poll_max_s=5.0), rng=rng)
+    monkeypatch.setattr(pod_follower.asyncio, "sleep", _waits_into(waits, 4))
+    policy = PodPolicy(poll_min_s=0.5, poll_max_s=5.0)
+    follower = _follower(_running_deployment, policy=policy, rng=rng)
     with pytest.raises(_StoppedError):
         await follower.follow("ens-1", {}, resumed=True)
     assert waits == [1.0, 5.0, 5.0, 5.0]
