@@ -83,12 +83,11 @@ class HeapFreezer:
 
     def let_go(self, pods: int = 1) -> None:
         """``pods`` pods were deleted: their frozen objects are freed as their actors end.
-        CPython lowers the young
-        generation's count of allocations at every free (down to zero), so while pods are
-        deleted faster than anything is made, no young collection runs, and all that is made
-        meanwhile piles up young: the collection that finally runs walks it all (120 ms after
-        25,000 deletes at 100,000 pods). Settling every ``every`` pods let go, as every
-        ``every`` taken on, keeps that pile to so many pods' worth."""
+        CPython lowers the young generation's count of allocations at every free (down to
+        zero), so while pods are deleted faster than anything is made, no young collection
+        runs, and all that is made meanwhile piles up young: the collection that finally runs
+        walks it all (120 ms after 25,000 deletes at 100,000 pods). Settling every ``every``
+        pods let go, as every ``every`` taken on, keeps that pile to so many pods' worth."""
         self.took(pods)
 
     def polled(self) -> None:

@@ -200,8 +200,9 @@ class PodActor(AsyncActor):
         """The record's ``/status`` entry and what it was read from, read again only when
         that changed: most transitions (pending, deploying, deployed) change nothing
         ``/status`` shows."""
-        if self._shown is None or self._shown[0] != shown_by(self.record):
-            self._shown = entry_of(self.record, self._snapshot)
+        digest = shown_by(self.record)
+        if self._shown is None or self._shown[0] != digest:
+            self._shown = entry_of(self.record, self._snapshot, digest)
         return self._shown
 
     # --- what the gateway asks ----------------------------------------------------------

@@ -193,9 +193,12 @@ Kept = tuple[bytes, Shown]
 """A ``/status`` entry kept with its record, and the record's :func:`shown_by` it was made of."""
 
 
-def entry_of(record: PodRecord, snapshot: Callable[[PodRecord], PodStatus]) -> Kept:
-    """The record's ``/status`` entry, made by ``snapshot``, with the digest it was made of."""
-    return shown_by(record), Shown.of(snapshot(record))
+def entry_of(
+    record: PodRecord, snapshot: Callable[[PodRecord], PodStatus], digest: bytes | None = None
+) -> Kept:
+    """The record's ``/status`` entry, made by ``snapshot``, with the digest it was made of
+    (``digest``, when the caller has just taken it)."""
+    return digest or shown_by(record), Shown.of(snapshot(record))
 
 
 def stored(record: PodRecord, kept: Kept) -> dict[str, Any]:
