@@ -13,6 +13,7 @@ import pykka
 
 from ..errors import DmsgwError
 from .base import Ref
+from .sharded import ShardedDict
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class Registry:
     """Thread-safe name → ref map with dead-letter reporting (O(1), unlike pykka's registry)."""
 
     def __init__(self, on_dead_letter: DeadLetterHook = log_dead_letter) -> None:
-        self._refs: dict[str, Ref] = {}
+        self._refs: ShardedDict[str, Ref] = ShardedDict()
         self._lock = threading.Lock()
         self.on_dead_letter = on_dead_letter
 

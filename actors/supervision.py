@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from ..clock import NS_PER_SECOND, Clock
+from .sharded import ShardedDict
 
 
 class Strategy(enum.Enum):
@@ -98,7 +99,7 @@ class SupervisorState:
         self.backoff = backoff
         self.clock = clock
         self.rng = rng
-        self.children: dict[str, Restart] = {}  # insertion order = start order
+        self.children: ShardedDict[str, Restart] = ShardedDict(ordered=True)  # in start order
         self._restarts: deque[int] = deque()
         self._attempts: dict[str, tuple[int, int]] = {}  # name -> (attempt, when)
 
@@ -143,9 +144,9 @@ class SupervisorState:
         )
 
     def _group(self, name: str) -> tuple[str, ...]:
-        order: Sequence[str] = list(self.children)
         if self.strategy is Strategy.ONE_FOR_ONE:
             return (name,)
+        order: Sequence[str] = list(self.children)
         if self.strategy is Strategy.ONE_FOR_ALL:
             return tuple(order)
         return tuple(order[order.index(name) :])

@@ -19,6 +19,7 @@ from ..errors import DmsgwError
 from .base import Actor, ActorExit, ExitHook, Ref
 from .registry import Registry
 from .scheduler import Scheduler, ThreadScheduler
+from .sharded import ShardedDict
 from .supervision import (
     Backoff,
     Escalate,
@@ -107,8 +108,8 @@ class Supervisor(Actor):
         self.registry = registry if registry is not None else Registry()
         self._scheduler = scheduler or ThreadScheduler()
         self._state = SupervisorState(strategy, intensity, backoff, clock, rng or random.Random())
-        self._specs: dict[str, ChildSpec] = {}
-        self._refs: dict[str, Ref] = {}
+        self._specs: ShardedDict[str, ChildSpec] = ShardedDict(ordered=True)
+        self._refs: ShardedDict[str, Ref] = ShardedDict(ordered=True)
         self._generation = 0
         self._shutdown_timeout_s = shutdown_timeout_s
 

@@ -26,6 +26,7 @@ from ..actors import bridge
 from ..actors.aio import AsyncActorRef
 from ..actors.base import ActorExit
 from ..actors.registry import Registry
+from ..actors.sharded import ShardedDict
 from ..actors.supervision import Backoff, Intensity, Restart, Strategy
 from ..actors.supervisor import ChildSpec, Supervisor
 from ..actors.turns import Turns, wake_in_turns
@@ -130,8 +131,8 @@ class Gateway:
         self._pace = PollPace(parts.polls_per_s)
         self.registry = Registry()
         self.snapshots = Snapshots()
-        self._records: dict[str, PodRecord] = {}
-        self._latest: dict[str, PodRecord] = {}
+        self._records: ShardedDict[str, PodRecord] = ShardedDict()
+        self._latest: ShardedDict[str, PodRecord] = ShardedDict()
         """Each pod's record as its actor last published it (:meth:`pods`)."""
         self.pod_report: PodReport | None = None
         """The pods and their usage on the operator port (set by ``start_backend``)."""

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Collection, Iterable, Mapping
 
+from ..actors.sharded import ShardedDict
 from ..behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_SHUTDOWN
 from ..behaviors.deployment import DeploymentListRequest, DeploymentShutdownRequest
 from ..behaviors.ensemble import EnsembleConfig
@@ -114,7 +115,7 @@ class PollLedger:
     def __init__(self, clock: Clock, grace_s: float) -> None:
         self._clock = clock
         self._grace_ns = grace_s * NS_PER_SECOND
-        self._named: dict[str, int] = {}  # UID -> when interLink last named it (or we took it)
+        self._named: ShardedDict[str, int] = ShardedDict()  # UID -> when last named (or taken)
         self._polled_ns: int | None = None  # when interLink last asked about any pod
         self.started_ns = clock()
 

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from ..actors.sharded import ShardedDict
 from .bodies import PodStatus, status_array
 
 __all__ = ["Shown", "Snapshots", "containers_phase"]
@@ -80,7 +81,7 @@ class Snapshots(Mapping[str, PodStatus]):
     from its JSON at each lookup); :meth:`shown` and :meth:`joined` read the JSON as kept."""
 
     def __init__(self) -> None:
-        self._shown: dict[str, Shown] = {}
+        self._shown: ShardedDict[str, Shown] = ShardedDict()
 
     def publish(self, uid: str, shown: Shown) -> None:
         self._shown[uid] = shown
