@@ -1,9 +1,12 @@
-"""Actors that live on the asyncio event loop: one task and one bounded queue each.
+"""Actors that live on the asyncio event loop: a bounded mailbox each, and a task while
+there is work in it.
 
 Thread actors (:mod:`~dmsgw.actors.base`) cost a thread each (~40 KiB with its kernel stack)
 and a thread hop per message (~100 µs). Actors whose work is mostly waiting on I/O — a DMS
-connection, a pod following its ensemble — are better as a task: ~5 KiB, a few µs per message,
-and ten thousand of them are cheap. They keep the same contract as thread actors (bounded
+connection, a pod following its ensemble — are better on the loop: a few µs per message, and
+a hundred thousand of them are cheap. An actor holds a task only while it starts or handles
+messages, not while it waits for the next: CPython keeps every live task in one set, which
+doubles in one step (decision 58). They keep the same contract as thread actors (bounded
 mailbox, ask/tell, proxy calls, one exit report), so the same :class:`Supervisor` restarts both.
 """
 
@@ -70,7 +73,7 @@ class AsyncActor:
         exit_hook: ExitHook | None = None,
         **kwargs: Any,
     ) -> AsyncActorRef[A]:
-        """Create the actor and schedule its task on ``loop`` (the running loop by default).
+        """Create the actor and schedule its start on ``loop`` (the running loop by default).
 
         Safe to call from another thread when ``loop`` is given: the ref is usable at once,
         and messages sent before the task runs wait in the mailbox.
@@ -84,44 +87,6 @@ class AsyncActor:
         else:
             target.call_soon_threadsafe(ref._spawn)
         return ref
-
-
-class _Mailbox:
-    """An actor's queue: a list and, while the actor's task waits for a message, one
-    future. An ``asyncio.Queue`` (three deques, an ``Event``) took ~2.5 KiB of every actor,
-    and a gateway runs one actor per pod; a deque alone takes 0.6 KiB, a list 56 bytes (a
-    mailbox holds a few messages, a hundred or a thousand at most: taking the first of a
-    list costs nothing that matters). Used on the actor's loop only."""
-
-    __slots__ = ("_items", "_waiter")
-
-    def __init__(self) -> None:
-        self._items: list[tuple[Any, asyncio.Future[Any] | None]] = []
-        self._waiter: asyncio.Future[None] | None = None
-
-    def qsize(self) -> int:
-        return len(self._items)
-
-    def empty(self) -> bool:
-        return not self._items
-
-    def put_nowait(self, item: tuple[Any, asyncio.Future[Any] | None]) -> None:
-        self._items.append(item)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def get_nowait(self) -> tuple[Any, asyncio.Future[Any] | None]:
-        return self._items.pop(0)
-
-    async def get(self) -> tuple[Any, asyncio.Future[Any] | None]:
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._items.pop(0)
 
 
 _DONE_LOCK = threading.Lock()
@@ -143,11 +108,18 @@ class AsyncActorRef(Generic[A]):
         self.actor_class = type(actor)
         self.loop = loop
         self._actor: A | None = actor
-        self._inbox = _Mailbox()
+        self._inbox: list[tuple[Any, asyncio.Future[Any] | None]] = []
+        """The mailbox: a list (an ``asyncio.Queue``, three deques and an ``Event``, took
+        ~2.5 KiB of every actor, a deque 0.6 KiB, a list 56 bytes; a mailbox holds a few
+        messages, a hundred or a thousand at most: taking the first of a list costs nothing
+        that matters). Used on the actor's loop only."""
         self._alive = True
         self._stopping = False
         self._done: threading.Event | None = None  # made by the first blocking stop
+        self._ended: asyncio.Future[None] | None = None  # made by the first wait_stopped
         self._task: asyncio.Task[None] | None = None
+        """Runs while the actor starts or has messages; none while it waits for one."""
+        self._spawned = False  # messages that come before the first task wait for it
 
     def __repr__(self) -> str:
         return f"<AsyncActorRef {self.actor_class.__name__} alive={self._alive}>"
@@ -160,7 +132,7 @@ class AsyncActorRef(Generic[A]):
     def _check_can_send(self) -> None:
         if not self.is_alive():
             raise pykka.ActorDeadError(f"{self!r} is not running")
-        if self._inbox.qsize() >= self.actor_class.mailbox_size:
+        if len(self._inbox) >= self.actor_class.mailbox_size:
             raise MailboxFullError(
                 f"mailbox of {self.actor_class.__name__} is full "
                 f"({self.actor_class.mailbox_size} messages)"
@@ -169,15 +141,15 @@ class AsyncActorRef(Generic[A]):
     def tell(self, message: Any) -> None:
         self._check_can_send()
         if _on_loop(self.loop):
-            self._inbox.put_nowait((message, None))
+            self._deliver((message, None))
         else:
-            self.loop.call_soon_threadsafe(self._inbox.put_nowait, (message, None))
+            self.loop.call_soon_threadsafe(self._deliver, (message, None))
 
     def ask(self, message: Any) -> asyncio.Future[Any]:
         """An awaitable reply; call on the actor's loop."""
         self._check_can_send()
         future: asyncio.Future[Any] = self.loop.create_future()
-        self._inbox.put_nowait((message, future))
+        self._deliver((message, future))
         return future
 
     def ask_threadsafe(self, message: Any) -> concurrent.futures.Future[Any]:
@@ -202,9 +174,9 @@ class AsyncActorRef(Generic[A]):
             return False
         self._stopping = True
         if _on_loop(self.loop):
-            self._inbox.put_nowait((_STOP, None))
+            self._deliver((_STOP, None))
         else:
-            self.loop.call_soon_threadsafe(self._inbox.put_nowait, (_STOP, None))
+            self.loop.call_soon_threadsafe(self._deliver, (_STOP, None))
         if block:
             if _on_loop(self.loop):
                 raise RuntimeError("stop(block=True) would deadlock on the actor's own loop")
@@ -224,55 +196,86 @@ class AsyncActorRef(Generic[A]):
 
     async def wait_stopped(self) -> None:
         """Await the end of the actor (on its loop)."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
+        if not self._alive:
+            return
+        if self._ended is None:
+            self._ended = self.loop.create_future()
+        await asyncio.shield(self._ended)
 
     # --- the actor's task ---------------------------------------------------------------
 
     def _spawn(self) -> None:
-        self._task = self.loop.create_task(self._run(), name=f"actor:{self.actor_class.__name__}")
+        """The first task: the actor starts, then handles what its mailbox holds."""
+        self._spawned = True
+        self._task = self.loop.create_task(self._run(starting=True), name=self._task_name())
 
-    async def _run(self) -> None:
+    def _task_name(self) -> str:
+        return f"actor:{self.actor_class.__name__}"
+
+    def _deliver(self, item: tuple[Any, asyncio.Future[Any] | None]) -> None:
+        """Put ``item`` in the mailbox, and start a task to handle it if none runs. Sent from
+        another thread, it may arrive after the actor has ended: its asker hears so."""
+        if not self._alive:
+            reply = item[1]
+            if reply is not None and not reply.done():
+                reply.set_exception(_dead(self))
+            return
+        self._inbox.append(item)
+        if self._task is None and self._spawned:
+            self._task = self.loop.create_task(self._run(starting=False), name=self._task_name())
+
+    async def _run(self, *, starting: bool) -> None:
+        """Start the actor (the first task), then handle the messages until the mailbox is
+        empty: the task ends there, and the next message starts another."""
         actor = self._actor
         assert actor is not None
         error: BaseException | None = None
         turns = actor._turns
         try:
-            if turns is not None:
-                await turns.take()
-            await actor.on_start()
-            while True:
-                message, reply = await self._inbox.get()
+            if starting:
+                if turns is not None:
+                    await turns.take()
+                await actor.on_start()
+            while self._inbox:
+                message, reply = self._inbox.pop(0)
                 if message is _STOP:
                     await actor.on_stop()
                     break
-                try:
-                    if turns is not None:
-                        await turns.take()
-                    result = await self._dispatch(actor, message)
-                except Exception as exc:
-                    if reply is None:
-                        raise  # a failure nobody waits for crashes the actor
-                    if not reply.done():
-                        reply.set_exception(exc)
-                except asyncio.CancelledError:
-                    # Taken off the mailbox already: the asker hears it, as those still in
-                    # the mailbox do (_finish).
-                    if reply is not None and not reply.done():
-                        reply.set_exception(_dead(self))
-                    raise
-                else:
-                    if reply is not None and not reply.done():
-                        reply.set_result(result)
+                await self._handle(actor, message, reply)
+            else:
+                self._task = None  # nothing more to do: the next message starts a task
+                return
         except Exception as exc:
             error = exc
         except asyncio.CancelledError:
             error = asyncio.CancelledError("actor task cancelled")
-        finally:
-            self._finish(error)
-            # The error's traceback holds this frame: holding the error here too would be a
-            # reference cycle, kept by a frozen heap for good (decision 50).
-            del error
+        self._finish(error)
+        # The error's traceback holds this frame: holding the error here too would be a
+        # reference cycle, kept by a frozen heap for good (decision 50).
+        del error
+
+    async def _handle(self, actor: A, message: Any, reply: asyncio.Future[Any] | None) -> None:
+        """Handle one message, and answer its asker; a failure nobody waits for crashes the
+        actor (raised)."""
+        turns = actor._turns
+        try:
+            if turns is not None:
+                await turns.take()
+            result = await self._dispatch(actor, message)
+        except Exception as exc:
+            if reply is None:
+                raise
+            if not reply.done():
+                reply.set_exception(exc)
+        except asyncio.CancelledError:
+            # Taken off the mailbox already: the asker hears it, as those still in the
+            # mailbox do (_finish).
+            if reply is not None and not reply.done():
+                reply.set_exception(_dead(self))
+            raise
+        else:
+            if reply is not None and not reply.done():
+                reply.set_result(result)
 
     async def _dispatch(self, actor: A, message: Any) -> Any:
         if isinstance(message, _Call):
@@ -285,14 +288,17 @@ class AsyncActorRef(Generic[A]):
 
     def _finish(self, error: BaseException | None) -> None:
         self._alive = False
-        while not self._inbox.empty():
-            _, reply = self._inbox.get_nowait()
+        self._task = None
+        inbox, self._inbox = self._inbox, []
+        for _, reply in inbox:
             if reply is not None and not reply.done():
                 reply.set_exception(_dead(self))
         actor, self._actor = self._actor, None
         with _DONE_LOCK:
             if self._done is not None:
                 self._done.set()
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
         hook = actor._exit_hook if actor is not None else None
         if hook is not None:
             hook(ActorExit(self, error))

@@ -6,9 +6,10 @@ failed init container ends the pod at once, and its ensemble is shut down) → o
 the ensemble down until done. A deployment the DMS no longer knows ends the pod (or, under a
 ``restartPolicy`` that asks for it, is deployed again) instead of being followed forever.
 Every transition is written to the store *before* it is acted on (crash-only), and every change
-publishes a fresh snapshot that ``/status`` reads without a round trip. The DMS I/O runs in a
-follower task (:mod:`~dmsgw.interlink.pod_follower`) that only reports back to the actor: the
-actor alone changes the record and saves it, one message at a time.
+publishes a fresh snapshot that ``/status`` reads without a round trip. The DMS I/O runs beside
+the actor, in a task or in the steps of a follow (:mod:`~dmsgw.interlink.pod_follower`), and
+only reports back to the actor: the actor alone changes the record and saves it, one message
+at a time.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import json
 import logging
 import random
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from ..actors.aio import AsyncActor
@@ -111,7 +112,8 @@ class PodActor(AsyncActor):
         """Told when the actor has started, and (by its follower) of each status poll."""
         self._pace = pace  # how often all followed pods poll together (the follower's)
         self._follower: PodFollower  # made on start (see _new_follower)
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Future[None] | None = None
+        """The follower's work under way: a task, or the steps of a follow (decision 58)."""
         self._shown: Kept | None = kept
         """The record's last ``/status`` entry, with what it was read from (:func:`shown_by`):
         at first the one stored with the record, which the store checked it was
@@ -142,8 +144,8 @@ class PodActor(AsyncActor):
     async def on_stop(self) -> None:
         await self._cancel()
 
-    def _run(self, coro: Any) -> None:
-        self._task = asyncio.get_running_loop().create_task(coro)
+    def _run(self, work: Coroutine[Any, Any, None] | asyncio.Future[None]) -> None:
+        self._task = asyncio.ensure_future(work)
         self._task.add_done_callback(self._task_done)
 
     def _new_follower(self) -> PodFollower:
@@ -165,8 +167,8 @@ class PodActor(AsyncActor):
             pace=self._pace,
         )
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        """A bug in the follower task crashes the actor, so that its supervisor restarts it
+    def _task_done(self, task: asyncio.Future[None]) -> None:
+        """A bug in the follower's work crashes the actor, so that its supervisor restarts it
         from the stored record instead of leaving the pod unattended."""
         if task.cancelled() or task.exception() is None:
             return
@@ -216,7 +218,7 @@ class PodActor(AsyncActor):
         await self._save()
         self._run(self._follower.shut_down(self.record.ensemble_id, self.record.attempt))
 
-    # --- messages from the follower task ------------------------------------------------
+    # --- messages from the follower ---------------------------------------------------
 
     async def on_receive(self, message: Any) -> Any:
         if isinstance(message, Deployed):

@@ -1,20 +1,23 @@
 """A pod's DMS I/O, for its ``PodActor``: deploy an attempt (never twice), follow the
 deployment's status and the containers' runs, wait out a restart's back-off, shut the ensemble
-down. A :class:`PodFollower` runs one of these at a time, as the actor's follower task; it is
-handed what it needs of the pod and never reads or writes the pod's record: each result goes
-back to the actor as a message, and the actor alone changes the record (decision 8).
+down. A :class:`PodFollower` runs one of these at a time, beside its actor (a follow polls in
+steps, each in a task of its own, and holds no task between two polls); it is handed what it
+needs of the pod and never reads or writes the pod's record: each result goes back to the
+actor as a message, and the actor alone changes the record (decision 8).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import math
 import random
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+from ..actors.steps import Steps
 from ..behaviors.catalog import (
     DEPLOYMENT_LIST,
     DEPLOYMENT_MANIFEST,
@@ -115,6 +118,26 @@ class Ended:
     """The ensemble of a pod that has ended for good is shut down (or ended by itself)."""
 
     ensemble_id: str
+
+
+@dataclasses.dataclass(slots=True)
+class Following:
+    """What a follower knows of a followed deployment between two polls (:meth:`PodFollower.poll`).
+    Not the parsed pod (~8 KiB, as long as the pod lives): what the polls need of it is read
+    once, and the rest again (cached) when needed."""
+
+    ensemble_id: str
+    resumed: bool  # its stored snapshot shows it already: the first poll is not news
+    interval: float  # the wait after the next poll that finds nothing new grows from this
+    containers: dict[str, bool]  # each container, init containers first: whether it is wrapped
+    probed: frozenset[str]  # the containers whose wrapper runs probes
+    inits: tuple[str, ...]  # the init containers, in the order they run
+    runs: dict[str, Runs]
+    last: tuple[Any, ...] | None = None  # the status and allocations the last news reported
+    seen: dict[str, tuple[str, str] | None] = dataclasses.field(default_factory=dict)
+    end_reads_left: int = END_READ_TRIES
+    unknown: int = 0  # status polls in a row that found the deployment unknown to the DMS
+    placement_due: bool = True  # the running manifest is read once it runs, until read
 
 
 Report = Callable[[Any], None]
@@ -270,138 +293,132 @@ class PodFollower:
         base = min(p.retry_max_s, p.retry_min_s * 2.0 ** (tries - 1))
         return base * (0.8 + 0.4 * self._rng.random())
 
-    async def follow(
+    def follow(
         self, ensemble_id: str, runs_so_far: Mapping[str, Any], *, resumed: bool = False
-    ) -> None:
+    ) -> Steps:
         """Report each change of the deployment's status, of an allocation's status or of a
-        container's runs (a task fails while the deployment still runs, and the DMS reports
-        allocations only then). A wrapped container whose allocation changed, and every one
-        once the deployment has ended, has its log read for the wrapper's markers: the DMS
-        reports no exit code. An allocation whose health check fails may be restarted by
-        the DMS between two polls: its log is read at every poll, as the start markers are
-        the only trace of such a restart; so is that of a container whose wrapper runs
-        probes, whose outcomes change no DMS status.
+        container's runs (:meth:`poll`, once per wait), until the deployment ends or the DMS
+        has lost it. The pod counts toward how often all followed pods poll
+        (:class:`~dmsgw.interlink.poll_pace.PollPace`) as long as this runs, and holds no
+        task between two polls (:class:`~dmsgw.actors.steps.Steps`).
 
         A ``resumed`` deployment, one its pod's stored snapshot shows already, is first asked
         after a random part of the longest wait, as if it had been followed all along: a
         gateway resuming 10,000 pods asked about all of them at once, and held the loop
         while it did. The longest wait is the policy's ``poll_max_s``, or longer when more
-        pods are followed than poll that often within the pace's polls a second
-        (:class:`~dmsgw.interlink.poll_pace.PollPace`)."""
-        with self._pace:  # the pod counts toward how often all pods poll (PollPace)
-            if resumed:
-                await asyncio.sleep(self._rng.uniform(0.0, self._longest_wait()))
-            interval = self._policy.poll_min_s
-            last: tuple[Any, ...] | None = None
-            containers = _wrapped_containers(self._request)  # name -> whether it runs wrapped
-            probed = _probed_containers(self._request)
-            inits = _init_containers(self._request)
-            runs = {name: Runs.from_map(runs_so_far.get(name)) for name in containers}
-            seen: dict[str, tuple[str, str] | None] = {}
-            end_reads_left = END_READ_TRIES
-            unknown = 0  # status polls in a row that found the deployment unknown to the DMS
-            # The running manifest is read once the deployment runs, until read. The parsed pod is
-            # not kept while following (~8 KiB a pod, as long as the pod lives): it is read again
-            # (cached) when needed.
-            placement_due = True
-            while True:
-                self._on_poll()  # what the last poll made is replaced: see HeapFreezer.polled
-                try:
-                    reply = await self._invoke(
-                        DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id)
-                    )
-                except DmsgwError as exc:
-                    lost = isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND
-                    unknown = unknown + 1 if lost else 0
-                    if unknown >= LOST_AFTER:
-                        self._report(Lost(ensemble_id, str(exc)))
-                        return
-                    log.info("pod %s: status of %s unavailable: %s", self._uid, ensemble_id, exc)
-                    await asyncio.sleep(interval)
-                    interval = min(interval * 2, self._longest_wait())
-                    continue
-                unknown = 0
-                status = DeploymentStatus.parse(reply.status)
-                allocations = reply.allocation_info or {}
-                key = (
-                    status,
-                    tuple(sorted((k, v.status, v.health) for k, v in allocations.items())),
+        pods are followed than poll that often within the pace's polls a second."""
+        following = self.following(ensemble_id, runs_so_far, resumed=resumed)
+        self._pace.join()
+        first_wait_s = self._rng.uniform(0.0, self._longest_wait()) if resumed else 0.0
+        return Steps(
+            functools.partial(self.poll, following),
+            first_wait_s=first_wait_s,
+            on_end=self._pace.leave,
+        )
+
+    def following(
+        self, ensemble_id: str, runs_so_far: Mapping[str, Any], *, resumed: bool = False
+    ) -> Following:
+        """What :meth:`poll` needs to know of the deployment before its first poll."""
+        containers = _wrapped_containers(self._request)
+        return Following(
+            ensemble_id=ensemble_id,
+            resumed=resumed,
+            interval=self._policy.poll_min_s,
+            containers=containers,
+            probed=_probed_containers(self._request),
+            inits=_init_containers(self._request),
+            runs={name: Runs.from_map(runs_so_far.get(name)) for name in containers},
+        )
+
+    async def poll(self, f: Following) -> float | None:
+        """Ask the DMS once about ``f``'s deployment and report what changed: the seconds to
+        wait before the next poll, or ``None`` once the deployment has ended or is lost.
+
+        A wrapped container whose allocation changed, and every one once the deployment has
+        ended, has its log read for the wrapper's markers: the DMS reports no exit code, and
+        allocations only while the deployment runs. An allocation whose health check fails
+        may be restarted by the DMS between two polls: its log is read at every poll, as the
+        start markers are the only trace of such a restart; so is that of a container whose
+        wrapper runs probes, whose outcomes change no DMS status."""
+        self._on_poll()  # what the last poll made is replaced: see HeapFreezer.polled
+        try:
+            reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(f.ensemble_id))
+        except DmsgwError as exc:
+            return self._unanswered(f, exc)
+        f.unknown = 0
+        status = DeploymentStatus.parse(reply.status)
+        allocations = reply.allocation_info or {}
+        key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
+        ended = status in TERMINAL_DMS
+        manifest = await self._manifest(f.ensemble_id) if ended and key != f.last else None
+        placement = (
+            placement_of(parsed_request(self._request).pod, manifest)
+            if manifest is not None
+            else None
+        )
+        endpoints = None
+        if f.placement_due and status == DeploymentStatus.RUNNING:
+            running = await self._manifest(f.ensemble_id)
+            if running is not None:
+                f.placement_due = False
+                placement, endpoints = _where(parsed_request(self._request).pod, running)
+        listed = (manifest.allocations or {}) if manifest is not None else {}
+        states = {name: _allocation_state(name, listed, allocations) for name in f.containers}
+        read = [name for name in f.containers if _reads_log(f, name, states, ended=ended)]
+        at_ns = self._clock()
+        found = await _each(
+            [
+                read_runs(
+                    self._invoke, f.ensemble_id, name, f.runs[name], uid=self._uid, at_ns=at_ns
                 )
-                ended = status in TERMINAL_DMS
-                manifest = await self._manifest(ensemble_id) if ended and key != last else None
-                placement = (
-                    placement_of(parsed_request(self._request).pod, manifest)
-                    if manifest is not None
-                    else None
-                )
-                endpoints = None
-                if placement_due and status == DeploymentStatus.RUNNING:
-                    running = await self._manifest(ensemble_id)
-                    if running is not None:
-                        placement_due = False
-                        placement, endpoints = _where(parsed_request(self._request).pod, running)
-                listed = (manifest.allocations or {}) if manifest is not None else {}
-                states = {name: _allocation_state(name, listed, allocations) for name in containers}
-                read = [
-                    name
-                    for name, wraps in containers.items()
-                    if wraps
-                    and (
-                        ended  # the manifest may have failed too: every log, once more
-                        or (
-                            states[name][0] not in _NOT_STARTED
-                            and (
-                                states[name] != seen.get(name)
-                                or states[name][1] == _UNHEALTHY
-                                or name in probed
-                            )
-                        )
-                        or name == _initializing(inits, runs, states)
-                    )
-                ]
-                at_ns = self._clock()
-                found = await _each(
-                    [
-                        read_runs(
-                            self._invoke, ensemble_id, name, runs[name], uid=self._uid, at_ns=at_ns
-                        )
-                        for name in read
-                    ]
-                )
-                unread = {name for name, got in zip(read, found, strict=True) if got is None}
-                if ended and unread and end_reads_left:
-                    end_reads_left -= 1  # the logs hold the only exit codes: try the end again
-                    await asyncio.sleep(interval)
-                    continue
-                now = {
-                    **runs,
-                    **{n: got for n, got in zip(read, found, strict=True) if got is not None},
-                }
-                now = {
-                    # A container whose log could not be read keeps its runs as they were: judging
-                    # its status without its markers would count a run they may yet show.
-                    name: now[name]
-                    if name in unread and not ended
-                    else now[name].saw(
-                        states[name][0], deployment_ended=ended, wrapped=wraps, at_ns=at_ns
-                    )
-                    for name, wraps in containers.items()
-                }
-                # A container whose log could not be read is read again at the next poll.
-                seen = {name: seen.get(name) if name in unread else states[name] for name in states}
-                if key != last or now != runs or endpoints is not None or placement is not None:
-                    self._report(Observed(status, reply, manifest, now, endpoints, placement))
-                    # A resumed pod's first poll tells what its snapshot showed already, not
-                    # news: polled again at the longest wait, not ramping up from the shortest
-                    # (100,000 resumed pods made 2,000 polls a second where 1,000 were due).
-                    first_of_resumed = resumed and last is None
-                    interval = self._longest_wait() if first_of_resumed else self._policy.poll_min_s
-                    last, runs = key, now
-                    if ended:
-                        return
-                else:
-                    interval = min(interval * 1.5, self._longest_wait())
-                await asyncio.sleep(interval)
+                for name in read
+            ]
+        )
+        unread = {name for name, got in zip(read, found, strict=True) if got is None}
+        if ended and unread and f.end_reads_left:
+            f.end_reads_left -= 1  # the logs hold the only exit codes: try the end again
+            return f.interval
+        now = {
+            **f.runs,
+            **{n: got for n, got in zip(read, found, strict=True) if got is not None},
+        }
+        now = {
+            # A container whose log could not be read keeps its runs as they were: judging
+            # its status without its markers would count a run they may yet show.
+            name: now[name]
+            if name in unread and not ended
+            else now[name].saw(states[name][0], deployment_ended=ended, wrapped=wraps, at_ns=at_ns)
+            for name, wraps in f.containers.items()
+        }
+        # A container whose log could not be read is read again at the next poll.
+        f.seen = {name: f.seen.get(name) if name in unread else states[name] for name in states}
+        if key != f.last or now != f.runs or endpoints is not None or placement is not None:
+            self._report(Observed(status, reply, manifest, now, endpoints, placement))
+            # A resumed pod's first poll tells what its snapshot showed already, not news:
+            # polled again at the longest wait, not ramping up from the shortest (100,000
+            # resumed pods made 2,000 polls a second where 1,000 were due).
+            first_of_resumed = f.resumed and f.last is None
+            f.interval = self._longest_wait() if first_of_resumed else self._policy.poll_min_s
+            f.last, f.runs = key, now
+            if ended:
+                return None
+        else:
+            f.interval = min(f.interval * 1.5, self._longest_wait())
+        return f.interval
+
+    def _unanswered(self, f: Following, exc: DmsgwError) -> float | None:
+        """A status poll the DMS did not answer: asked again after a wait that doubles, and
+        the deployment reported lost once the DMS said it does not know it ``LOST_AFTER``
+        times in a row."""
+        lost = isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND
+        f.unknown = f.unknown + 1 if lost else 0
+        if f.unknown >= LOST_AFTER:
+            self._report(Lost(f.ensemble_id, str(exc)))
+            return None
+        log.info("pod %s: status of %s unavailable: %s", self._uid, f.ensemble_id, exc)
+        wait, f.interval = f.interval, min(f.interval * 2, self._longest_wait())
+        return wait
 
     async def _manifest(self, ensemble_id: str) -> Any:
         try:
@@ -532,6 +549,21 @@ async def read_runs(
         log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
         return None
     return runs.read(markers(text), read_to, at_ns=at_ns).read_probes(probe_markers(text))
+
+
+def _reads_log(
+    f: Following, name: str, states: Mapping[str, tuple[str, str]], *, ended: bool
+) -> bool:
+    """Whether this poll reads the container ``name``'s log for the wrapper's markers: only a
+    wrapped container's, every one once the deployment has ended (the manifest may have
+    failed too), and otherwise that of a container that has started and whose allocation
+    changed, is unhealthy or runs probes, or of the init container that may run unseen."""
+    if not f.containers[name]:
+        return False
+    state = states[name]
+    started = state[0] not in _NOT_STARTED
+    changed = state != f.seen.get(name) or state[1] == _UNHEALTHY or name in f.probed
+    return ended or (started and changed) or name == _initializing(f.inits, f.runs, states)
 
 
 def _allocation_state(

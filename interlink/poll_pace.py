@@ -18,9 +18,9 @@ DEFAULT_POLLS_PER_S = 1000.0
 
 
 class PollPace:
-    """How many pods are followed (each while inside ``with pace:``), and so how long each
-    waits at most between two polls: the policy's longest wait, or longer, so that the pods
-    followed poll at most ``per_s`` times a second together."""
+    """How many pods are followed (each from :meth:`join` to :meth:`leave`), and so how long
+    each waits at most between two polls: the policy's longest wait, or longer, so that the
+    pods followed poll at most ``per_s`` times a second together."""
 
     __slots__ = ("_followed", "_per_s")
 
@@ -30,11 +30,12 @@ class PollPace:
         self._per_s = per_s
         self._followed = 0
 
-    def __enter__(self) -> PollPace:
+    def join(self) -> None:
+        """A pod begins to be followed."""
         self._followed += 1
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def leave(self) -> None:
+        """A followed pod is no longer."""
         self._followed -= 1
 
     @property

@@ -13,7 +13,7 @@ import json
 import math
 import random
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,6 @@ from dmsgw.interlink.pod_record import (
 from dmsgw.interlink.poll_pace import PollPace
 from dmsgw.interlink.store import pack, unpack
 from tests.gateway_fakes import (
-    WAIT_S,
     ClosedTurns,
     FakeDMS,
     create,
@@ -335,7 +334,29 @@ def _follower(
 
 
 class _StoppedError(Exception):
-    """Ends the follower at its first wait or its first DMS call."""
+    """Ends the follower at its first DMS call."""
+
+
+def _timers_into(monkeypatch: pytest.MonkeyPatch, delays: list[float]) -> asyncio.Future[None]:
+    """The running loop's timers noted in ``delays`` and never fired: the follower's waits
+    between polls, seen without waiting them out. The future is settled at the first."""
+    loop = asyncio.get_running_loop()
+    waiting: asyncio.Future[None] = loop.create_future()
+
+    def call_later(delay: float, *_: Any) -> asyncio.Handle:
+        delays.append(delay)
+        if not waiting.done():
+            waiting.set_result(None)
+        return loop.call_soon(lambda: None)  # a handle to cancel; the callback never runs
+
+    monkeypatch.setattr(loop, "call_later", call_later)
+    return waiting
+
+
+async def _cancelled(steps: asyncio.Future[None]) -> None:
+    steps.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await steps
 
 
 @pytest.mark.parametrize("resumed", [True, False])
@@ -344,66 +365,70 @@ async def test_a_resumed_deployment_is_first_asked_after_a_random_part_of_the_lo
 ) -> None:
     """10,000 resumed pods asked the DMS all at once; a deployment just deployed is asked at
     once."""
-    first: list[str] = []
-
-    async def sleep(delay: float) -> None:
-        first.append(f"wait {delay:g}")
-        raise _StoppedError
+    asked: list[str] = []
 
     async def invoke(*_: Any, **__: Any) -> Any:
-        first.append("ask")
+        asked.append("ask")
         raise _StoppedError
 
     rng = random.Random()
     monkeypatch.setattr(rng, "uniform", lambda low, high: (low + high) / 4)
-    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
+    waits: list[float] = []
+    _timers_into(monkeypatch, waits)
     follower = _follower(invoke, policy=PodPolicy(poll_max_s=8.0), rng=rng)
-    with pytest.raises(_StoppedError):
-        await follower.follow("ens-1", {}, resumed=resumed)
-    assert first == (["wait 2"] if resumed else ["ask"])
+    steps = follower.follow("ens-1", {}, resumed=resumed)
+    if resumed:
+        assert waits == [2.0]
+        await _cancelled(steps)
+    else:
+        with pytest.raises(_StoppedError):
+            await steps
+    assert (waits, asked) == (([2.0], []) if resumed else ([], ["ask"]))
 
 
-async def test_a_follower_between_polls_keeps_no_parsed_pod(
+async def test_a_follower_between_polls_holds_no_task_and_no_parsed_pod(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Each followed pod kept its parsed pod (~8 KiB) as long as it lived; what the follower
-    needs of it is read once, and the rest again (cached) when needed."""
-    waiting = asyncio.Event()
-
-    async def sleep(_: float) -> None:
-        waiting.set()
-        await asyncio.Event().wait()  # until cancelled
+    """Each followed pod kept its parsed pod (~8 KiB) as long as it lived, and a task: what
+    the follower needs of the pod is read once, and the rest again (cached) when needed; it
+    waits for its next poll on a timer (asyncio's set of live tasks doubled at 157,285 tasks,
+    inside one create, decision 58)."""
 
     async def invoke(behavior: Any, *_: Any, **__: Any) -> Any:
         if behavior is DEPLOYMENT_MANIFEST:  # read once it runs: where it runs, its ports
             return DeploymentManifestResponse()
         return DeploymentStatusResponse(status="Running")
 
-    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
+    waits: list[float] = []
+    waiting = _timers_into(monkeypatch, waits)
     follower = _follower(invoke)
-    task = asyncio.create_task(follower.follow("ens-1", {}))
+    following = follower.following("ens-1", {})
+    steps = follower.follow("ens-1", {})
     try:
-        await asyncio.wait_for(waiting.wait(), WAIT_S)
-        frame = task.get_coro().cr_frame  # type: ignore[union-attr]
-        kept = [name for name, value in frame.f_locals.items() if isinstance(value, k8s.Pod)]
+        await waiting
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        assert (waits, steps.done()) == ([PodPolicy().poll_min_s], False)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await _cancelled(steps)
+    await follower.poll(following)
+    kept = [
+        f.name for f in dataclasses.fields(following) if _holds_a_pod(getattr(following, f.name))
+    ]
     assert kept == []
 
 
-async def test_a_follower_counts_each_status_poll_answered_or_not(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _holds_a_pod(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_holds_a_pod(v) for v in (*value.keys(), *value.values()))
+    if isinstance(value, (tuple, list, frozenset)):
+        return any(_holds_a_pod(v) for v in value)
+    return isinstance(value, k8s.Pod)
+
+
+async def test_a_follower_counts_each_status_poll_answered_or_not() -> None:
     """Each poll renews what the follower holds until the next: the gateway's heap freezer
     counts them (``HeapFreezer.polled``), a poll the DMS did not answer too."""
     events: list[str] = []
-
-    async def sleep(_: float) -> None:
-        events.append("wait")
-        if events.count("wait") == 3:
-            raise _StoppedError
 
     async def invoke(behavior: Any, *_: Any, **__: Any) -> Any:
         if behavior is DEPLOYMENT_MANIFEST:
@@ -412,25 +437,15 @@ async def test_a_follower_counts_each_status_poll_answered_or_not(
             raise DmsgwError("the DMS is restarting")
         return DeploymentStatusResponse(status="Running")
 
-    monkeypatch.setattr(pod_follower.asyncio, "sleep", sleep)
     follower = _follower(invoke, on_poll=lambda: events.append("poll"))
-    with pytest.raises(_StoppedError):
-        await follower.follow("ens-1", {})
+    following = follower.following("ens-1", {})
+    for _ in range(3):
+        if await follower.poll(following) is not None:
+            events.append("wait")
     assert events == ["poll", "wait", "poll", "wait", "poll", "wait"]
 
 
 # --- how often all followed pods poll together ---------------------------------------------
-
-
-def _waits_into(waits: list[float], most: int) -> Callable[[float], Awaitable[None]]:
-    """An ``asyncio.sleep`` that notes each wait and ends the follower at the ``most``-th."""
-
-    async def sleep(delay: float) -> None:
-        waits.append(delay)
-        if len(waits) == most:
-            raise _StoppedError
-
-    return sleep
 
 
 async def _running_deployment(behavior: Any, *_: Any, **__: Any) -> Any:
@@ -440,13 +455,26 @@ async def _running_deployment(behavior: Any, *_: Any, **__: Any) -> Any:
     return DeploymentStatusResponse(status="Running")
 
 
+async def _waits(
+    follower: PodFollower, following: pod_follower.Following, polls: int
+) -> list[float]:
+    """The wait after each of ``polls`` polls of ``following``."""
+    waits = []
+    for _ in range(polls):
+        wait = await follower.poll(following)
+        assert wait is not None
+        waits.append(wait)
+    return waits
+
+
 def test_the_longest_wait_stretches_with_the_pods_followed() -> None:
     pace = PollPace(per_s=1000.0)
     assert pace.stretched(5.0) == 5.0
-    with contextlib.ExitStack() as stack:
-        for _ in range(10_000):
-            stack.enter_context(pace)
-        assert (pace.followed, pace.stretched(5.0), pace.stretched(20.0)) == (10_000, 10.0, 20.0)
+    for _ in range(10_000):
+        pace.join()
+    assert (pace.followed, pace.stretched(5.0), pace.stretched(20.0)) == (10_000, 10.0, 20.0)
+    for _ in range(10_000):
+        pace.leave()
     assert (pace.followed, pace.stretched(5.0)) == (0, 5.0)
     for wrong in (0.0, -1.0, math.nan):
         with pytest.raises(ValueError, match="polls a second must be more than 0"):
@@ -460,17 +488,19 @@ async def test_a_follower_waits_as_long_as_the_pace_says(
     """Alone, a followed pod waits up to the policy's ``poll_max_s`` between polls; with 99
     other pods followed and 10 polls a second for all, up to 10 s. It is counted while it
     follows, and no longer once it stops."""
-    waits: list[float] = []
     pace = PollPace(per_s=10.0)
-    monkeypatch.setattr(pod_follower.asyncio, "sleep", _waits_into(waits, 5))
+    for _ in range(others):
+        pace.join()
     policy = PodPolicy(poll_min_s=4.0, poll_max_s=5.0)
     follower = _follower(_running_deployment, policy=policy, pace=pace)
-    with contextlib.ExitStack() as stack:
-        for _ in range(others):
-            stack.enter_context(pace)
-        with pytest.raises(_StoppedError):
-            await follower.follow("ens-1", {})
-        assert pace.followed == others
+    waiting = _timers_into(monkeypatch, [])
+    steps = follower.follow("ens-1", {})
+    await waiting
+    assert pace.followed == others + 1
+    await _cancelled(steps)
+    assert pace.followed == others
+    pace.join()  # as the follow did: the pace counts the pod while it polls
+    waits = await _waits(follower, follower.following("ens-1", {}), 5)
     # The first poll heard news (it runs): the next in poll_min_s, then 1.5 times longer.
     assert waits == ([4.0, 5.0, 5.0, 5.0, 5.0] if not others else [4.0, 6.0, 9.0, 10.0, 10.0])
 
@@ -479,12 +509,12 @@ async def test_a_resumed_pods_first_poll_is_not_news(monkeypatch: pytest.MonkeyP
     """A resumed pod's first poll reports what its stored snapshot shows: it is followed on
     at the longest wait, not from the shortest up (a restart of 100,000 pods polled the DMS
     twice as often as due while each ramped up again)."""
-    waits: list[float] = []
     rng = random.Random()
     monkeypatch.setattr(rng, "uniform", lambda low, high: (low + high) / 5)
-    monkeypatch.setattr(pod_follower.asyncio, "sleep", _waits_into(waits, 4))
     policy = PodPolicy(poll_min_s=0.5, poll_max_s=5.0)
     follower = _follower(_running_deployment, policy=policy, rng=rng)
-    with pytest.raises(_StoppedError):
-        await follower.follow("ens-1", {}, resumed=True)
-    assert waits == [1.0, 5.0, 5.0, 5.0]
+    first: list[float] = []
+    _timers_into(monkeypatch, first)
+    await _cancelled(follower.follow("ens-1", {}, resumed=True))
+    waits = await _waits(follower, follower.following("ens-1", {}, resumed=True), 3)
+    assert first + waits == [1.0, 5.0, 5.0, 5.0]

@@ -449,9 +449,9 @@ async def _create_and_delete_two_pods(gateway: Gateway) -> list[weakref.ref[Any]
     await create(gateway, specs[1])
     refs = [gateway.registry.require(f"pod/{uid(n)}") for n in (1, 2)]
     actors = [ref._actor for ref in refs]  # type: ignore[attr-defined]
-    tasks = [ref._task for ref in refs]  # type: ignore[attr-defined]
-    follows = actors[0]._task  # pod 1's follower task (pod 2's may not have started)
-    alive = [weakref.ref(o) for o in (*actors, *tasks, follows)]
+    tasks = [ref._task for ref in refs]  # type: ignore[attr-defined]  # none while idle
+    follows = actors[0]._task  # pod 1's follow (pod 2's deploy may not have started)
+    alive = [weakref.ref(o) for o in (*actors, *tasks, follows) if o is not None]
     del actors, tasks, follows
     for spec in specs:
         await gateway.delete(k8s.Pod.model_validate(spec))
