@@ -386,6 +386,25 @@ async def test_a_resumed_deployment_is_first_asked_after_a_random_part_of_the_lo
     assert (waits, asked) == (([2.0], []) if resumed else ([], ["ask"]))
 
 
+async def test_a_resumed_follow_reads_its_pod_at_its_first_poll_not_at_its_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gateway resuming 10,000 pods parsed every pod's request as it started their actors
+    (1.4 s of its restart); the first polls, spread over the longest wait, parse them."""
+    parsed: list[bytes] = []
+    real = pod_follower.parsed_request
+
+    def parse(request: bytes) -> Any:
+        parsed.append(request)
+        return real(request)
+
+    monkeypatch.setattr(pod_follower, "parsed_request", parse)
+    _timers_into(monkeypatch, [])
+    steps = _follower(_running_deployment).follow("ens-1", {}, resumed=True)
+    assert parsed == []
+    await _cancelled(steps)
+
+
 async def test_a_follower_between_polls_holds_no_task_and_no_parsed_pod(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
