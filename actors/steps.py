@@ -11,6 +11,7 @@ timer, so that the pod holds a task only while it polls.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -28,6 +29,7 @@ class Steps(asyncio.Future[None]):
     """
 
     __slots__ = ("_on_end", "_step", "_task", "_timer")
+    _task: asyncio.Task[None] | None
 
     def __init__(
         self,
@@ -40,7 +42,7 @@ class Steps(asyncio.Future[None]):
         super().__init__(loop=loop or asyncio.get_running_loop())
         self._step = step
         self._on_end = on_end
-        self._task: asyncio.Task[float | None] | None = None
+        self._task = None  # the step that runs, if one does
         self._timer: asyncio.TimerHandle | None = None
         self._wait(first_wait_s)
 
@@ -53,17 +55,25 @@ class Steps(asyncio.Future[None]):
 
     def _next(self) -> None:
         self._timer = None
-        self._task = self.get_loop().create_task(self._step())
-        self._task.add_done_callback(self._stepped)
+        self._task = self.get_loop().create_task(self._run_step())
 
-    def _stepped(self, task: asyncio.Task[float | None]) -> None:
-        """The step ended: wait for the next, or end as it did."""
-        self._task = None
-        if task.cancelled():
+    async def _run_step(self) -> None:
+        """Run a step, then wait for the next or end as it did: in the step's own task, so
+        that the steps have moved on by the time the task is done (a callback on its end was
+        one more turn of the loop a poll, and a window in which the finished task refused a
+        cancel)."""
+        try:
+            seconds = await self._step()
+        except asyncio.CancelledError:
+            self._task = None
             self._end(cancelled=True)
-        elif (error := task.exception()) is not None:
+            raise
+        except Exception as error:
+            self._task = None
             self._end(error=error)
-        elif (seconds := task.result()) is None:
+            return
+        self._task = None
+        if seconds is None:
             self._end()
         elif not self.done():
             self._wait(seconds)
@@ -72,10 +82,13 @@ class Steps(asyncio.Future[None]):
         """Stop: at once between two steps, once the step has ended while one runs."""
         if self.done():
             return False
-        if self._task is not None and not self._task.done():
-            return self._task.cancel(msg)
-        # Between two steps, or a step has ended whose wait has not begun (its callback
-        # comes later, and finds the steps done).
+        task = self._task
+        if task is not None:
+            task.cancel(msg)
+            step = task.get_coro()
+            if not inspect.iscoroutine(step) or inspect.getcoroutinestate(step) != "CORO_CREATED":
+                return True  # the step hears it, and ends the steps (_run_step)
+            self._task = None  # cancelled before it began: it never will
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -115,12 +115,12 @@ async def test_cancelled_while_a_step_runs_it_ends_once_the_step_has() -> None:
     assert (steps.cancelled(), events) == (True, ["cleaned up", "ended"])
 
 
-async def test_cancelled_after_a_step_has_ended_and_before_its_wait_it_ends_at_once() -> None:
-    """A step that reports to an actor ends before the actor hears it, and the steps learn
-    of its end in a later callback: an actor that cancels them on that news (a pod's service
-    completed: its follow is cancelled) met a finished task, which refused the cancel, and
-    waited for steps that went on polling (found by the suite, in a pod restarted under
-    ``restartPolicy: Always``)."""
+async def test_cancelled_before_the_next_step_begins_it_ends_at_once() -> None:
+    """A step that reports to an actor ends before the actor hears it: an actor that cancels
+    the steps on that news (a pod's service completed: its follow is cancelled) met a
+    finished task that refused the cancel, and waited for steps that went on polling (found
+    by the suite, in a pod restarted under ``restartPolicy: Always``). The next step's task,
+    made and not begun, is the same window: cancelled, it would never run to end the steps."""
     ended: list[str] = []
     stepped: list[int] = []
     steps: Steps
