@@ -35,19 +35,19 @@ from ..behaviors.deployment import (
 )
 from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import DMSBehaviorError, Invoke
-from ..behaviors.status import AllocationStatus, DeploymentStatus, EnsembleManifest
+from ..behaviors.status import DeploymentStatus, EnsembleManifest
 from ..clock import Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
 from .container_runs import Runs
 from .endpoints import endpoints_of, has_ports, placement_of
+from .following import Following, allocation_state, reads_log, runs_now
 from .logs import STDERR_LOG, fetched_logs, new_lines
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
-from .pod_status import allocation_of
 from .poll_pace import PollPace
 from .run_markers import markers, probe_markers
-from .translate import allocation_key, is_wrapped
+from .translate import allocation_key
 from .translation import Translate, TranslationNotReadyError
 
 log = logging.getLogger(__name__)
@@ -56,10 +56,6 @@ LOST_AFTER = 3
 """How many status polls in a row must find the deployment unknown before the pod counts it
 lost: one answer could come from a DMS that is restarting and has not restored it yet."""
 
-_NOT_STARTED = frozenset({"", AllocationStatus.PENDING})
-_UNHEALTHY = "unhealthy"
-END_READ_TRIES = 3
-"""How many more polls a follower makes when a log could not be read at the deployment's end."""
 MARKER_READ_LIMIT = 1 << 20
 """At most this much of a container's new stderr is read for the wrapper's markers at once
 (a container that wrote more between two reads may have runs go uncounted)."""
@@ -117,26 +113,6 @@ class Ended:
     """The ensemble of a pod that has ended for good is shut down (or ended by itself)."""
 
     ensemble_id: str
-
-
-@dataclasses.dataclass(slots=True)
-class Following:
-    """What a follower knows of a followed deployment between two polls (:meth:`PodFollower.poll`).
-    Not the parsed pod (~8 KiB, as long as the pod lives): what the polls need of it is read
-    once, and the rest again (cached) when needed."""
-
-    ensemble_id: str
-    resumed: bool  # its stored snapshot shows it already: the first poll is not news
-    interval: float  # the wait after the next poll that finds nothing new grows from this
-    containers: dict[str, bool]  # each container, init containers first: whether it is wrapped
-    probed: frozenset[str]  # the containers whose wrapper runs probes
-    inits: tuple[str, ...]  # the init containers, in the order they run
-    runs: dict[str, Runs]
-    last: tuple[Any, ...] | None = None  # the status and allocations the last news reported
-    seen: dict[str, tuple[str, str] | None] = dataclasses.field(default_factory=dict)
-    end_reads_left: int = END_READ_TRIES
-    unknown: int = 0  # status polls in a row that found the deployment unknown to the DMS
-    placement_due: bool = True  # the running manifest is read once it runs, until read
 
 
 class _Follow:
@@ -345,15 +321,12 @@ class PodFollower:
         self, ensemble_id: str, runs_so_far: Mapping[str, Any], *, resumed: bool = False
     ) -> Following:
         """What :meth:`poll` needs to know of the deployment before its first poll."""
-        containers = _wrapped_containers(self._request)
-        return Following(
-            ensemble_id=ensemble_id,
+        return Following.of(
+            ensemble_id,
+            self._request,
+            runs_so_far,
             resumed=resumed,
             interval=self._policy.poll_min_s,
-            containers=containers,
-            probed=_probed_containers(self._request),
-            inits=_init_containers(self._request),
-            runs={name: Runs.from_map(runs_so_far.get(name)) for name in containers},
         )
 
     async def poll(self, f: Following) -> float | None:
@@ -389,8 +362,8 @@ class PodFollower:
                 f.placement_due = False
                 placement, endpoints = _where(parsed_request(self._request).pod, running)
         listed = (manifest.allocations or {}) if manifest is not None else {}
-        states = {name: _allocation_state(name, listed, allocations) for name in f.containers}
-        read = [name for name in f.containers if _reads_log(f, name, states, ended=ended)]
+        states = {name: allocation_state(name, listed, allocations) for name in f.containers}
+        read = [name for name in f.containers if reads_log(f, name, states, ended=ended)]
         at_ns = self._clock()
         found = await _each(
             [
@@ -404,18 +377,8 @@ class PodFollower:
         if ended and unread and f.end_reads_left:
             f.end_reads_left -= 1  # the logs hold the only exit codes: try the end again
             return f.interval
-        now = {
-            **f.runs,
-            **{n: got for n, got in zip(read, found, strict=True) if got is not None},
-        }
-        now = {
-            # A container whose log could not be read keeps its runs as they were: judging
-            # its status without its markers would count a run they may yet show.
-            name: now[name]
-            if name in unread and not ended
-            else now[name].saw(states[name][0], deployment_ended=ended, wrapped=wraps, at_ns=at_ns)
-            for name, wraps in f.containers.items()
-        }
+        read_now = {n: got for n, got in zip(read, found, strict=True) if got is not None}
+        now = runs_now(f, read_now, unread, states, ended=ended, at_ns=at_ns)
         # A container whose log could not be read is read again at the next poll.
         f.seen = {name: f.seen.get(name) if name in unread else states[name] for name in states}
         if key != f.last or now != f.runs or endpoints is not None or placement is not None:
@@ -507,49 +470,12 @@ class PodFollower:
             await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
 
 
-def _wrapped_containers(request: bytes) -> dict[str, bool]:
-    """Each container of the pod, init containers first, and whether it runs wrapped: what a
-    follower needs of the pod, without keeping the parsed pod alive as long as it follows."""
-    pod = parsed_request(request).pod
-    return {c.name: is_wrapped(pod, c) for c in (*pod.spec.init_containers, *pod.spec.containers)}
-
-
 def _where(
     pod: k8s.Pod, manifest: EnsembleManifest
 ) -> tuple[dict[str, str] | None, list[dict[str, Any]] | None]:
     """Where a running deployment runs, and its endpoints (``None``: the pod has no ports).
     A function of its own, so that the follower's loop keeps no parsed pod between polls."""
     return placement_of(pod, manifest), endpoints_of(pod, manifest) if has_ports(pod) else None
-
-
-def _probed_containers(request: bytes) -> frozenset[str]:
-    """The pod's containers whose wrapper runs probes (:func:`is_wrapped`, with a probe)."""
-    pod = parsed_request(request).pod
-    return frozenset(
-        c.name
-        for c in pod.spec.containers
-        if is_wrapped(pod, c) and (c.startup_probe or c.liveness_probe or c.readiness_probe)
-    )
-
-
-def _init_containers(request: bytes) -> tuple[str, ...]:
-    """The names of the pod's init containers, in the order they run."""
-    return tuple(c.name for c in parsed_request(request).pod.spec.init_containers)
-
-
-def _initializing(
-    inits: tuple[str, ...], runs: Mapping[str, Runs], states: Mapping[str, tuple[str, str]]
-) -> str:
-    """The init container that may be running unseen (``""``: none): the first one that has
-    not completed, while the DMS does not list it. The DMS runs it while it provisions the
-    deployment (the main containers' set-ups wait for it) and lists it only once provisioning
-    is over, so its markers are the only news of its run until then; the ones after it wait
-    for it."""
-    for name in inits:
-        if runs[name].ended and not runs[name].running and runs[name].exit_code == 0:
-            continue
-        return name if states[name][0] in _NOT_STARTED else ""
-    return ""
 
 
 async def _each(reads: list[Coroutine[Any, Any, Runs | None]]) -> list[Runs | None]:
@@ -574,26 +500,3 @@ async def read_runs(
         log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
         return None
     return runs.read(markers(text), read_to, at_ns=at_ns).read_probes(probe_markers(text))
-
-
-def _reads_log(
-    f: Following, name: str, states: Mapping[str, tuple[str, str]], *, ended: bool
-) -> bool:
-    """Whether this poll reads the container ``name``'s log for the wrapper's markers: only a
-    wrapped container's, every one once the deployment has ended (the manifest may have
-    failed too), and otherwise that of a container that has started and whose allocation
-    changed, is unhealthy or runs probes, or of the init container that may run unseen."""
-    if not f.containers[name]:
-        return False
-    state = states[name]
-    started = state[0] not in _NOT_STARTED
-    changed = state != f.seen.get(name) or state[1] == _UNHEALTHY or name in f.probed
-    return ended or (started and changed) or name == _initializing(f.inits, f.runs, states)
-
-
-def _allocation_state(
-    name: str, listed: Mapping[str, Any], allocations: Mapping[str, Any]
-) -> tuple[str, str]:
-    """A container's allocation status and health, from the live info or the manifest."""
-    status, info, _ = allocation_of(name, listed, allocations)
-    return status, info.health if info is not None else ""

@@ -25,7 +25,8 @@ from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.behaviors.status import AllocationInfo, AllocationStatus
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.errors import DmsgwError
-from dmsgw.interlink import k8s, pod_follower, pod_record
+from dmsgw.interlink import following as poll_rules
+from dmsgw.interlink import k8s, pod_record
 from dmsgw.interlink.bodies import PodStatus
 from dmsgw.interlink.pod import _plain
 from dmsgw.interlink.pod_follower import PodFollower
@@ -392,13 +393,13 @@ async def test_a_resumed_follow_reads_its_pod_at_its_first_poll_not_at_its_start
     """A gateway resuming 10,000 pods parsed every pod's request as it started their actors
     (1.4 s of its restart); the first polls, spread over the longest wait, parse them."""
     parsed: list[bytes] = []
-    real = pod_follower.parsed_request
+    real = poll_rules.parsed_request
 
     def parse(request: bytes) -> Any:
         parsed.append(request)
         return real(request)
 
-    monkeypatch.setattr(pod_follower, "parsed_request", parse)
+    monkeypatch.setattr(poll_rules, "parsed_request", parse)
     _timers_into(monkeypatch, [])
     steps = _follower(_running_deployment).follow("ens-1", {}, resumed=True)
     assert parsed == []
@@ -474,9 +475,7 @@ async def _running_deployment(behavior: Any, *_: Any, **__: Any) -> Any:
     return DeploymentStatusResponse(status="Running")
 
 
-async def _waits(
-    follower: PodFollower, following: pod_follower.Following, polls: int
-) -> list[float]:
+async def _waits(follower: PodFollower, following: poll_rules.Following, polls: int) -> list[float]:
     """The wait after each of ``polls`` polls of ``following``."""
     waits = []
     for _ in range(polls):
