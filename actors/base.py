@@ -26,9 +26,18 @@ class MailboxFullError(DmsgwError, queue.Full):
     """The actor is behind: its mailbox holds ``maxsize`` messages already."""
 
 
+class SystemMessage:
+    """A message that a full mailbox takes all the same, as it takes a stop request: one that
+    comes once in a life (a child's exit, to its supervisor), so that their number is bounded
+    by the senders', and whose loss would leave the receiver wrong for good (a supervisor
+    that never heard a child end). 100,000 pod actors stopped at once overflowed their
+    supervisor's 10,000 messages, and the exits that were refused were lost."""
+
+
 class BoundedInbox(queue.Queue[Any]):
     """A mailbox that refuses at once when full instead of blocking the sender (and with it,
-    possibly, the event loop). A stop request is never refused."""
+    possibly, the event loop). A stop request and a :class:`SystemMessage` are never
+    refused."""
 
     def __init__(self, maxsize: int, owner: str) -> None:
         super().__init__(maxsize=0)  # capacity is enforced here, so stops can always go in
@@ -37,7 +46,7 @@ class BoundedInbox(queue.Queue[Any]):
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         if (
-            not isinstance(getattr(item, "message", None), _ActorStop)
+            not isinstance(getattr(item, "message", None), (_ActorStop, SystemMessage))
             and self.qsize() >= self.capacity
         ):
             raise MailboxFullError(f"mailbox of {self.owner} is full ({self.capacity} messages)")

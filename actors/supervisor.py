@@ -16,7 +16,7 @@ import pykka
 
 from ..clock import Clock, system_clock
 from ..errors import DmsgwError
-from .base import Actor, ActorExit, ExitHook, Ref
+from .base import Actor, ActorExit, ExitHook, Ref, SystemMessage
 from .registry import Registry
 from .scheduler import Scheduler, ThreadScheduler
 from .sharded import ShardedDict
@@ -75,7 +75,9 @@ def _ignore(event: SupervisorEvent) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class _ChildExited:
+class _ChildExited(SystemMessage):
+    """A child ended: never refused by a full mailbox (one per child's life)."""
+
     name: str
     exit: ActorExit
 

@@ -15,7 +15,7 @@ import pykka
 import pytest
 
 from dmsgw.actors import bridge
-from dmsgw.actors.base import Actor, ActorExit, ExitHook, MailboxFullError
+from dmsgw.actors.base import Actor, ActorExit, ExitHook, MailboxFullError, SystemMessage
 from dmsgw.actors.registry import DeadLetter, Registry
 from dmsgw.actors.scheduler import ManualScheduler
 from dmsgw.actors.supervision import Backoff, Intensity, Restart, Strategy
@@ -115,6 +115,39 @@ def test_a_full_mailbox_refuses_at_once_but_accepts_a_stop() -> None:
     gate.set()
     assert done.get(timeout=WAIT) == ("echo", "flush-marker")
     assert stopped.get(timeout=WAIT) is True
+
+
+class _Exit(SystemMessage):
+    """A message sent once in a life, as a child's exit to its supervisor."""
+
+
+class _TinyRecorder(Tiny):
+    def __init__(self, got: list[Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.got = got
+
+    def on_receive(self, message: Any) -> Any:
+        self.got.append(message)
+        return super().on_receive(message)
+
+
+def test_a_full_mailbox_takes_a_system_message() -> None:
+    """100,000 pod actors stopped at once overflowed their supervisor's mailbox, and the
+    exits it refused were lost (each pod actor's task failed with the refusal, unheard)."""
+    gate, entered = threading.Event(), threading.Event()
+    got: list[Any] = []
+    ref = _TinyRecorder.start(got, gate, entered)
+    ref.tell("wait")
+    assert entered.wait(WAIT)  # the actor holds "wait"; its mailbox is empty
+    ref.tell("x")
+    ref.tell("y")  # full
+    with pytest.raises(MailboxFullError, match="mailbox of _TinyRecorder is full"):
+        ref.tell("z")
+    exit_report = _Exit()
+    ref.tell(exit_report)  # taken all the same
+    gate.set()
+    ref.stop(block=True, timeout=WAIT)
+    assert got == ["wait", "x", "y", exit_report]
 
 
 # --- exit reports ---------------------------------------------------------------------
