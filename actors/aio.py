@@ -249,6 +249,9 @@ class AsyncActorRef(Generic[A]):
             error = exc
         except asyncio.CancelledError:
             error = asyncio.CancelledError("actor task cancelled")
+        except BaseException:  # SystemExit, KeyboardInterrupt: the process ends, reported
+            self._finish(None)
+            raise
         self._finish(error)
         # The error's traceback holds this frame: holding the error here too would be a
         # reference cycle, kept by a frozen heap for good (decision 50).

@@ -161,6 +161,25 @@ async def test_an_actor_holds_a_task_only_while_it_has_work() -> None:
     assert (_actor_tasks(), ref.is_alive()) == ([], False)
 
 
+class _Exits(AsyncActor):
+    async def on_receive(self, message: Any) -> Any:
+        raise SystemExit(3)
+
+
+async def test_an_actor_that_ends_the_process_still_reports_its_end() -> None:
+    """Every way an actor ends is reported once, a ``SystemExit`` from a message too. Its
+    task is stepped by hand here: a ``SystemExit`` through the loop would end the test's."""
+    exits: list[ActorExit] = []
+    ref = _Exits.start(exit_hook=exits.append)
+    await asyncio.sleep(0)  # its first task starts it (a scheduling step, not a timing wait)
+    assert _actor_tasks() == []
+    ref._inbox.append(("end", None))
+    step = ref._run(starting=False)
+    with pytest.raises(SystemExit):
+        step.send(None)
+    assert ([e.normal for e in exits], ref.is_alive()) == ([True], False)
+
+
 class _Starts(AsyncActor):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
