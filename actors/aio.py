@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import pykka
 
 from .base import ActorExit, ExitHook, MailboxFullError
+from .posts import post
 from .turns import Turns
 
 A = TypeVar("A", bound="AsyncActor")
@@ -85,7 +86,7 @@ class AsyncActor:
         if _on_loop(target):
             ref._spawn()
         else:
-            target.call_soon_threadsafe(ref._spawn)
+            post(target, ref._spawn)
         return ref
 
 
@@ -143,7 +144,7 @@ class AsyncActorRef(Generic[A]):
         if _on_loop(self.loop):
             self._deliver((message, None))
         else:
-            self.loop.call_soon_threadsafe(self._deliver, (message, None))
+            post(self.loop, self._deliver, (message, None))
 
     def ask(self, message: Any) -> asyncio.Future[Any]:
         """An awaitable reply; call on the actor's loop."""
@@ -176,7 +177,7 @@ class AsyncActorRef(Generic[A]):
         if _on_loop(self.loop):
             self._deliver((_STOP, None))
         else:
-            self.loop.call_soon_threadsafe(self._deliver, (_STOP, None))
+            post(self.loop, self._deliver, (_STOP, None))
         if block:
             if _on_loop(self.loop):
                 raise RuntimeError("stop(block=True) would deadlock on the actor's own loop")

@@ -2,7 +2,7 @@
 
 pykka's own ``await future`` yields once and then *blocks* in ``get()``, freezing the loop for
 as long as the actor takes. Instead every future our actors create can call back when it is
-set; the callback wakes the loop with ``call_soon_threadsafe``. No thread is parked per ask.
+set; the callback wakes the loop (:func:`~dmsgw.actors.posts.post`). No thread is parked per ask.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any
 
 import pykka
 from pykka import ActorRef
+
+from .posts import post
 
 DoneCallback = Callable[["CallbackFuture"], None]
 
@@ -66,7 +68,7 @@ def wrap_future(future: pykka.Future[Any]) -> asyncio.Future[Any]:
 
     def _on_done(done: CallbackFuture) -> None:
         if not loop.is_closed():
-            loop.call_soon_threadsafe(_transfer, done)
+            post(loop, _transfer, done)
 
     future.add_done_callback(_on_done)
     return result
