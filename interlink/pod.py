@@ -124,7 +124,8 @@ class PodActor(AsyncActor):
     async def on_start(self) -> None:
         """Resume from the record: a new pod deploys, a known ensemble is followed."""
         self._follower = self._new_follower()
-        self._publish()
+        if self._shown is None:  # a kept entry was published with the pod (Gateway._child)
+            self._publish()
         record = self.record
         if record.phase == Phase.PENDING:  # recorded by a gateway that wrote no first attempt
             await self._next_attempt()

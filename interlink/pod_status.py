@@ -37,7 +37,6 @@ them to ``Completed`` / ``Error: <code>`` anyway; they matter to our own logs an
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import NamedTuple, Protocol, TypeVar
@@ -85,8 +84,7 @@ _UNLISTED = frozenset({"", AllocationStatus.PENDING})
 """What the DMS says of an allocation it has not started, as far as it knows."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ContainerObservation:
+class ContainerObservation(NamedTuple):
     """What the caller saw of one container across polls (the DMS keeps none of it).
 
     ``exit_code`` is the code of the run that ended, when the caller knows it (the DMS's
@@ -94,7 +92,8 @@ class ContainerObservation:
     as killed over its memory limit; ``last_state`` is the state of the previous run, kept by
     the caller across restarts. ``running`` and ``ended`` say that the caller saw the current
     run start, or end, before the DMS lists the allocation (an init container runs while the
-    DMS is still provisioning the deployment: its wrapper's markers tell).
+    DMS is still provisioning the deployment: its wrapper's markers tell). A named tuple, as
+    :class:`~dmsgw.interlink.container_runs.Runs` is: each snapshot makes one per container.
     """
 
     started_at: datetime | None = None
@@ -353,7 +352,7 @@ def _restarting(ended: _State, seen: ContainerObservation) -> tuple[_State, Cont
     waiting = _waiting(CRASH_LOOP, "back-off: it runs again after a delay")
     return (
         _State(waiting, allocation_id=ended.allocation_id),
-        dataclasses.replace(seen, last_state=ended.state),
+        seen._replace(last_state=ended.state),
     )
 
 

@@ -10,9 +10,8 @@ persisted inside the container's :class:`~dmsgw.interlink.container_runs.Runs`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from .run_markers import ProbeMarker
 
@@ -22,13 +21,13 @@ _KILLING = frozenset({"liveness", "startup"})
 """The probes whose ``down`` makes the wrapper kill the command, as the kubelet does."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ProbeState:
+class ProbeState(NamedTuple):
     """In the current run: ``reported``, whether the wrapper reported any probe outcome yet
     (until then the DMS health check, if any, decides); ``started`` (the startup probe
     succeeded) and ``ready`` (the readiness probe's latest verdict); ``failing``, the probes
     failing now with their latest reason; ``killed_by``, why a probe killed the run.
-    ``previous_killed_by``: the same for the run before."""
+    ``previous_killed_by``: the same for the run before. A named tuple, as
+    :class:`~dmsgw.interlink.container_runs.Runs` is, for the same reason."""
 
     reported: bool = False
     started: bool = False
@@ -48,23 +47,22 @@ class ProbeState:
         if not marker.probe:  # a new run: nothing is started or ready yet
             return ProbeState(previous_killed_by=self.killed_by)
         others = tuple(entry for entry in self.failing if entry[0] != marker.probe)
-        state = dataclasses.replace(self, reported=True)
+        state = self._replace(reported=True)
         if marker.event == "failing":
-            return dataclasses.replace(state, failing=(*others, (marker.probe, marker.reason)))
+            return state._replace(failing=(*others, (marker.probe, marker.reason)))
         if marker.event == "ok":
-            return dataclasses.replace(
-                state,
+            return state._replace(
                 failing=others,
                 started=state.started or marker.probe == "startup",
                 ready=state.ready or marker.probe == "readiness",
             )
         # down: the probe reached its failure threshold
         if marker.probe == "readiness":
-            return dataclasses.replace(state, ready=False)
+            return state._replace(ready=False)
         if marker.probe in _KILLING:
             reason = self.reason(marker.probe) or "it failed"
-            return dataclasses.replace(
-                state, killed_by=f"killed by the gateway: its {marker.probe} probe failed: {reason}"
+            return state._replace(
+                killed_by=f"killed by the gateway: its {marker.probe} probe failed: {reason}"
             )
         return state
 
@@ -77,7 +75,7 @@ class ProbeState:
         compares what it observes with what it stored, and a tuple never equals the list it
         is stored as (every resumed pod was saved and read again). Its fields are plain
         values: no deep copy, as ``asdict`` makes (a fifth of a pod's first status)."""
-        stored = {name: getattr(self, name) for name in self.__slots__}
+        stored = self._asdict()
         stored["failing"] = [list(entry) for entry in self.failing]
         return stored
 
