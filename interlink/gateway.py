@@ -157,8 +157,11 @@ class Gateway:
         """The pod actors to start in the next supervisor message (:meth:`_spawn`)."""
         self._sending: set[asyncio.Task[None]] = set()  # the messages under way
         self._turns = Turns()
-        """Shared by the pod actors (pods started together begin and hear a few per turn of
-        the loop), and creates started together are answered a few per turn."""
+        """Shared by the pod actors: pods started together begin and hear a few per turn of
+        the loop."""
+        self._answering = Turns()
+        """Creates whose actors have started are answered a few per turn, all batches
+        together (not the actors' gate: a create is answered before its actor's turn)."""
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
         self._supervisor_proxy = self._supervisor.proxy()
         self._orphans: asyncio.Task[None] | None = None
@@ -284,7 +287,7 @@ class Gateway:
             for (_, started), outcome in zip(waiting, outcomes, strict=True):
                 if isinstance(outcome, Exception) and not started.done():
                     started.set_exception(outcome)
-            await wake_in_turns([started for _, started in waiting])
+            await wake_in_turns([started for _, started in waiting], self._answering)
         except asyncio.CancelledError:
             for _, started in waiting:
                 started.cancel()
