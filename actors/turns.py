@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import weakref
 from collections.abc import Sequence
 
 __all__ = ["PER_TURN", "Turns", "wake_in_turns"]
@@ -61,24 +62,22 @@ class Turns:
             self._end_turn_soon()
 
 
-async def wake_in_turns(
-    waiters: Sequence[asyncio.Future[None]], turns: Turns | None = None
-) -> None:
+_WAKING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Turns] = weakref.WeakKeyDictionary()
+"""Per loop, the gate that every :func:`wake_in_turns` passes."""
+
+
+async def wake_in_turns(waiters: Sequence[asyncio.Future[None]]) -> None:
     """Settle ``waiters`` (those not settled already), a few per turn of the loop: what each
-    does next runs before the next ones wake, not all in one turn. With ``turns``, the
-    waiters pass that gate, and share its turns with whatever else passes it: batches woken
-    at once (pods started by several supervisor messages that came back together) go a few
-    per turn in all, where each batch let a few through and seven batches, 56 creates, ran
-    in one 20 ms turn."""
-    if turns is None:
-        for first in range(0, len(waiters), PER_TURN):
-            for done in waiters[first : first + PER_TURN]:
-                if not done.done():
-                    done.set_result(None)
-            await asyncio.sleep(0)
-        return
+    does next runs before the next ones wake, not all in one turn. Every wake-up on a loop
+    passes one gate: batches woken at once (the creates of several supervisor replies that
+    came back together, a commit's writers) go a few per turn in all, where each batch let
+    a few through and seven batches, 56 creates, ran in one 20 ms turn (decision 61)."""
+    loop = asyncio.get_running_loop()
+    gate = _WAKING.get(loop)
+    if gate is None:
+        gate = _WAKING[loop] = Turns()
     for done in waiters:
         if not done.done():
-            await turns.take()
+            await gate.take()
             if not done.done():  # cancelled while it waited for its turn
                 done.set_result(None)

@@ -158,10 +158,7 @@ class Gateway:
         self._sending: set[asyncio.Task[None]] = set()  # the messages under way
         self._turns = Turns()
         """Shared by the pod actors: pods started together begin and hear a few per turn of
-        the loop."""
-        self._answering = Turns()
-        """Creates whose actors have started are answered a few per turn, all batches
-        together (not the actors' gate: a create is answered before its actor's turn)."""
+        the loop (and the creates are answered a few per turn: ``wake_in_turns``)."""
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
         self._supervisor_proxy = self._supervisor.proxy()
         self._orphans: asyncio.Task[None] | None = None
@@ -287,7 +284,7 @@ class Gateway:
             for (_, started), outcome in zip(waiting, outcomes, strict=True):
                 if isinstance(outcome, Exception) and not started.done():
                     started.set_exception(outcome)
-            await wake_in_turns([started for _, started in waiting], self._answering)
+            await wake_in_turns([started for _, started in waiting])
         except asyncio.CancelledError:
             for _, started in waiting:
                 started.cancel()

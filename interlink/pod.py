@@ -166,6 +166,7 @@ class PodActor(AsyncActor):
             clock=self._clock,
             on_poll=self._heap.polled,
             pace=self._pace,
+            turns=self._turns,
         )
 
     def _task_done(self, task: asyncio.Future[None]) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from ..actors.steps import Steps
+from ..actors.turns import Turns
 from ..behaviors.catalog import (
     DEPLOYMENT_LIST,
     DEPLOYMENT_MANIFEST,
@@ -166,6 +167,7 @@ class PodFollower:
         "_request",
         "_rng",
         "_translate",
+        "_turns",
         "_uid",
     )
 
@@ -182,8 +184,12 @@ class PodFollower:
         clock: Clock = system_clock,
         on_poll: Callable[[], None] = lambda: None,
         pace: PollPace | None = None,
+        turns: Turns | None = None,
     ) -> None:
         self._uid = uid
+        self._turns = turns
+        """The gate its pod's actor passes (shared by a gateway's pods): a translation and a
+        poll's reading of its reply pass it too (:meth:`_take_turn`)."""
         self._pace = pace or PollPace(per_s=math.inf)  # alone: the policy's longest wait
         self._on_poll = on_poll  # each status poll of a followed deployment (see follow)
         self._clock = clock
@@ -198,6 +204,7 @@ class PodFollower:
     async def deploy(self, attempt: int) -> None:
         """Deploy ``attempt`` (the actor recorded it): report it :class:`Deployed` or
         :class:`DeployFailed`; transient DMS failures are retried with backoff."""
+        await self._take_turn()
         try:
             ensemble = await self._ensemble(attempt)
         except DmsgwError as exc:
@@ -293,6 +300,14 @@ class PodFollower:
         """The longest wait between two polls, now: the policy's, stretched by the pace."""
         return self._pace.stretched(self._policy.poll_max_s)
 
+    async def _take_turn(self) -> None:
+        """Wait for a turn of the loop with room (:class:`~dmsgw.actors.turns.Turns`) before
+        a step of a few hundred µs: pods created together translate and poll together, and
+        their actors' gate alone let 8 of them start a turn while 16 translations and 26
+        polls ran in the same one (20 ms at 100,000 pods)."""
+        if self._turns is not None:
+            await self._turns.take()
+
     def _retry_delay(self, tries: int) -> float:
         p = self._policy
         base = min(p.retry_max_s, p.retry_min_s * 2.0 ** (tries - 1))
@@ -344,6 +359,7 @@ class PodFollower:
             reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(f.ensemble_id))
         except DmsgwError as exc:
             return self._unanswered(f, exc)
+        await self._take_turn()
         f.unknown = 0
         status = DeploymentStatus.parse(reply.status)
         allocations = reply.allocation_info or {}

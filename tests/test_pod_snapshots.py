@@ -27,7 +27,7 @@ from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.errors import DmsgwError
 from dmsgw.interlink import following as poll_rules
 from dmsgw.interlink import k8s, pod_record
-from dmsgw.interlink.bodies import PodStatus
+from dmsgw.interlink.bodies import PodStatus, RetrievedPodData
 from dmsgw.interlink.pod import _plain
 from dmsgw.interlink.pod_follower import PodFollower
 from dmsgw.interlink.pod_record import (
@@ -385,6 +385,48 @@ async def test_a_resumed_deployment_is_first_asked_after_a_random_part_of_the_lo
         with pytest.raises(_StoppedError):
             await steps
     assert (waits, asked) == (([2.0], []) if resumed else ([], ["ask"]))
+
+
+async def test_a_translation_and_a_poll_s_reading_of_its_reply_wait_for_a_turn_with_room() -> None:
+    """Pods created together translated and polled together, past their actors' gate: 16
+    translations and 26 polls ran in one 20 ms turn of the loop at 100,000 pods."""
+    done: list[str] = []
+
+    async def invoke(behavior: Any, *_: Any, **__: Any) -> Any:
+        name = behavior.name
+        done.append(name.rsplit("/", 1)[1])
+        if name.endswith("/status"):
+            return DeploymentStatusResponse(status="Running")
+        if name.endswith("/list"):  # the deploy's next step, after its translation
+            raise _StoppedError
+        raise DmsgwError(f"{name}: not here")  # the poll's manifest and logs
+
+    def translate(data: RetrievedPodData, generation: int) -> Any:
+        done.append("translated")
+        return plain_translation(data, generation)
+
+    gate = ClosedTurns()
+    reported: list[object] = []
+    follower = PodFollower(
+        RECORD.uid,
+        RECORD.request,
+        invoke=invoke,
+        translate=translate,
+        policy=PodPolicy(),
+        rng=random.Random(),
+        report=reported.append,
+        turns=gate,
+    )
+    deploying = asyncio.ensure_future(follower.deploy(1))
+    polling = asyncio.ensure_future(follower.poll(follower.following("ens-1", {})))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert (done, reported) == (["status"], [])  # asked, but its reply not read yet
+    gate.open.set()
+    with pytest.raises(_StoppedError):
+        await deploying
+    assert await polling == PodPolicy().poll_min_s
+    assert "translated" in done and len(reported) == 1
 
 
 async def test_a_resumed_follow_reads_its_pod_at_its_first_poll_not_at_its_start(
