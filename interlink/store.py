@@ -14,6 +14,7 @@ A state written by an older gateway is tightened when it is opened, and the log 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -90,6 +91,12 @@ class PodStore:
         self._pending: list[tuple[str, bytes | None, asyncio.Future[None]]] = []
         self._wakeup: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
+        self._writer_thread = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="dmsgw-store"
+        )
+        """The commits' own thread, started at the first. The loop's default executor started
+        threads as it went (a commit handed on before the last one's thread was idle again
+        spawned another), each start a wait on the loop for the new thread to run."""
         self._closed = False
 
     def load_all(self) -> list[dict[str, Any]]:
@@ -127,7 +134,9 @@ class PodStore:
                     return
                 continue
             try:
-                await asyncio.to_thread(self._commit, [(u, b) for u, b, _ in batch])
+                rows = [(u, b) for u, b, _ in batch]
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._writer_thread, self._commit, rows)
             except StoreError as exc:
                 for _, _, done in batch:
                     if not done.done():
@@ -167,6 +176,7 @@ class PodStore:
             self._wakeup.set()
             with contextlib.suppress(Exception):
                 await self._writer
+        self._writer_thread.shutdown()  # idle by now: the writer has ended
         with self._lock:
             self._db.close()
 

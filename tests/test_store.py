@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sqlite3
 import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,29 @@ async def test_many_concurrent_writes_are_all_durable(tmp_path: Path) -> None:
     await asyncio.gather(*(store.put(f"p{i}", {"uid": f"p{i}", "n": i}) for i in range(500)))
     assert sorted(r["n"] for r in store.load_all()) == list(range(500))
     await store.close()
+
+
+async def test_every_commit_runs_on_the_store_s_one_thread_which_ends_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop's default executor started threads as it went, each start a wait on the
+    loop; the store has one thread of its own."""
+    store = PodStore(tmp_path / "state.sqlite3")
+    threads: list[threading.Thread] = []
+    commit = store._commit
+
+    def recorded(batch: list[tuple[str, bytes | None]]) -> None:
+        threads.append(threading.current_thread())
+        commit(batch)
+
+    monkeypatch.setattr(store, "_commit", recorded)
+    for round_ in range(3):
+        await asyncio.gather(*(store.put(f"pod-{i}", {"round": round_}) for i in range(20)))
+    assert len(threads) >= 3 and len(set(threads)) == 1
+    assert threads[0].name.startswith("dmsgw-store")
+    await store.close()
+    threads[0].join(timeout=5)
+    assert not threads[0].is_alive()
 
 
 async def test_the_writers_of_one_commit_wake_a_few_per_turn_of_the_loop(
