@@ -433,11 +433,26 @@ async def test_body_over_the_limit_is_413(make_client: MakeClient, backend: Fake
 
 
 async def test_wrong_method_and_path(make_client: MakeClient) -> None:
-    client = await make_client()
+    metrics = Metrics(process=False)
+    client = await make_client(metrics)
     response = await client.get("/create")
     assert response.status == 405
     assert response.headers["Allow"] == "POST"
-    assert (await client.post("/pinglink", data=b"[]")).status == 404
+    assert await one_line(response) == "405: Method Not Allowed"
+    response = await client.request("HEAD", "/status")
+    assert (response.status, response.headers["Allow"]) == (405, "GET,POST")
+    response = await client.post("/pinglink", data=b"[]")
+    assert response.status == 404
+    assert await one_line(response) == "404: Not Found"
+    response = await client.get("/nothing", headers={"Origin": "https://example.com"})
+    assert response.status == 403  # the front door comes first, whatever the path
+    text = metrics.render().decode()
+    for line in [  # scans of random paths are one series, "unmatched"
+        'dmsgw_plugin_requests_total{code="404",method="POST",route="unmatched"} 1.0',
+        'dmsgw_plugin_requests_total{code="403",method="GET",route="unmatched"} 1.0',
+        'dmsgw_plugin_requests_total{code="405",method="GET",route="unmatched"} 1.0',
+    ]:
+        assert line in text.splitlines()
 
 
 async def test_every_request_is_logged_with_the_session(

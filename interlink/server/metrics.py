@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from prometheus_client import (
     CollectorRegistry,
@@ -15,6 +15,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.registry import Collector
 
 from ...behaviors.node import CapabilityExpiredError, NotGrantedError
 from ...errors import DmsgwError
@@ -25,6 +26,7 @@ DMS_CALL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
 """Latencies of DMS calls (s): a status read takes milliseconds, a deployment up to minutes."""
 
 _Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
+_Collector = TypeVar("_Collector", bound=Collector)
 
 
 class MetricsError(DmsgwError):
@@ -44,6 +46,7 @@ class Metrics:
     def __init__(self, *, process: bool = True) -> None:
         self.registry = CollectorRegistry()
         self._metrics: dict[str, tuple[Counter | Gauge | Histogram, tuple[str, ...]]] = {}
+        self._collectors: dict[type[Collector], Collector] = {}
         if process:  # RSS, CPU, open files: what the 10,000-pod budget is judged by
             ProcessCollector(registry=self.registry)
 
@@ -61,6 +64,15 @@ class Metrics:
         buckets: Sequence[float] = Histogram.DEFAULT_BUCKETS,
     ) -> Histogram:
         return self._metric(Histogram, name, documentation, labels, buckets=buckets)
+
+    def collector(self, kind: type[_Collector]) -> _Collector:
+        """The registry's one collector of ``kind`` (a class made with no arguments), made
+        and registered on the first ask: a server made again in-process keeps counting."""
+        made = self._collectors.get(kind)
+        if made is None:
+            made = self._collectors[kind] = kind()
+            self.registry.register(made)
+        return cast(_Collector, made)
 
     def render(self) -> bytes:
         """The text exposition format (``CONTENT_TYPE_LATEST``)."""
