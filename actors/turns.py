@@ -18,9 +18,11 @@ from collections.abc import Sequence
 
 __all__ = ["PER_TURN", "Turns", "wake_in_turns"]
 
-PER_TURN = 8
-"""Steps let through per turn of the loop: a pod's heavy step is ~0.2-0.5 ms, so a turn holds
-a few milliseconds of them, not tens."""
+PER_TURN = 6
+"""Steps let through per turn of the loop: a pod's heavy step is ~0.2-0.5 ms at 10,000 pods and
+up to ~1 ms at 100,000 (a larger heap), so a turn holds a few milliseconds of them, not tens.
+At 100,000 pods, 8 a turn made the creates' longest stall 7-13 ms on a quiet hour and 15-21 ms
+on a slower one; 6 made it 6-8 ms on the same hour, at the same rate (decision 61)."""
 
 
 class Turns:
