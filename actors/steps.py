@@ -5,7 +5,8 @@ insert that crosses its threshold copies every entry in one step. A gateway of 1
 kept two tasks a pod, and at 157,285 tasks the set doubled inside ``create_task``: 31-81 ms
 of the loop in one callback (decision 58). A followed pod waits between two polls nearly all
 its life; :class:`Steps` runs each poll in a task of its own and waits between them on a
-timer, so that the pod holds a task only while it polls.
+timer of the loop's wheel (:mod:`dmsgw.actors.wheel`), so that the pod holds a task only while
+it polls, and no timer of the loop's own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import asyncio
 import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+from .wheel import WheelTimer, wheel_of
 
 Step = Callable[[], Coroutine[Any, Any, "float | None"]]
 """One step of the work: the seconds to wait before the next, or ``None`` once it is over."""
@@ -43,13 +46,15 @@ class Steps(asyncio.Future[None]):
         self._step = step
         self._on_end = on_end
         self._task = None  # the step that runs, if one does
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: WheelTimer | None = None
         self._wait(first_wait_s)
 
     def _wait(self, seconds: float) -> None:
-        """The next step, after ``seconds`` on a timer (at once, without one, for none)."""
+        """The next step, after ``seconds`` on the loop's wheel (at once, for none): not on
+        a timer of the loop's own, of which a gateway would hold one a pod (see
+        :mod:`dmsgw.actors.wheel`)."""
         if seconds > 0:
-            self._timer = self.get_loop().call_later(seconds, self._next)
+            self._timer = wheel_of(self.get_loop()).call_later(seconds, self._next)
         else:
             self._next()
 

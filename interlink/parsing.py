@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
+from ..actors.sharded import ShardedDict
+from ..actors.turns import take_turn
 from ..errors import DmsgwError
 from . import k8s
 from .apimachinery import json_kind
@@ -213,6 +215,7 @@ async def read_status_body(raw: bytes) -> list[PodRef]:
     known = _VALID_STATUS_BODIES.get(digest)
     if known is not None:
         return _refs(known, StatusBody(raw, [(start, end) for *_, start, end in known]))
+    await take_turn()  # interLink's connections may each bring one now: a few per turn
     text = _text(raw)
     pods: list[k8s.Pod] = []
     spans: list[tuple[int, int]] = []
@@ -248,10 +251,11 @@ async def in_turns(items: Iterable[T]) -> AsyncIterator[T]:
 
 class _BodyMemo:
     """Validated bodies' pods (identity and place) by digest, bounded in entries and in the
-    bytes the entries hold (:func:`held_bytes`)."""
+    bytes the entries hold (:func:`held_bytes`). One entry per pod interLink polls: sharded
+    (decision 57), as a ``dict`` of them doubling at 87,381 held the loop 18 ms."""
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
-        self._known: dict[bytes, _Remembered] = {}
+        self._known: ShardedDict[bytes, _Remembered] = ShardedDict()
         self._bytes = 0
         self._max_entries = max_entries
         self._max_bytes = max_bytes

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from dmsgw.actors.wheel import wheel_of
 from dmsgw.behaviors.catalog import DEPLOYMENT_MANIFEST
 from dmsgw.behaviors.deployment import DeploymentManifestResponse, DeploymentStatusResponse
 from dmsgw.behaviors.resources import CPU, Resources
@@ -339,8 +340,8 @@ class _StoppedError(Exception):
 
 
 def _timers_into(monkeypatch: pytest.MonkeyPatch, delays: list[float]) -> asyncio.Future[None]:
-    """The running loop's timers noted in ``delays`` and never fired: the follower's waits
-    between polls, seen without waiting them out. The future is settled at the first."""
+    """The running loop's wheel timers noted in ``delays`` and never fired: the follower's
+    waits between polls, seen without waiting them out. The future is settled at the first."""
     loop = asyncio.get_running_loop()
     waiting: asyncio.Future[None] = loop.create_future()
 
@@ -350,7 +351,7 @@ def _timers_into(monkeypatch: pytest.MonkeyPatch, delays: list[float]) -> asynci
             waiting.set_result(None)
         return loop.call_soon(lambda: None)  # a handle to cancel; the callback never runs
 
-    monkeypatch.setattr(loop, "call_later", call_later)
+    monkeypatch.setattr(wheel_of(loop), "call_later", call_later)
     return waiting
 
 

@@ -9,18 +9,19 @@ from typing import Any
 import pytest
 
 from dmsgw.actors.steps import Steps
+from dmsgw.actors.wheel import WheelTimer, wheel_of
 
 
 def _timers_fire_at_once(monkeypatch: pytest.MonkeyPatch, delays: list[float]) -> None:
-    """The running loop's timers noted in ``delays`` and fired in the next turn: virtual
-    time, as long as nothing but the steps under test makes timers."""
+    """The running loop's wheel timers noted in ``delays`` and fired in the next turn:
+    virtual time, as long as nothing but the steps under test sets them."""
     loop = asyncio.get_running_loop()
 
-    def call_later(delay: float, callback: Any, *args: Any) -> asyncio.Handle:
+    def call_later(delay: float, callback: Any) -> asyncio.Handle:
         delays.append(delay)
-        return loop.call_soon(callback, *args)
+        return loop.call_soon(callback)
 
-    monkeypatch.setattr(loop, "call_later", call_later)
+    monkeypatch.setattr(wheel_of(loop), "call_later", call_later)
 
 
 class _Script:
@@ -73,15 +74,15 @@ async def test_a_step_that_raises_ends_the_steps_with_its_error() -> None:
 
 
 async def test_cancelled_between_two_steps_it_ends_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    loop = asyncio.get_running_loop()
-    handles: list[asyncio.TimerHandle] = []
-    real = loop.call_later
+    wheel = wheel_of(asyncio.get_running_loop())
+    handles: list[WheelTimer] = []
+    real = wheel.call_later
 
-    def call_later(delay: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
-        handles.append(real(3600.0, callback, *args))  # fires only if nothing cancels it
+    def call_later(delay: float, callback: Any) -> WheelTimer:
+        handles.append(real(3600.0, callback))  # fires only if nothing cancels it
         return handles[-1]
 
-    monkeypatch.setattr(loop, "call_later", call_later)
+    monkeypatch.setattr(wheel, "call_later", call_later)
     script = _Script(5.0)
     steps = Steps(script.step, on_end=script.on_end)
     while not handles:  # the first step runs, then its wait begins

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from ...actors.turns import take_turn
 from ...errors import DmsgwError
 from ..bodies import LogStruct, encode_pod_statuses
 from ..parsing import (
@@ -187,7 +188,9 @@ class PluginServer:
     # routes
 
     async def _create(self, request: web.Request) -> web.Response:
-        pods = parse_create_body(await self._body(request))
+        raw = await self._body(request)
+        await take_turn()  # validating a pod is heavy, and interLink may send many at once
+        pods = parse_create_body(raw)
         results = await self._within_deadline("create", self._backend.create(pods))
         if len(results) != len(pods):
             raise DmsgwError(
