@@ -65,7 +65,7 @@ class Turns:
 
 
 _WAKING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Turns] = weakref.WeakKeyDictionary()
-"""Per loop, the gate that every :func:`wake_in_turns` passes."""
+"""Per loop, the one gate that every :func:`wake_in_turns` and :func:`take_turn` passes."""
 
 
 def _loop_gate() -> Turns:

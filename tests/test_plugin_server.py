@@ -9,15 +9,17 @@ Synchronisation uses events the fake backend sets, never sleeps.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from aiohttp import ClientSession, UnixConnector, web
 from aiohttp.test_utils import TestClient
 
+from dmsgw.actors.turns import PER_TURN
 from dmsgw.errors import DmsgwError
 from dmsgw.interlink import k8s
 from dmsgw.interlink.bodies import (
@@ -44,6 +46,7 @@ from dmsgw.interlink.server import (
     ServerOptions,
     UnknownPodError,
     operator_app,
+    routes,
 )
 
 DATA = Path(__file__).parent / "data" / "interlink"
@@ -203,6 +206,32 @@ async def test_create_object_body(make_client: MakeClient, backend: FakeBackend)
     assert response.content_type == "application/json"
     assert await response.json() == {"PodUID": UID, "PodJID": "job-0b8c6f6e"}
     assert [[p.pod.metadata.uid for p in call] for call in backend.created] == [[UID]]
+
+
+async def test_create_bodies_that_arrive_together_are_validated_a_few_per_turn(
+    backend: FakeBackend, turn: Callable[[], int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validating a pod is heavy, and interLink may send many creates at once (after a
+    restart of either side): each ``/create`` body waits for a turn of the loop's gate."""
+    server = PluginServer(backend, ServerOptions(), Metrics(process=False))
+    raw = body("create_v05_example.json")
+
+    async def read_at_once(_: web.Request) -> bytes:
+        return raw  # every create reaches its validation in the same turn
+
+    validated_in: list[int] = []
+    parse = routes.parse_create_body
+
+    def counted(data: bytes) -> Any:
+        validated_in.append(turn())
+        return parse(data)
+
+    monkeypatch.setattr(server, "_body", read_at_once)
+    monkeypatch.setattr(routes, "parse_create_body", counted)
+    request = cast(web.Request, None)  # the handler reads nothing else of it
+    answers = await asyncio.gather(*(server._create(request) for _ in range(3 * PER_TURN)))
+    assert {answer.status for answer in answers} == {200}
+    assert max(collections.Counter(validated_in).values()) == PER_TURN
 
 
 async def test_create_list_body_answers_one_object(
