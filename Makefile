@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/invoke.py
 	$(BIN)/python bench/pods.py
 	$(BIN)/python bench/ping.py
+	$(BIN)/python bench/cli.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

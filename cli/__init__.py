@@ -5,7 +5,10 @@ Every expected failure is a :class:`~dmsgw.errors.DmsgwError`; it is printed as 
 closes early (``dmsgw … | head``) ends the command quietly, as a shell tool does.
 
 A command imports only the family that has it (:data:`COMMANDS`): ``dmsgw invoke`` does not
-pay for the gateway's configuration and servers that ``dmsgw serve`` needs (~0.5 s).
+pay for the gateway's configuration and servers that ``dmsgw serve`` needs, and ``dmsgw
+--help`` lists the commands from :data:`SUMMARIES` without importing any family. While a key
+agent runs (``dmsgw agent start``), the commands that need the key are run by it
+(:mod:`.agent`), so they pay neither the imports nor the key's unlock.
 """
 
 from __future__ import annotations
@@ -32,8 +35,23 @@ COMMANDS: dict[str, str] = {
     "devnet": "devnet",
     "serve": "serve",
     "pods": "pods",
+    "agent": "agent",
 }
 """Each command, and the module (family) whose ``register`` adds it."""
+
+SUMMARIES: dict[str, str] = {
+    "key": "manage DMS key files (as nunet key)",
+    "whoami": "show (creating if needed) the gateway's identity and how to delegate to it",
+    "cap": "manage capability contexts (as nunet cap) and check envelopes",
+    "invoke": "invoke a DMS behavior and print its reply as JSON",
+    "deploy": "deploy an ensemble (YAML) on the DMS network",
+    "repl": "an interactive Python session with `dms` connected",
+    "devnet": "run an embedded DMS devnet and grant keys on it",
+    "serve": "run the gateway: interLink's plugin API, offloading pods to the DMS",
+    "pods": "list a running gateway's pods with their CPU and memory usage",
+    "agent": "hold the key unlocked for this session, as ssh-agent does",
+}
+"""Each command's line in ``dmsgw --help``; its family's parser uses the same line."""
 
 
 def _register_of(module: str) -> Register:
@@ -41,27 +59,30 @@ def _register_of(module: str) -> Register:
     return register
 
 
-def _families() -> list[Register]:
-    """Every family, in the order ``--help`` lists them."""
-    return [_register_of(module) for module in dict.fromkeys(COMMANDS.values())]
+def summary(command: str) -> str:
+    """The one line ``--help`` gives ``command`` (families pass it to their parser)."""
+    return SUMMARIES[command]
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every command, or only of the family that has ``command``."""
+    """The parser of the family that has ``command``; without one (``dmsgw --help``, a
+    mistyped command), every command by its summary alone, importing no family."""
     parser = argparse.ArgumentParser(
         prog="dmsgw",
         description="dms-gateway: speak NuNet DMS behaviors under your own DID and capabilities.",
     )
     parser.add_argument("--version", action="version", version=f"dmsgw {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    registers = [_register_of(COMMANDS[command])] if command in COMMANDS else _families()
-    for register in registers:
-        register(sub)
+    if command in COMMANDS:
+        _register_of(COMMANDS[command])(sub)
+    else:
+        for name in COMMANDS:
+            sub.add_parser(name, help=summary(name), add_help=False)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    words = list(sys.argv[1:] if argv is None else argv)
+def dispatch(words: list[str]) -> int:
+    """Parse ``words`` and run the command, an expected failure as one line and status 2."""
     parser = build_parser(words[0] if words and not words[0].startswith("-") else None)
     args = parser.parse_args(words)
     handler: Handler = args.handler
@@ -73,6 +94,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dmsgw: interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    from .agent import forward
+
+    try:
+        forwarded = forward(words)
+        return dispatch(words) if forwarded is None else forwarded
+    except DmsgwError as exc:
+        print(f"dmsgw: error: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         return _pipe_closed()
 

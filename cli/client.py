@@ -32,6 +32,7 @@ from ..behaviors.ensemble import AllocationType
 from ..behaviors.session import LEARN_VERSION, Node, connect
 from ..behaviors.status import AllocationStatus, DeploymentStatus, is_terminal
 from ..errors import DmsgwError
+from . import summary
 
 
 def _add_connection_options(parser: argparse.ArgumentParser) -> None:
@@ -280,7 +281,7 @@ def _repl(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    invoke = sub.add_parser("invoke", help="invoke a DMS behavior and print its reply as JSON")
+    invoke = sub.add_parser("invoke", help=summary("invoke"))
     invoke.add_argument("behavior", help="e.g. /dms/node/peers/list")
     invoke.add_argument("--data", help="the payload: JSON text, or @file")
     invoke.add_argument("--to", help="another DMS (peer ID, DID or handle JSON), through this one")
@@ -288,7 +289,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_connection_options(invoke)
     invoke.set_defaults(handler=_invoke)
 
-    deploy = sub.add_parser("deploy", help="deploy an ensemble (YAML) on the DMS network")
+    deploy = sub.add_parser("deploy", help=summary("deploy"))
     deploy.add_argument("ensemble", help="ensemble YAML file")
     deploy.add_argument(
         "--wait",
@@ -299,6 +300,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_connection_options(deploy)
     deploy.set_defaults(handler=_deploy)
 
-    repl = sub.add_parser("repl", help="an interactive Python session with `dms` connected")
+    repl = sub.add_parser("repl", help=summary("repl"))
     _add_connection_options(repl)
     repl.set_defaults(handler=_repl)

@@ -39,6 +39,7 @@ from ..keys.trust import provider_from_private_key
 from ..keys.ucan import CapabilityContext, TokenList, load_context, save_context
 from ..keys.ucan.expiry import ExpiryError, expiry_after
 from ..keys.ucan.store import CAP_DIR_ENV, default_cap_dir
+from . import summary
 from .cap import common as cap_common
 
 MAX_NODES = 64
@@ -267,7 +268,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``devnet`` (``up``, ``grant``)."""
     devnet = subparsers.add_parser(
         "devnet",
-        help="run the embedded DMS devnet, grant keys capabilities on it",
+        help=summary("devnet"),
         description="Simulated DMS nodes speaking the real wire protocol on loopback.",
     )
     sub = devnet.add_subparsers(dest="devnet_command", metavar="COMMAND", required=True)

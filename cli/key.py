@@ -34,6 +34,7 @@ from ..keys.did import DID
 from ..keys.id import ID
 from ..keys.keystore import KeyExistsError, KeyStore, read_passphrase, validate_key_name
 from ..keys.peer import peer_id_from_public_key
+from . import summary
 
 __all__ = ["DEFAULT_GATEWAY_KEY", "Identity", "parse_private_key", "register"]
 
@@ -251,7 +252,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common = _common()
     key = subparsers.add_parser(
         "key",
-        help="manage DMS key files (as nunet key)",
+        help=summary("key"),
         description="Manage keys in DMS key files, interchangeable with `nunet key`. "
         "The passphrase is read from $DMS_PASSPHRASE, else prompted for.",
     )
@@ -291,7 +292,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     whoami = subparsers.add_parser(
         "whoami",
         parents=[common],
-        help="show (creating if needed) the gateway's identity and how to delegate to it",
+        help=summary("whoami"),
     )
     whoami.add_argument(
         "--key", default=DEFAULT_GATEWAY_KEY, metavar="NAME", help="key name (default: dmsgw)"

@@ -27,6 +27,7 @@ from ..errors import DmsgwError
 from ..interlink.config import TOKEN_ENV
 from ..interlink.server.listening import AddressError, ListenAddress
 from ..interlink.server.options import DEFAULT_OPERATOR_PORT
+from . import summary
 
 OPERATOR_ENV = "DMSGW_OPERATOR_LISTEN"
 REQUEST_TIMEOUT_S = 30.0
@@ -200,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "pods",
-        help="list a running gateway's pods with their CPU and memory usage",
+        help=summary("pods"),
         description=(
             "List the pods of a running `dmsgw serve` as `kubectl get pods -o wide` does, "
             "with each pod's CPU (millicores) and memory (MiB) as its DMS measured them "

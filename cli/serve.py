@@ -25,6 +25,7 @@ from ..interlink.server import (
     Serve,
     ServeInfo,
 )
+from . import summary
 
 log = logging.getLogger("dmsgw.serve")
 
@@ -72,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="run the gateway: interLink's plugin API, offloading pods to the DMS",
+        help=summary("serve"),
         description=(
             "Run the NuNet plugin for interLink until SIGTERM or Ctrl-C. Each option can also "
             "be set by the environment variable in brackets, or in the --config file by the "

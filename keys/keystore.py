@@ -129,6 +129,7 @@ class _UnlockCache:
         self._entries: dict[_FileVersion, Key] = {}
         self._guard = threading.Lock()
         self._path_locks: dict[str, threading.Lock] = {}
+        self._held: dict[str, tuple[tuple[int, int, int, int], Key]] = {}
 
     def version(self, path: Path, passphrase: str) -> _FileVersion:
         st = path.stat()
@@ -152,10 +153,32 @@ class _UnlockCache:
     def forget(self, path: Path) -> None:
         with self._guard:
             self._forget_locked(str(path))
+            self._held.pop(str(path), None)
+
+    def hold(self, path: Path, key: Key) -> None:
+        """Keep ``key`` for unlocks that bring no passphrase, while ``path`` is unchanged."""
+        with self._guard:
+            self._held[str(path)] = (_stat_identity(path), key)
+
+    def held(self, path: Path) -> Key | None:
+        """The key :meth:`hold` kept for ``path``, unless the file changed since."""
+        with self._guard:
+            found = self._held.get(str(path))
+        if found is None:
+            return None
+        try:
+            return found[1] if _stat_identity(path) == found[0] else None
+        except OSError:
+            return None
 
     def _forget_locked(self, path: str) -> None:
         for stale in [v for v in self._entries if v.path == path]:
             del self._entries[stale]
+
+
+def _stat_identity(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
 
 
 _UNLOCKED = _UnlockCache()
@@ -279,9 +302,22 @@ class KeyStore:
         """The private key ``key_id``, unlocked with ``passphrase``, else ``$DMS_PASSPHRASE`` or
         a prompt: the one way a stored key is unlocked. A missing key is reported before a
         passphrase is asked for."""
-        self.existing_path(key_id)
+        path = self.existing_path(key_id)
+        held = _UNLOCKED.held(path) if passphrase is None else None
+        if held is not None:
+            return held.priv_key()
         secret = passphrase if passphrase is not None else read_passphrase(key_id, confirm=False)
         return self.priv_key(key_id, secret)
+
+    def hold(self, key_id: str, passphrase: str | None = None) -> PrivKey:
+        """Unlock ``key_id`` and keep it for this process (and the processes it forks): later
+        :meth:`unlock` calls that bring no passphrase need none while the file is unchanged.
+        Only the key agent (``dmsgw agent``) holds keys."""
+        path = self.existing_path(key_id)
+        secret = passphrase if passphrase is not None else read_passphrase(key_id, confirm=False)
+        key = self.get(key_id, secret)
+        _UNLOCKED.hold(path, key)
+        return key.priv_key()
 
     def delete(self, key_id: str, passphrase: str) -> None:
         """Remove a key file; like the DMS, only for whoever can unlock it."""

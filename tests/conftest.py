@@ -29,6 +29,7 @@ def private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
     itself to the user's commands."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
+        patch.setenv("DMSGW_AGENT", "off")  # nor a `dmsgw agent` of the user's run their commands
         yield
 
 

@@ -21,6 +21,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("crypto.py", ["--seconds", "0.02"], "worst ratio"),
         ("devnet_start.py", ["--rounds", "1", "--nodes", "2"], ""),
         ("invoke.py", ["--rounds", "20", "--concurrency", "4"], "ratio p50"),
+        ("cli.py", ["--rounds", "1"], "dmsgw invoke (agent, again)"),
         (
             "pods.py",
             ["--pods", "20", "--rate", "100", "--seconds", "0.4", "--steady-seconds", "0.5"],

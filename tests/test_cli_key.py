@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from dmsgw import cli
-from dmsgw.cli import key as cli_key
 from dmsgw.keys import keystore
 from tests.conftest import load_vector
 
@@ -25,7 +24,6 @@ GO_FILE = next(c for c in VECTOR["cases"] if c["name"] == "small_scrypt_n1024")[
 
 @pytest.fixture(autouse=True)
 def _environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(cli, "_families", lambda: [cli_key.register])
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # never touch the real ~/.nunet
     monkeypatch.delenv("DMSGW_KEY_DIR", raising=False)
     monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "16")

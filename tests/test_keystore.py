@@ -390,3 +390,22 @@ def test_unlock_reports_a_missing_key_before_asking_for_its_passphrase(
     monkeypatch.setattr(keystore.getpass, "getpass", lambda prompt: pytest.fail("asked"))
     with pytest.raises(KeyNotFoundError, match="no key named 'nope'"):
         store.unlock("nope")
+
+
+def test_a_held_key_unlocks_without_a_passphrase_until_its_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "16")
+    monkeypatch.delenv("DMS_PASSPHRASE", raising=False)
+    monkeypatch.setattr(keystore, "_can_prompt", lambda: False)
+    store = KeyStore(tmp_path)
+    seed = Ed25519PrivKey(bytes(range(32)))
+    store.save("held", marshal_private_key(seed), "pw")
+    store.save("other", marshal_private_key(seed), "pw")
+    assert store.hold("held", "pw").public_key() == seed.public_key()
+    assert store.unlock("held").public_key() == seed.public_key()  # no passphrase asked
+    with pytest.raises(KeystoreError, match="no passphrase for key 'other'"):
+        store.unlock("other")  # only the held key
+    store.save("held", marshal_private_key(Ed25519PrivKey(bytes(32))), "pw", overwrite=True)
+    with pytest.raises(KeystoreError, match="no passphrase for key 'held'"):
+        store.unlock("held")  # the file changed: the held key no longer stands for it

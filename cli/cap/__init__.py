@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 
 from ...keys.ucan.expiry import EXPIRY_FORMATS
+from .. import summary
 from .check import cmd_check
 from .common import (
     DEFAULT_CONTEXT,
@@ -272,7 +273,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``cap`` (new, show/list, anchor, remove, grant, delegate, revoke, check)."""
     cap = subparsers.add_parser(
         "cap",
-        help="manage capability contexts (as nunet cap) and check envelopes",
+        help=summary("cap"),
         description="Manage capability contexts in `nunet cap` files, and check what a DMS "
         "would make of an envelope. Keys are unlocked with $DMS_PASSPHRASE, else a prompt.",
     )
