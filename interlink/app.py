@@ -2,9 +2,10 @@
 
 The one module that wires together the configuration (:mod:`~dmsgw.interlink.config`), the
 gateway's key and capabilities (:mod:`~dmsgw.keys.loading`), the DMS client (a
-:class:`~dmsgw.behaviors.node.NodeClient` over the REST transport) and, when no DMS URL is
-configured, the embedded devnet. Everything else in :mod:`dmsgw.interlink` is handed what it
-needs, so that tests assemble the same parts over an in-memory DMS.
+:class:`~dmsgw.behaviors.node.NodeClient` over the REST transport), the state bound to its DMS
+(:mod:`~dmsgw.interlink.state_binding`) and, when asked for (``devnet``), the embedded devnet.
+Everything else in :mod:`dmsgw.interlink` is handed what it needs, so that tests assemble the
+same parts over an in-memory DMS.
 """
 
 from __future__ import annotations
@@ -112,12 +113,13 @@ class DmsConnection:
 
     async def _learn_identity(self) -> None:
         """Who the DMS is, told to :attr:`on_identity` before anything is asked of it."""
+        if self.on_identity is None:
+            return
         if self._devnet is not None:
             identity = EMBEDDED_DEVNET
         else:
             identity = DmsIdentity.of(await self.client.transport.handle(refresh=True), self.where)
-        if self.on_identity is not None:
-            self.on_identity(identity)
+        self.on_identity(identity)
 
     async def learn_version_or_defer(self) -> bool:
         """At start: learn the version (and identity) now (``True``), or on the first call
@@ -169,7 +171,7 @@ class DmsConnection:
 
 
 async def connect_dms(config: GatewayConfig, loop: asyncio.AbstractEventLoop) -> DmsConnection:
-    """The configured DMS under the configured key and capabilities; without a DMS URL, an
+    """The configured DMS under the configured key and capabilities; with ``devnet``, an
     embedded devnet started for this run, which grants the gateway's key ``/dms/node``."""
     passphrase = config.passphrase.get_secret_value() if config.passphrase else None
     if not config.embedded_devnet:
@@ -183,7 +185,7 @@ async def connect_dms(config: GatewayConfig, loop: asyncio.AbstractEventLoop) ->
     key = _embedded_key(config, passphrase)
     grant = devnet.grant(DID.from_public_key(key.public_key()), ["/dms/node"])
     capabilities = CapabilityContext(provider_from_private_key(key), provide=grant)
-    log.info("no DMS configured: started the embedded devnet (%s)", ", ".join(devnet.urls))
+    log.info("devnet chosen: started the embedded devnet (%s)", ", ".join(devnet.urls))
     return DmsConnection.open(devnet.urls[0], key, capabilities, loop=loop, devnet=devnet)
 
 

@@ -133,6 +133,15 @@ def test_empty_values_in_the_file_keep_the_default(tmp_path: Path) -> None:
     assert config.sources == {"devnet": f"file {path}:3"}
 
 
+def test_every_setting_is_in_the_reference_with_its_flag_and_variable() -> None:
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    lines = [line for line in reference.splitlines() if line.startswith("| `")]
+    rows = {line.split("|")[1].strip(" `"): line for line in lines}
+    for setting in SETTINGS:
+        assert setting.key in rows, f"{setting.key} is not in docs/configuration.md"
+        assert f"`{setting.flag}`" in rows[setting.key] and setting.env in rows[setting.key]
+
+
 def test_every_setting_has_an_env_and_a_flag() -> None:
     fields = set(GatewayConfig.model_fields)
     for setting in SETTINGS:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import logging
 import sqlite3
@@ -9,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from dmsgw.behaviors.catalog import ONBOARDING_STATUS
+from dmsgw.interlink.app import DmsConnection, _give_up_on_another_dms
 from dmsgw.interlink.state_binding import (
     EMBEDDED_DEVNET,
     DmsIdentity,
@@ -20,6 +24,7 @@ from dmsgw.interlink.store import PodStore, pack
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.transport.envelope import Handle
 
+KEY = Ed25519PrivKey(bytes(range(100, 132)))
 REAL = DmsIdentity.of(
     Handle.from_public_key(Ed25519PrivKey(bytes(range(32))).public_key()), "http://dms:9999"
 )
@@ -139,4 +144,48 @@ async def test_a_first_release_state_is_bound_to_its_first_dms_with_a_warning(
         f"taking it as made with {REAL}"
     ) in caplog.text
     assert store.meta("dms") == REAL.name
+    await store.close()
+
+
+class _Transport:
+    """Answers ``GET /actor/handle`` as whichever DMS is at the URL now."""
+
+    def __init__(self) -> None:
+        self.handle_of = Handle.from_public_key(Ed25519PrivKey(bytes(range(32))).public_key())
+
+    async def handle(self, *, refresh: bool = False) -> Handle:
+        return self.handle_of
+
+
+class _Client:
+    """A node client whose DMS went away; it counts the calls that reached it."""
+
+    def __init__(self) -> None:
+        self.transport = _Transport()
+        self.calls = 0
+
+    async def invoke(self, *args: object, **kwargs: object) -> None:
+        self.calls += 1
+
+
+async def test_a_dms_that_comes_back_as_another_gets_no_call_and_the_gateway_gives_up(
+    tmp_path: Path,
+) -> None:
+    """Started while its DMS was unreachable, the gateway learns who answers at the first
+    call: another DMS gets nothing, and the gateway stops (its service manager restarts it
+    into the refusal), the state kept."""
+    store = PodStore(tmp_path / "gw.sqlite3")
+    await store.put("p0", {"uid": "p0"})
+    binding = StateBinding(store)
+    binding.check(DmsIdentity.of(Handle.from_public_key(KEY.public_key()), "http://dms:9999"))
+    client = _Client()
+    dms = DmsConnection(client, where="http://dms:9999")  # type: ignore[arg-type]
+    gave_up: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    dms.on_identity = functools.partial(_give_up_on_another_dms, binding, gave_up)
+    dms._lost = True  # as learn_version_or_defer leaves it when the DMS cannot be reached
+    with pytest.raises(StateFromAnotherDmsError):
+        await dms.invoke(ONBOARDING_STATUS)
+    assert client.calls == 0
+    assert gave_up.result().startswith(f"the state file {store.path} (1 pods) was made with DMS")
+    assert store.load_all() == [{"uid": "p0"}]
     await store.close()
