@@ -464,7 +464,7 @@ def load_config(
     if chosen:
         _add_file(Path(chosen).expanduser(), named_by, values, sources)
     for setting in SETTINGS:
-        if setting.env in env:
+        if env.get(setting.env):  # an empty variable is unset, as an empty key in the file
             values[setting.key], sources[setting.key] = env[setting.env], f"env {setting.env}"
     for key, value in (flags or {}).items():
         if value is not None:

@@ -72,6 +72,7 @@ def test_without_a_dms_nothing_starts_and_both_ways_are_named() -> None:
             "pods on this host's embedded devnet"
         )
     assert error_of(env={"DMSGW_DEVNET": "0"}).startswith("no DMS chosen")
+    assert error_of(env={"DMSGW_DEVNET": "", "DMSGW_LISTEN": ""}).startswith("no DMS chosen")
     assert error_of(env={**DMS}, flags={"devnet": True}) == (
         "devnet (flag --devnet) and dms_url (env DMSGW_DMS_URL) are both set: the gateway "
         "talks to one DMS; keep one"
