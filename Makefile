@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	@printf 'make: ready (set-up log: %s)\n' '$(SETUP_LOG)'
 
 run: $(STAMP)
-	$(BIN)/dmsgw serve
+	$(BIN)/dmsgw serve --devnet
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -229,7 +229,9 @@ async def main(peers: int, latency_ms: float, seconds: float, burst: int, worker
     with tempfile.TemporaryDirectory(prefix="dmsgw-bench-ping-") as name:
         backend = _backend(Path(name), network, clock)
         await backend.start()
-        config = load_config(env={"DMSGW_STATE_PATH": str(Path(name) / "unused.sqlite3")})
+        config = load_config(
+            env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(Path(name) / "unused.sqlite3")}
+        )
         server = PluginServer(backend, config.server_options(), Metrics())
         url = await _serve(server.app(), runners)
         headers = {"Content-Type": "application/json"}

@@ -429,7 +429,9 @@ async def main(run: Run) -> None:
         dms = FakeDMS(tmp / "logs")
         gateway = backend = _gateway(tmp, dms, loop, pods)
         await gateway.start()
-        config = load_config(env={"DMSGW_STATE_PATH": str(tmp / "unused.sqlite3")})
+        config = load_config(
+            env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp / "unused.sqlite3")}
+        )
         runners: list[web.AppRunner] = []
         try:
             load = _Load(backend, gateway, dms, metrics, config, runners, probe, gauge)

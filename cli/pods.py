@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import DmsgwError
-from ..interlink.config import TOKEN_ENV
+from ..interlink.config import OPERATOR_TOKEN_ENV
 from ..interlink.server.listening import AddressError, ListenAddress
 from ..interlink.server.options import DEFAULT_OPERATOR_PORT
 from . import summary
@@ -173,7 +173,7 @@ def _token(args: argparse.Namespace) -> str | None:
             return Path(args.token_file).read_text().strip() or None
         except OSError as exc:
             raise DmsgwError(f"--token-file: {exc}") from None
-    return os.environ.get(TOKEN_ENV) or None
+    return os.environ.get(OPERATOR_TOKEN_ENV) or None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -215,7 +215,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"[${OPERATOR_ENV}, else 127.0.0.1:{DEFAULT_OPERATOR_PORT}]",
     )
     parser.add_argument(
-        "--token-file", metavar="FILE", help=f"file holding the bearer token [${TOKEN_ENV}]"
+        "--token-file",
+        metavar="FILE",
+        help=f"file holding the operator port's bearer token [${OPERATOR_TOKEN_ENV}]",
     )
     parser.add_argument("-w", "--watch", action="store_true", help="refresh until Ctrl-C")
     parser.add_argument(

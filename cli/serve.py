@@ -1,6 +1,6 @@
 """``dmsgw serve``: the gateway as interLink's plugin (sidecar), until SIGTERM or Ctrl-C.
 
-It reads the configuration (:mod:`dmsgw.interlink.config`: flags, ``$DMSGW_*``, a TOML
+It reads the configuration (:mod:`dmsgw.interlink.config`: flags, ``$DMSGW_*``, a YAML
 file), sets up the JSON-lines log on stderr, and runs :class:`~dmsgw.interlink.server.Serve`
 over the gateway that :func:`dmsgw.interlink.app.start_backend` assembles.
 Where it listens goes to stdout, one line each, as soon as both servers accept connections;
@@ -75,20 +75,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "serve",
         help=summary("serve"),
         description=(
-            "Run the NuNet plugin for interLink until SIGTERM or Ctrl-C. Each option can also "
-            "be set by the environment variable in brackets, or in the --config file by the "
-            "variable's name without DMSGW_, in lower case (pods_capacity = 500); flags win "
-            "over the environment, which wins over the file. Secrets come only from the "
-            "environment: $DMS_PASSPHRASE unlocks the key, $DMSGW_TOKEN (or --token-file) is "
-            "the bearer token the plugin API then requires; a non-loopback --listen or "
-            "--operator-listen needs one. Requests from web pages (Origin), for another host "
-            "name (Host) or with a body that is not application/json are refused."
+            "Run the NuNet plugin for interLink until SIGTERM or Ctrl-C, against the DMS at "
+            "--dms-url or, with --devnet, the embedded devnet on this host (one of the two is "
+            "required). Each option can also be set by the environment variable in brackets, "
+            "or in the YAML --config file by the variable's name without DMSGW_, in lower case "
+            "(pods_capacity: 500); flags win over the environment, which wins over the file. "
+            "Secrets come only from the environment or files: $DMS_PASSPHRASE unlocks the key, "
+            "$DMSGW_TOKEN (or --token-file) is the bearer token the plugin API then requires "
+            "on TCP (never on a unix socket), $DMSGW_OPERATOR_TOKEN (or --operator-token-file) "
+            "the operator port's; a non-loopback --listen or --operator-listen needs its "
+            "token. Requests from web pages (Origin), for another host name (Host) or with a "
+            "body that is not application/json are refused. Every key: docs/configuration.md."
         ),
     )
-    parser.add_argument(
-        "--config", metavar="FILE", help=f"TOML configuration file (default ${CONFIG_ENV})"
-    )
+    parser.add_argument("--config", metavar="FILE", help=f"YAML configuration file [${CONFIG_ENV}]")
     for setting in SETTINGS:
+        if setting.switch:
+            parser.add_argument(
+                setting.flag,
+                dest=setting.key,
+                action="store_const",
+                const=True,
+                help=f"{setting.help} [${setting.env}=1]",
+            )
+            continue
         parser.add_argument(
             setting.flag,
             dest=setting.key,

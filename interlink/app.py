@@ -2,9 +2,10 @@
 
 The one module that wires together the configuration (:mod:`~dmsgw.interlink.config`), the
 gateway's key and capabilities (:mod:`~dmsgw.keys.loading`), the DMS client (a
-:class:`~dmsgw.behaviors.node.NodeClient` over the REST transport) and, when no DMS URL is
-configured, the embedded devnet. Everything else in :mod:`dmsgw.interlink` is handed what it
-needs, so that tests assemble the same parts over an in-memory DMS.
+:class:`~dmsgw.behaviors.node.NodeClient` over the REST transport), the state bound to its DMS
+(:mod:`~dmsgw.interlink.state_binding`) and, when asked for (``devnet``), the embedded devnet.
+Everything else in :mod:`dmsgw.interlink` is handed what it needs, so that tests assemble the
+same parts over an in-memory DMS.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ from .pod_record import Snapshot, snapshot_of
 from .pod_report import PodReport
 from .resources import Capacity, GpuCatalog, ResourceActor
 from .server import DmsCalls, Metrics
+from .state_binding import (
+    EMBEDDED_DEVNET,
+    DmsIdentity,
+    StateBinding,
+    StateFromAnotherDmsError,
+)
 from .store import PodStore
 from .translation import Translator
 from .usage import UsageBook
@@ -45,15 +52,18 @@ log = logging.getLogger(__name__)
 
 VersionSeen = Callable[[str], None]
 """Told the DMS's version each time the gateway learns it (the operator port shows it)."""
+IdentitySeen = Callable[[DmsIdentity], None]
+"""Told who the DMS is each time the gateway learns it; raises if it is not the state's."""
 
 
 class DmsConnection:
     """The gateway's link to the DMS: the node actor that signs its requests and the transport
     that carries them, and the embedded devnet they go to when it runs one (stopped with it).
 
-    It learns the DMS's version (:meth:`learn_version`) when the gateway starts and again on
-    the first call after the DMS could not be reached (it may have come back upgraded), and
-    :meth:`invoke` refuses at once a behavior that version does not have."""
+    It learns the DMS's version and identity (:meth:`learn_version`) when the gateway starts
+    and again on the first call after the DMS could not be reached (it may have come back
+    upgraded, or be another DMS), and :meth:`invoke` refuses at once a behavior that version
+    does not have."""
 
     def __init__(
         self, client: NodeClient, devnet: Devnet | None = None, *, where: str = "the DMS"
@@ -63,6 +73,7 @@ class DmsConnection:
         self.where = where
         self.version: str | None = None
         self.on_version: VersionSeen | None = None
+        self.on_identity: IdentitySeen | None = None
         self._lost = False
         self._relearning = asyncio.Lock()
 
@@ -91,6 +102,7 @@ class DmsConnection:
         """Ask the DMS which version it is (:func:`~dmsgw.behaviors.dms_version.
         learn_dms_version`), log it and tell :attr:`on_version`; a DMS whose wire the gateway
         does not speak raises :class:`~dmsgw.behaviors.dms_version.UnsupportedDmsError`."""
+        await self._learn_identity()
         version = await learn_dms_version(self.client.invoke, self.where)
         if version != self.version:
             log.info("the DMS at %s is DMS %s", self.where, version, extra={"dms_version": version})
@@ -99,10 +111,21 @@ class DmsConnection:
             self.on_version(version)
         return version
 
-    async def learn_version_or_defer(self) -> None:
-        """At start: learn the version now, or on the first call when the DMS cannot be
-        reached yet (the gateway starts whether its DMS is up or not, as before it asked;
-        it refuses only a DMS that answers and does not speak its wire)."""
+    async def _learn_identity(self) -> None:
+        """Who the DMS is, told to :attr:`on_identity` before anything is asked of it."""
+        if self.on_identity is None:
+            return
+        if self._devnet is not None:
+            identity = EMBEDDED_DEVNET
+        else:
+            identity = DmsIdentity.of(await self.client.transport.handle(refresh=True), self.where)
+        self.on_identity(identity)
+
+    async def learn_version_or_defer(self) -> bool:
+        """At start: learn the version (and identity) now (``True``), or on the first call
+        when the DMS cannot be reached yet (``False``: the gateway starts whether its DMS is
+        up or not, as before it asked; it refuses only a DMS that answers and does not speak
+        its wire)."""
         try:
             await self.learn_version()
         except TransportError as exc:
@@ -110,6 +133,8 @@ class DmsConnection:
                 raise
             log.warning("cannot ask the DMS its version yet (%s): asking on the first call", exc)
             self._lost = True
+            return False
+        return True
 
     async def invoke(
         self,
@@ -146,7 +171,7 @@ class DmsConnection:
 
 
 async def connect_dms(config: GatewayConfig, loop: asyncio.AbstractEventLoop) -> DmsConnection:
-    """The configured DMS under the configured key and capabilities; without a DMS URL, an
+    """The configured DMS under the configured key and capabilities; with ``devnet``, an
     embedded devnet started for this run, which grants the gateway's key ``/dms/node``."""
     passphrase = config.passphrase.get_secret_value() if config.passphrase else None
     if not config.embedded_devnet:
@@ -160,7 +185,7 @@ async def connect_dms(config: GatewayConfig, loop: asyncio.AbstractEventLoop) ->
     key = _embedded_key(config, passphrase)
     grant = devnet.grant(DID.from_public_key(key.public_key()), ["/dms/node"])
     capabilities = CapabilityContext(provider_from_private_key(key), provide=grant)
-    log.info("no DMS configured: started the embedded devnet (%s)", ", ".join(devnet.urls))
+    log.info("devnet chosen: started the embedded devnet (%s)", ", ".join(devnet.urls))
     return DmsConnection.open(devnet.urls[0], key, capabilities, loop=loop, devnet=devnet)
 
 
@@ -190,12 +215,23 @@ async def start_backend(
     """Build and start the gateway described by ``config`` and return it: the plugin server's
     backend. ``clock`` times the gateway's background passes."""
     loop = asyncio.get_running_loop()
-    dms = await connect_dms(config, loop)
-    dms.on_version = functools.partial(_show_version, _dms_info(metrics))
+    store = PodStore(config.state_path)
+    binding = StateBinding(store)
     try:
-        await dms.learn_version_or_defer()
+        if config.embedded_devnet:
+            binding.check(EMBEDDED_DEVNET)  # before a devnet is started for nothing
+        dms = await connect_dms(config, loop)
+    except BaseException:
+        await store.close()
+        raise
+    dms.on_version = functools.partial(_show_version, _dms_info(metrics))
+    dms.on_identity = binding.check
+    try:
+        if not await dms.learn_version_or_defer():
+            binding.check_unreachable(dms.where)
     except BaseException:
         await dms.close()
+        await store.close()
         raise
     catalog = GpuCatalog()
     resources = ResourceActor.start(dms.invoke, catalog=catalog, loop=loop)
@@ -204,7 +240,7 @@ async def start_backend(
     )
     parts = GatewayParts(
         invoke=dms.invoke,
-        store=PodStore(config.state_path),
+        store=store,
         translate=Translator(catalog, capacity.free_resources),
         snapshot=snapshot_by(clock),
         capacity=capacity,
@@ -216,12 +252,26 @@ async def start_backend(
         polls_per_s=config.polls_per_s,
     )
     gateway = Gateway(parts)
+    dms.on_identity = functools.partial(_give_up_on_another_dms, binding, gateway.gave_up)
     await gateway.start()
     gateway.pod_report = PodReport(gateway.pods, UsageBook(dms.client.invoke), clock=clock)
     dms.client.observer = DmsCalls(metrics).observe
     _export_metrics(metrics, gateway, dms.client.security.capabilities)
     gateway.start_orphan_collection()
     return gateway
+
+
+def _give_up_on_another_dms(
+    binding: StateBinding, gave_up: asyncio.Future[str], identity: DmsIdentity
+) -> None:
+    """A DMS that comes back as another one (its call fails, raising): the gateway stops,
+    its state kept for the DMS it was made with."""
+    try:
+        binding.check(identity)
+    except StateFromAnotherDmsError as exc:
+        if not gave_up.done():
+            gave_up.set_result(str(exc))
+        raise
 
 
 def _dms_info(metrics: Metrics) -> Gauge:

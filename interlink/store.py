@@ -3,8 +3,9 @@
 Crash-only: a pod's record is written (and fsynced) before the gateway acts on it, so a
 gateway killed at any instant resumes every pod from here plus what the DMS knows. Writes are
 group-committed on a writer thread — many pods changing at once cost one transaction, and the
-event loop never waits on the disk. Records are msgpack blobs: compact, fast, and schema changes
-need no migration (unknown keys are ignored, missing ones defaulted by the reader).
+event loop never waits on the disk. Records are msgpack blobs: compact, fast, and their changes
+need no migration (unknown keys are ignored, missing ones defaulted by the reader); the tables'
+do (:mod:`.state_schema`, run when the file is opened).
 
 The records hold whole pod specs, Kubernetes Secret data included, so the state is private as
 the key files are: the database and SQLite's side files 0600, in a directory of its own 0700.
@@ -29,13 +30,8 @@ import msgpack
 
 from ..actors.turns import wake_in_turns
 from ..errors import DmsgwError
+from .state_schema import STATE_SCHEMA, migrate
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS pods (
-    uid TEXT PRIMARY KEY,
-    record BLOB NOT NULL
-) WITHOUT ROWID
-"""
 _MAX_RECORD_BYTES = 16 * 1024 * 1024
 _SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
 """SQLite's companions of a database file; each holds pages of the records."""
@@ -78,16 +74,26 @@ class PodStore:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self._lock = threading.Lock()
         try:
             if str(path) != ":memory:":
                 _make_private(self.path)
             self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+            migrated_from = migrate(self._db, self.path)  # first: a newer file stays as it is
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the state file {self.path}: {exc}") from None
-        self._lock = threading.Lock()
+        except DmsgwError:
+            self._db.close()
+            raise
+        if migrated_from < STATE_SCHEMA and self.count():
+            log.info(
+                "the state file %s was brought from schema %d to %d",
+                self.path,
+                migrated_from,
+                STATE_SCHEMA,
+            )
         self._pending: list[tuple[str, bytes | None, asyncio.Future[None]]] = []
         self._wakeup: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -98,6 +104,26 @@ class PodStore:
         threads as it went (a commit handed on before the last one's thread was idle again
         spawned another), each start a wait on the loop for the new thread to run."""
         self._closed = False
+
+    def count(self) -> int:
+        """How many pods the state holds."""
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM pods").fetchone()[0])
+
+    def meta(self, key: str) -> str | None:
+        """A fact about the state itself (:mod:`.state_binding`'s), or ``None``."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        """Record facts about the state, durably, at once (start-up only: it blocks)."""
+        with self._lock, self._transaction():
+            self._db.executemany(
+                "INSERT INTO state_meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                list(values.items()),
+            )
 
     def load_all(self) -> list[dict[str, Any]]:
         """Every record, as written (corrupt ones raise: the operator must look)."""

@@ -67,7 +67,7 @@ class Gateway:
         script.write_text(FAKE_GATEWAY)
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("DMSGW_", "DMS_"))}
         clean.update(env, XDG_STATE_HOME=str(tmp_path / "state"))
-        argv = [sys.executable, str(script), "serve", "--listen", "127.0.0.1:0"]
+        argv = [sys.executable, str(script), "serve", "--devnet", "--listen", "127.0.0.1:0"]
         argv += ["--operator-listen", "127.0.0.1:0", "--log-format", "text", *args]
         self.process = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean, cwd=tmp_path

@@ -18,11 +18,13 @@ from dmsgw.interlink.log_lines import configure_logging
 from dmsgw.interlink.server import ListenAddress
 
 TOKEN = "tok-5f1e0c9a7b3d"
+OTHER = "op-77c1d2e3f4a5"
 PASSPHRASE = "correct horse battery staple"
+DMS = {"DMSGW_DMS_URL": "http://127.0.0.1:9999"}
 SIG = "9xAr/p3dx5G6Dc+VGsvmuTJnGymCr68Ni+zQDZOs+6nNS+GEPNBHhRI1wv3y7wnfE59yjqFRPgbxVkXSF9q9AA=="
 
 
-def write(tmp_path: Path, text: str, name: str = "gateway.toml") -> Path:
+def write(tmp_path: Path, text: str, name: str = "gateway.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
@@ -40,29 +42,58 @@ def error_of(**kwargs: object) -> str:
 
 
 def test_defaults() -> None:
-    config = load_config(env={"XDG_STATE_HOME": "/var/state"})
+    config = load_config(env={**DMS, "XDG_STATE_HOME": "/var/state"})
     assert str(config.listen) == "127.0.0.1:4000"
     assert str(config.operator_listen) == "127.0.0.1:4001"
-    assert config.embedded_devnet and config.dms_url is None
+    assert not config.embedded_devnet and config.dms_url == "http://127.0.0.1:9999"
     assert (config.key_name, config.cap_context) == ("dmsgw", "dmsgw")
     assert config.key_dir == Path("~/.nunet/key").expanduser()
     assert config.state_path == Path("/var/state/dmsgw/gateway.sqlite3")
-    assert (config.token, config.passphrase) == (None, None)
+    assert (config.token, config.operator_token, config.passphrase) == (None, None, None)
     assert (config.log_level, config.log_format) == ("INFO", "json")
-    assert config.sources == {}
+    assert config.dms_log_dir is None
+    assert config.sources == {"dms_url": "env DMSGW_DMS_URL"}
+
+
+def test_the_devnet_and_a_real_dms_have_their_own_default_state() -> None:
+    devnet = load_config(env={"DMSGW_DEVNET": "1", "XDG_STATE_HOME": "/var/state"})
+    assert devnet.embedded_devnet and devnet.dms_url is None
+    assert devnet.state_path == Path("/var/state/dmsgw/devnet.sqlite3")
+    chosen = load_config(env={"DMSGW_DEVNET": "true", "DMSGW_STATE_PATH": "/srv/demo.sqlite3"})
+    assert chosen.state_path == Path("/srv/demo.sqlite3")
+
+
+def test_without_a_dms_nothing_starts_and_both_ways_are_named() -> None:
+    """A typo in one variable must not turn a production gateway into a local executor."""
+    for env in ({}, {"DMSGW_DMS_URL": ""}, {"DMSGW_DMS_ULR": "http://dms:9999"}):
+        assert error_of(env=env) == (
+            "no DMS chosen: set dms_url (--dms-url, $DMSGW_DMS_URL or dms_url: in the --config "
+            "file) to a DMS's REST API, or pass --devnet ($DMSGW_DEVNET=1, devnet: true) to run "
+            "pods on this host's embedded devnet"
+        )
+    assert error_of(env={"DMSGW_DEVNET": "0"}).startswith("no DMS chosen")
+    assert error_of(env={"DMSGW_DEVNET": "", "DMSGW_LISTEN": ""}).startswith("no DMS chosen")
+    assert error_of(env={**DMS}, flags={"devnet": True}) == (
+        "devnet (flag --devnet) and dms_url (env DMSGW_DMS_URL) are both set: the gateway "
+        "talks to one DMS; keep one"
+    )
+    assert error_of(env={"DMSGW_DEVNET": "maybe"}) == (
+        "devnet (env DMSGW_DEVNET): input should be a valid boolean, unable to interpret input "
+        "(got 'maybe')"
+    )
 
 
 def test_state_path_without_xdg() -> None:
     expected = Path("~/.local/state/dmsgw/gateway.sqlite3").expanduser()
-    assert load_config(env={}).state_path == expected
-    assert load_config(env={"XDG_STATE_HOME": "relative"}).state_path == expected
+    assert load_config(env=DMS).state_path == expected
+    assert load_config(env={**DMS, "XDG_STATE_HOME": "relative"}).state_path == expected
 
 
 def test_flags_win_over_env_which_wins_over_the_file(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        'listen = "127.0.0.1:5000"\npods_capacity = 10\nlog_format = "text"\n'
-        'dms_url = "http://dms.example:9999/"\n',
+        'listen: "127.0.0.1:5000"\npods_capacity: 10\nlog_format: "text"\n'
+        'dms_url: "http://dms.example:9999/"\n',
     )
     env = {"DMSGW_LISTEN": "127.0.0.1:6000", "DMSGW_LOG_FORMAT": "json", "DMSGW_LOG_LEVEL": "debug"}
     config = load_config(
@@ -77,28 +108,39 @@ def test_flags_win_over_env_which_wins_over_the_file(tmp_path: Path) -> None:
         "listen": "flag --listen",
         "log_format": "env DMSGW_LOG_FORMAT",
         "log_level": "env DMSGW_LOG_LEVEL",
-        "pods_capacity": f"file {path}",
-        "dms_url": f"file {path}",
+        "pods_capacity": f"file {path}:2",
+        "dms_url": f"file {path}:4",
     }
     assert config.describe()["listen"] == "127.0.0.1:7000 (flag --listen)"
 
 
 def test_config_file_from_the_environment(tmp_path: Path) -> None:
-    path = write(tmp_path, "pods_capacity = 42\n")
-    assert load_config(env={"DMSGW_CONFIG": str(path)}).pods_capacity == 42
+    path = write(tmp_path, "pods_capacity: 42\n")
+    assert load_config(env={**DMS, "DMSGW_CONFIG": str(path)}).pods_capacity == 42
 
 
 def test_relative_paths_in_the_file_are_relative_to_it(tmp_path: Path) -> None:
-    path = write(tmp_path, 'state_path = "state/gw.sqlite3"\nkey_dir = "/abs/keys"\n')
-    config = load_config(config_file=path, env={"DMSGW_CAP_DIR": "caps"})
+    path = write(tmp_path, 'state_path: "state/gw.sqlite3"\nkey_dir: "/abs/keys"\n')
+    config = load_config(config_file=path, env={**DMS, "DMSGW_CAP_DIR": "caps"})
     assert config.state_path == tmp_path / "state" / "gw.sqlite3"
     assert config.key_dir == Path("/abs/keys")
     assert config.cap_dir == Path("caps")
 
 
-def test_empty_dms_url_means_the_embedded_devnet() -> None:
-    assert load_config(env={"DMSGW_DMS_URL": ""}).embedded_devnet
-    assert not load_config(env={"DMSGW_DMS_URL": "https://dms:9999"}).embedded_devnet
+def test_empty_values_in_the_file_keep_the_default(tmp_path: Path) -> None:
+    path = write(tmp_path, "dms_url:\nlisten: ''\ndevnet: yes\nstate_path: ~\n")
+    config = load_config(config_file=path, env={})
+    assert config.embedded_devnet and config.dms_url is None
+    assert config.sources == {"devnet": f"file {path}:3"}
+
+
+def test_every_setting_is_in_the_reference_with_its_flag_and_variable() -> None:
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    lines = [line for line in reference.splitlines() if line.startswith("| `")]
+    rows = {line.split("|")[1].strip(" `"): line for line in lines}
+    for setting in SETTINGS:
+        assert setting.key in rows, f"{setting.key} is not in docs/configuration.md"
+        assert f"`{setting.flag}`" in rows[setting.key] and setting.env in rows[setting.key]
 
 
 def test_every_setting_has_an_env_and_a_flag() -> None:
@@ -123,54 +165,78 @@ def test_every_setting_has_an_env_and_a_flag() -> None:
     ],
 )
 def test_listen_is_a_unix_socket_or_host_port(value: str, expected: ListenAddress) -> None:
-    assert load_config(env={"DMSGW_LISTEN": value}).listen == expected
+    assert load_config(env={**DMS, "DMSGW_LISTEN": value}).listen == expected
 
 
 def test_a_listen_port_from_toml_may_be_a_number(tmp_path: Path) -> None:
-    config = load_config(config_file=write(tmp_path, "operator_listen = 9100\n"), env={})
+    config = load_config(config_file=write(tmp_path, "operator_listen: 9100\n"), env=DMS)
     assert str(config.operator_listen) == "127.0.0.1:9100"
 
 
 def test_a_bare_privileged_port_is_named_as_a_likely_typo(tmp_path: Path) -> None:
-    path = write(tmp_path, "listen = 5\n")
+    path = write(tmp_path, "listen: 5\n")
     with pytest.raises(ConfigError) as caught:
-        load_config(config_file=path, env={})
+        load_config(config_file=path, env=DMS)
     assert str(caught.value) == (
-        f"listen (file {path}): 5: a bare number is a port on loopback, and this one is "
+        f"listen (file {path}:1): 5: a bare number is a port on loopback, and this one is "
         "privileged (below 1024), likely a typo; write the port, e.g. 4000, or 127.0.0.1:5 if "
         "you mean it"
     )
-    assert str(load_config(env={"DMSGW_LISTEN": "127.0.0.1:5"}).listen) == "127.0.0.1:5"
+    assert str(load_config(env={**DMS, "DMSGW_LISTEN": "127.0.0.1:5"}).listen) == "127.0.0.1:5"
 
 
 def test_operator_host_alone_gets_the_operator_port() -> None:
-    config = load_config(env={"DMSGW_OPERATOR_LISTEN": "0.0.0.0", "DMSGW_TOKEN": TOKEN})
+    config = load_config(
+        env={**DMS, "DMSGW_OPERATOR_LISTEN": "0.0.0.0", "DMSGW_OPERATOR_TOKEN": TOKEN}
+    )
     assert str(config.operator_listen) == "0.0.0.0:4001"
 
 
-def test_an_operator_port_off_loopback_needs_the_token_for_metrics() -> None:
+def test_an_operator_port_off_loopback_needs_the_operator_token_for_metrics() -> None:
     """The operator port tells the gateway's state (pods, errors): off loopback, /metrics
-    is the token's; the probes stay open (issue 10, defect 1)."""
-    message = error_of(flags={"operator_listen": "0.0.0.0:4001"})
+    is the operator token's; the probes stay open (issue 10, defect 1)."""
+    message = error_of(env=DMS, flags={"operator_listen": "0.0.0.0:4001"})
     assert message == (
         "operator_listen (flag --operator-listen) = 0.0.0.0:4001 is not loopback, so /metrics "
-        "needs a bearer token: set $DMSGW_TOKEN or token_file, or listen on a unix socket or "
+        "needs a bearer token: set $DMSGW_OPERATOR_TOKEN or operator_token_file, or listen on "
         "127.0.0.1"
     )
+    # the plugin API's token is not the operator port's (issue 29): it says so
+    assert error_of(
+        env={**DMS, "DMSGW_OPERATOR_LISTEN": "0.0.0.0:4001", "DMSGW_TOKEN": TOKEN}
+    ).endswith(
+        "operator_token_file ($DMSGW_TOKEN is the plugin API's alone), or listen on 127.0.0.1"
+    )
     options = load_config(
-        env={"DMSGW_OPERATOR_LISTEN": "0.0.0.0:4001", "DMSGW_TOKEN": TOKEN}
+        env={**DMS, "DMSGW_OPERATOR_LISTEN": "0.0.0.0:4001", "DMSGW_OPERATOR_TOKEN": OTHER}
     ).server_options()
-    assert options.metrics_token == TOKEN
-    assert load_config(env={"DMSGW_TOKEN": TOKEN}).server_options().metrics_token is None
+    assert (options.metrics_token, options.plugin_token) == (OTHER, None)
+    assert (
+        load_config(env={**DMS, "DMSGW_OPERATOR_TOKEN": OTHER}).server_options().metrics_token
+        is None
+    )
+
+
+def test_the_plugin_api_on_a_unix_socket_never_requires_a_token(tmp_path: Path) -> None:
+    """interLink sends no credential to its plugin: a token set for TCP (or by mistake) must
+    not make the socket answer 401 (issue 29)."""
+    sock = f"unix://{tmp_path}/plugin.sock"
+    env = {**DMS, "DMSGW_LISTEN": sock, "DMSGW_TOKEN": TOKEN, "DMSGW_OPERATOR_TOKEN": OTHER}
+    config = load_config(env={**env, "DMSGW_OPERATOR_LISTEN": "0.0.0.0:4001"})
+    options = config.server_options()
+    assert (options.plugin_token, options.metrics_token) == (None, OTHER)
+    assert config.describe()["token"] == "set, unused: the plugin API is on a unix socket"
+    on_tcp = load_config(env={**env, "DMSGW_LISTEN": "0.0.0.0:4000"}).server_options()
+    assert (on_tcp.plugin_token, on_tcp.metrics_token) == (TOKEN, None)
 
 
 def test_non_loopback_without_a_token_is_refused() -> None:
-    message = error_of(env={"DMSGW_LISTEN": "0.0.0.0:4000"})
+    message = error_of(env={**DMS, "DMSGW_LISTEN": "0.0.0.0:4000"})
     assert message.startswith(
         "listen (env DMSGW_LISTEN) = 0.0.0.0:4000 is not loopback, so the plugin API needs a "
         "bearer token: set $DMSGW_TOKEN or token_file"
     )
-    config = load_config(env={"DMSGW_LISTEN": "0.0.0.0:4000", "DMSGW_TOKEN": TOKEN})
+    config = load_config(env={**DMS, "DMSGW_LISTEN": "0.0.0.0:4000", "DMSGW_TOKEN": TOKEN})
     assert config.server_options().token == TOKEN
 
 
@@ -178,16 +244,16 @@ def test_non_loopback_without_a_token_is_refused() -> None:
 
 
 def test_errors_name_each_key_and_its_source(tmp_path: Path) -> None:
-    path = write(tmp_path, 'pods_capacity = 0\nlog_format = "xml"\n')
+    path = write(tmp_path, 'pods_capacity: 0\nlog_format: "xml"\n')
     message = error_of(
         config_file=path,
-        env={"DMSGW_LISTEN": ":4000", "DMSGW_MAX_BODY_BYTES": "lots"},
+        env={**DMS, "DMSGW_LISTEN": ":4000", "DMSGW_MAX_BODY_BYTES": "lots"},
         flags={"deadline_s": "200"},
     )
     assert message.split("; ") == [
         "listen (env DMSGW_LISTEN): ':4000': give a host (0.0.0.0 for every interface)",
-        f"pods_capacity (file {path}): input should be greater than or equal to 1 (got 0)",
-        f"log_format (file {path}): input should be 'json' or 'text' (got 'xml')",
+        f"pods_capacity (file {path}:1): input should be greater than or equal to 1 (got 0)",
+        f"log_format (file {path}:2): input should be 'json' or 'text' (got 'xml')",
         "max_body_bytes (env DMSGW_MAX_BODY_BYTES): input should be a valid integer, unable to "
         "parse string as an integer (got 'lots')",
         "deadline_s (flag --deadline): input should be less than or equal to 110 (got '200')",
@@ -205,49 +271,89 @@ def test_errors_name_each_key_and_its_source(tmp_path: Path) -> None:
     ],
 )
 def test_polls_a_second_must_be_a_positive_number(given: str, said: str) -> None:
-    assert load_config(env={"DMSGW_POLLS_PER_S": "250"}).polls_per_s == 250.0
-    assert error_of(env={"DMSGW_POLLS_PER_S": given}) == (
+    assert load_config(env={**DMS, "DMSGW_POLLS_PER_S": "250"}).polls_per_s == 250.0
+    assert error_of(env={**DMS, "DMSGW_POLLS_PER_S": given}) == (
         f"polls_per_s (env DMSGW_POLLS_PER_S): {said}"
     )
 
 
 def test_bad_urls_and_names() -> None:
-    message = error_of(env={"DMSGW_DMS_URL": "dms:9999", "DMSGW_KEY_NAME": "../etc"})
+    message = error_of(env={**DMS, "DMSGW_DMS_URL": "dms:9999", "DMSGW_KEY_NAME": "../etc"})
     assert "dms_url (env DMSGW_DMS_URL): 'dms:9999' is not an http:// or https:// URL" in message
     assert "key_name (env DMSGW_KEY_NAME): '../etc': use 1-100 letters" in message
 
 
 def test_unknown_keys_in_the_file(tmp_path: Path) -> None:
-    path = write(tmp_path, 'listn = "127.0.0.1:4000"\ncolour = "blue"\n')
-    message = error_of(config_file=path, env={})
+    path = write(tmp_path, 'listn: "127.0.0.1:4000"\ncolour: "blue"\n')
+    message = error_of(config_file=path, env=DMS)
     assert message.startswith(
-        f"listn (file {path}): unknown key; did you mean 'listen'?; colour (file {path}): "
-        "unknown key; known keys: dms_url, key_name"
+        f"listn (file {path}:1): unknown key; did you mean 'listen'?; colour (file {path}:2): "
+        "unknown key; known keys: dms_url, devnet, key_name"
     )
 
 
-@pytest.mark.parametrize("key", ["token", "passphrase"])
+@pytest.mark.parametrize("key", ["token", "operator_token", "passphrase"])
 def test_secrets_are_refused_in_the_file(tmp_path: Path, key: str) -> None:
-    path = write(tmp_path, f'{key} = "{TOKEN}"\n')
-    message = error_of(config_file=path, env={})
-    assert message.startswith(f"{key} (file {path}): secrets are not read from the config file")
+    path = write(tmp_path, f'{key}: "{TOKEN}"\n')
+    message = error_of(config_file=path, env=DMS)
+    assert message.startswith(f"{key} (file {path}:1): secrets are not read from the config file")
     assert TOKEN not in message
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
-    missing = tmp_path / "missing.toml"
-    assert error_of(config_file=missing, env={}) == (
+    missing = tmp_path / "missing.yaml"
+    assert error_of(config_file=missing, env=DMS) == (
         f"config file {missing} (flag --config): not found"
     )
-    assert error_of(env={"DMSGW_CONFIG": str(missing)}).endswith("(env DMSGW_CONFIG): not found")
-    broken = write(tmp_path, "listen = \n")
-    assert error_of(config_file=broken, env={}).startswith(
-        f"config file {broken} (flag --config): not TOML: Invalid value (at line 1, column 10)"
+    env = {**DMS, "DMSGW_CONFIG": str(missing)}
+    assert error_of(env=env).endswith("(env DMSGW_CONFIG): not found")
+    broken = write(tmp_path, "listen: [\n")
+    assert error_of(config_file=broken, env=DMS) == (
+        f"config file {broken} (flag --config): not YAML: expected the node content, but "
+        "found '<stream end>' (line 2, column 1)"
     )
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"listen: \xff\n")
+    assert error_of(config_file=binary, env=DMS).endswith("(flag --config): not UTF-8")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            'listen = "127.0.0.1:4000"\n',
+            "a single value (the configuration is YAML: write key: value, not key = value)",
+        ),
+        ("- listen\n- 127.0.0.1:4000\n", "a list"),
+    ],
+)
+def test_a_file_that_is_not_one_mapping(tmp_path: Path, text: str, said: str) -> None:
+    path = write(tmp_path, text)
+    assert error_of(config_file=path, env=DMS) == (
+        f"config file {path} (flag --config): expected one 'key: value' per line (a YAML "
+        f"mapping), got {said}"
+    )
+
+
+def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "pods_capacity: 10\nlog_level: INFO\npods_capacity: 20\n")
+    assert error_of(config_file=path, env=DMS) == (
+        f"pods_capacity (file {path}:3): given twice (first on line 1); keep one"
+    )
+
+
+def test_wrong_types_in_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "pods_capacity: [1, 2]\nlisten: {host: x}\nlog_level: off\n")
+    assert error_of(config_file=path, env=DMS).split("; ") == [
+        f"listen (file {path}:2): expected a unix socket path or host:port",
+        f"pods_capacity (file {path}:1): input should be a valid integer (got [1, 2])",
+        f"log_level (file {path}:3): input should be 'DEBUG', 'INFO', 'WARNING' or 'ERROR' "
+        "(got False)",
+    ]
 
 
 def test_frozen() -> None:
-    config = load_config(env={})
+    config = load_config(env=DMS)
     with pytest.raises(ValidationError):
         config.pods_capacity = 5  # type: ignore[misc]
 
@@ -257,29 +363,29 @@ def test_frozen() -> None:
 
 def test_token_from_a_file(tmp_path: Path) -> None:
     write(tmp_path, f"{TOKEN}\n", name="token")
-    path = write(tmp_path, 'token_file = "token"\n')
-    config = load_config(config_file=path, env={})
+    path = write(tmp_path, 'token_file: "token"\n')
+    config = load_config(config_file=path, env=DMS)
     assert config.token is not None and config.token.get_secret_value() == TOKEN
     assert config.sources["token"] == f"token_file {tmp_path / 'token'}"
 
 
 def test_token_problems(tmp_path: Path) -> None:
     empty = write(tmp_path, "\n", name="empty")
-    assert error_of(env={}, flags={"token_file": str(empty)}) == (
+    assert error_of(env=DMS, flags={"token_file": str(empty)}) == (
         f"token_file (flag --token-file): {empty} is empty"
     )
     missing = tmp_path / "nope"
-    assert error_of(env={"DMSGW_TOKEN_FILE": str(missing)}) == (
+    assert error_of(env={**DMS, "DMSGW_TOKEN_FILE": str(missing)}) == (
         f"token_file (env DMSGW_TOKEN_FILE): cannot read {missing}: No such file or directory"
     )
-    both = error_of(env={"DMSGW_TOKEN": TOKEN, "DMSGW_TOKEN_FILE": str(empty)})
+    both = error_of(env={**DMS, "DMSGW_TOKEN": TOKEN, "DMSGW_TOKEN_FILE": str(empty)})
     assert both.startswith("token: both $DMSGW_TOKEN and token_file (env DMSGW_TOKEN_FILE)")
-    spaced = error_of(env={"DMSGW_TOKEN": "two words"})
+    spaced = error_of(env={**DMS, "DMSGW_TOKEN": "two words"})
     assert spaced == "token (env DMSGW_TOKEN): a bearer token is printable ASCII without spaces"
 
 
 def test_secrets_are_not_in_repr_str_or_describe() -> None:
-    config = load_config(env={"DMSGW_TOKEN": TOKEN, "DMS_PASSPHRASE": PASSPHRASE})
+    config = load_config(env={**DMS, "DMSGW_TOKEN": TOKEN, "DMS_PASSPHRASE": PASSPHRASE})
     assert config.passphrase is not None
     assert config.passphrase.get_secret_value() == PASSPHRASE
     described = config.describe()
@@ -340,10 +446,10 @@ def test_text_log_redacts_secrets(captured_log: io.StringIO) -> None:
 
 
 def test_the_gpu_resource_prefix_is_one_of_two_spellings() -> None:
-    assert load_config(env={}).gpu_resource_prefix == "nunet.gpu."
-    chosen = load_config(env={"DMSGW_GPU_RESOURCE_PREFIX": "nunet.io/gpu."})
+    assert load_config(env=DMS).gpu_resource_prefix == "nunet.gpu."
+    chosen = load_config(env={**DMS, "DMSGW_GPU_RESOURCE_PREFIX": "nunet.io/gpu."})
     assert chosen.gpu_resource_prefix == "nunet.io/gpu."
-    message = error_of(env={"DMSGW_GPU_RESOURCE_PREFIX": "gpu"})
+    message = error_of(env={**DMS, "DMSGW_GPU_RESOURCE_PREFIX": "gpu"})
     assert message == (
         "gpu_resource_prefix (env DMSGW_GPU_RESOURCE_PREFIX): input should be 'nunet.gpu.' or "
         "'nunet.io/gpu.' (got 'gpu')"

@@ -181,7 +181,10 @@ def newcomer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Newcomer]:
     )
     serve_env = {**env, "DMSGW_LISTEN": "127.0.0.1:0", "DMSGW_OPERATOR_LISTEN": "127.0.0.1:0"}
     serve = subprocess.Popen(
-        [*dmsgw, "serve"], env=serve_env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        [*dmsgw, "serve", "--devnet"],
+        env=serve_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     try:
         nodes = re.findall(

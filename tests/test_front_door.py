@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -321,7 +322,9 @@ async def test_the_operator_port_refuses_web_pages_and_other_host_names(
 async def test_metrics_off_loopback_need_the_token_and_the_probes_do_not(
     aiohttp_client: AiohttpClient,
 ) -> None:
-    options = ServerOptions(operator_listen=ListenAddress.parse("0.0.0.0:4001"), token=TOKEN)
+    options = ServerOptions(
+        operator_listen=ListenAddress.parse("0.0.0.0:4001"), operator_token=TOKEN
+    )
     assert options.metrics_token == TOKEN
     health = Health()
     health.serving(QuietBackend())
@@ -336,6 +339,22 @@ async def test_metrics_off_loopback_need_the_token_and_the_probes_do_not(
     assert (await client.get("/metrics", headers=good)).status == 200
     for probe in ("/healthz", "/readyz"):
         assert (await client.get(probe)).status == 200  # kubelet sends no token
+
+
+async def test_the_plugin_api_on_a_unix_socket_never_asks_for_a_token(
+    aiohttp_client: AiohttpClient, tmp_path: Path
+) -> None:
+    """interLink sends no token: with one configured (for the operator port, or by mistake),
+    a plugin API on a unix socket, whose mode is its credential, still answers it (issue 29)."""
+    socket_path = ListenAddress.parse(f"unix://{tmp_path}/plugin.sock")
+    options = ServerOptions(listen=socket_path, token=TOKEN, operator_token="op-token")
+    assert (options.plugin_token, options.metrics_token) == (None, None)
+    client, _ = await plugin_client(aiohttp_client, QuietBackend(), listen=socket_path, token=TOKEN)
+    assert (await client.get("/status", data=b"[]", headers=INTERLINK)).status == 200
+    on_tcp, _ = await plugin_client(
+        aiohttp_client, QuietBackend(), listen=ListenAddress.parse("0.0.0.0:0"), token=TOKEN
+    )
+    assert (await on_tcp.get("/status", data=b"[]", headers=INTERLINK)).status == 401
 
 
 async def test_a_token_vouches_for_any_host_name(aiohttp_client: AiohttpClient) -> None:

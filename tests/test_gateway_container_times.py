@@ -58,7 +58,9 @@ async def plugin(
 ) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
     """The plugin API of a gateway on its embedded devnet, whose clock the test holds."""
     monkeypatch.setattr(app, "Devnet", functools.partial(Devnet, timeouts=devnet_timeouts))
-    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
+    config = load_config(
+        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
+    )
     backend = await start_backend(config, metrics=Metrics(process=False), clock=clock)
     backend.parts.policy = FAST
     server = PluginServer(backend, config.server_options(), Metrics(process=False))

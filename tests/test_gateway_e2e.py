@@ -44,7 +44,9 @@ def pod(
 
 @pytest.fixture
 async def plugin(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
-    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
+    config = load_config(
+        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
+    )
     metrics = Metrics()
     backend = await start_backend(config, metrics=metrics)
     backend.parts.policy = FAST
@@ -172,6 +174,7 @@ async def test_gpu_classes_can_be_advertised_under_a_name_pods_may_request(
 ) -> None:
     config = load_config(
         env={
+            "DMSGW_DEVNET": "1",
             "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3"),
             "DMSGW_GPU_RESOURCE_PREFIX": "nunet.io/gpu.",
         }
@@ -201,7 +204,9 @@ async def test_pods_resume_after_a_restart_of_the_gateway(tmp_path: Path) -> Non
     """Same state file, new gateway (the DMS side here is a new embedded devnet too, so the
     pod is redeployed rather than followed; the crash-only path with a DMS that outlives the
     gateway is tested with SIGKILL in test_gateway_recovery.py)."""
-    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
+    config = load_config(
+        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
+    )
     first = await start_backend(config, metrics=Metrics())
     spec = pod("55555555-2222-3333-4444-555555555555", args="sleep 30")
     from dmsgw.interlink.parsing import parse_create_body
@@ -222,7 +227,9 @@ async def test_the_gateway_shows_the_dms_version_and_refuses_a_dms_it_does_not_s
 ) -> None:
     """The embedded devnet is the newest DMS; a DMS the version check refuses stops the start
     with its message (the connection, and the devnet with it, closed)."""
-    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
+    config = load_config(
+        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
+    )
     metrics = Metrics()
     backend = await start_backend(config, metrics=metrics)
     await backend.close()

@@ -72,7 +72,9 @@ async def backend(dms: FakeDMS, clock: FixedClock, tmp_path: Path) -> AsyncItera
 @pytest.fixture
 async def client(backend: Gateway, tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
     """interLink's view of the backend: the plugin API over HTTP."""
-    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")})
+    config = load_config(
+        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")}
+    )
     server = PluginServer(backend, config.server_options(), Metrics(process=False))
     client = TestClient(
         TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
@@ -476,7 +478,7 @@ def test_dmsgw_serve_exits_non_zero_when_the_backend_gives_up(tmp_path: Path) ->
     script.write_text(GIVING_UP_GATEWAY)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DMSGW_", "DMS_"))}
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
-    argv = [sys.executable, str(script), "serve", "--listen", "127.0.0.1:0"]
+    argv = [sys.executable, str(script), "serve", "--devnet", "--listen", "127.0.0.1:0"]
     argv += ["--operator-listen", "127.0.0.1:0", "--log-format", "text"]
     done = subprocess.run(
         argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False

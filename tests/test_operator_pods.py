@@ -227,7 +227,9 @@ async def test_the_pod_routes_refuse_web_pages_and_other_host_names(aiohttp_clie
 
 
 async def test_the_pod_routes_off_loopback_need_the_token(aiohttp_client: Any) -> None:
-    options = ServerOptions(operator_listen=ListenAddress.parse("0.0.0.0:4001"), token=TOKEN)
+    options = ServerOptions(
+        operator_listen=ListenAddress.parse("0.0.0.0:4001"), operator_token=TOKEN
+    )
     metrics = Metrics(process=False)
     pods = _pods_serving(FakeDms())
     app = operator_app(Health(), metrics, metrics_token=options.metrics_token, pods=pods)

@@ -63,7 +63,9 @@ def pod(uid: str, script: str) -> dict[str, Any]:
 async def _serve(
     tmp_path: Path, wrap: Wrap
 ) -> AsyncIterator[tuple[ServeInfo, Gateway, aiohttp.ClientSession]]:
-    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
+    config = load_config(
+        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
+    )
     gateways: list[Gateway] = []
 
     async def factory(metrics: Metrics) -> Gateway:

@@ -149,6 +149,7 @@ async def served(
     )
     config = load_config(
         env={
+            "DMSGW_DEVNET": "1",
             "DMSGW_STATE_PATH": str(tmp_path / "state" / "gw.sqlite3"),
             "DMSGW_KEY_DIR": str(key_dir),
             "DMS_PASSPHRASE": PASSPHRASE,
@@ -255,11 +256,11 @@ async def test_no_secret_in_the_text_of_refused_or_failed_requests(
 def test_no_secret_in_the_errors_of_configuration_and_unlocking(tmp_path: Path) -> None:
     """A refused token, secrets in the config file, a wrong passphrase: said, never echoed."""
     errors = []
-    config_file = tmp_path / "gw.toml"
-    config_file.write_text(f'token = "{TOKEN}"\npassphrase = "{PASSPHRASE}"\n')
+    config_file = tmp_path / "gw.yaml"
+    config_file.write_text(f'token: "{TOKEN}"\npassphrase: "{PASSPHRASE}"\n')
     for env in (
-        {"DMSGW_TOKEN": f"{TOKEN} with spaces"},
-        {"DMSGW_CONFIG": str(config_file)},
+        {"DMSGW_DEVNET": "1", "DMSGW_TOKEN": f"{TOKEN} with spaces"},
+        {"DMSGW_DEVNET": "1", "DMSGW_CONFIG": str(config_file)},
     ):
         with pytest.raises(ConfigError) as config_error:
             load_config(env=env)

@@ -57,7 +57,9 @@ async def plugin(tmp_path: Path, clock: FixedClock) -> AsyncIterator[Plugin]:
         return await status(pods)
 
     gateway.status = counting  # type: ignore[method-assign]
-    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")})
+    config = load_config(
+        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")}
+    )
     server = PluginServer(gateway, config.server_options(), Metrics())
     client = TestClient(
         TestServer(server.app(), host="127.0.0.1"),

@@ -1,9 +1,10 @@
 """Where the servers listen, and the rule for exposure.
 
 The servers listen on a unix socket or on loopback; a non-loopback address is refused unless a
-bearer token is configured (:func:`require_token_for`), and then every plugin request must carry
-it. interLink 0.6.2 itself sends no ``Authorization`` to its plugin (interLink#336), so a token
-only makes sense behind a proxy that adds it. A :class:`Listener` binds one app to one address
+bearer token is configured (:func:`require_token_for`), and then every request on it must carry
+it (the plugin API's token on TCP, never on its unix socket). interLink 0.6.2 itself sends no
+``Authorization`` to its plugin (interLink#336), so a token only makes sense behind a proxy
+that adds it. A :class:`Listener` binds one app to one address
 and removes its unix socket when it stops.
 """
 
@@ -148,7 +149,7 @@ def require_token_for(listen: ListenAddress, token: str | None) -> None:
     if not listen.is_loopback and not token:
         raise ServeError(
             f"listening on {listen}, which is not loopback, needs a bearer token "
-            "(set DMSGW_TOKEN or token_file), or listen on a unix socket or 127.0.0.1"
+            "(the plugin API's or the operator port's), or listen on a unix socket or 127.0.0.1"
         )
 
 

@@ -23,6 +23,10 @@ class ServerOptions:
     listen: ListenAddress = ListenAddress()
     operator_listen: ListenAddress = ListenAddress(port=DEFAULT_OPERATOR_PORT)
     token: str | None = dataclasses.field(default=None, repr=False)
+    """The plugin API's bearer token (required on TCP when set; never on a unix socket)."""
+    operator_token: str | None = dataclasses.field(default=None, repr=False)
+    """The operator port's, a credential of its own: its clients (Prometheus, an operator)
+    are not interLink."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     deadline_s: float = DEFAULT_DEADLINE_S
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
@@ -30,7 +34,7 @@ class ServerOptions:
 
     def __post_init__(self) -> None:
         require_token_for(self.listen, self.token)
-        require_token_for(self.operator_listen, self.token)
+        require_token_for(self.operator_listen, self.operator_token)
         if self.body_timeout_s <= 0:
             raise ServeError(f"body_timeout_s must be above 0, not {self.body_timeout_s:g}")
         if self.max_body_bytes < 1:
@@ -44,7 +48,13 @@ class ServerOptions:
             raise ServeError(f"shutdown_grace_s cannot be negative ({self.shutdown_grace_s:g})")
 
     @property
+    def plugin_token(self) -> str | None:
+        """What the plugin API requires: the token on TCP; nothing on a unix socket, whose
+        file mode is the credential (interLink sends no token to its plugin, interLink#336)."""
+        return None if self.listen.is_unix else self.token
+
+    @property
     def metrics_token(self) -> str | None:
-        """What ``/metrics`` requires: the token when the operator port is off loopback,
-        where anyone on the network could otherwise read the gateway's state."""
-        return None if self.operator_listen.is_loopback else self.token
+        """What ``/metrics`` requires: the operator token when the operator port is off
+        loopback, where anyone on the network could otherwise read the gateway's state."""
+        return None if self.operator_listen.is_loopback else self.operator_token

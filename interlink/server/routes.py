@@ -112,7 +112,7 @@ class PluginServer:
         rather than an aiohttp middleware, which costs every request two more coroutines
         (aiohttp adds one of its own) and a lookup: a poll of a known pod is answered in a
         few microseconds, and these were a fifth of what the gateway added to aiohttp's own."""
-        token = self._options.token
+        token = self._options.plugin_token
 
         async def observed(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
