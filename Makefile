@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SETUP_LOG := $(VENV)/setup.log
 
-.PHONY: run test lint typecheck pytest bench clean
+.PHONY: run test lint typecheck pytest bench clean image image-test
 
 # $(call step,WHAT,COMMAND): one line saying WHAT; COMMAND's output goes to the set-up log,
 # which is printed in full, with the step that failed, only if it fails.
@@ -42,7 +42,12 @@ typecheck: $(STAMP)
 		cd $(VENV)/src && '$(CURDIR)/$(BIN)/mypy' --config-file '$(CURDIR)/pyproject.toml' dmsgw; \
 	fi
 
-pytest: $(STAMP)
+TOOLS_STAMP := $(VENV)/.tools-stamp
+$(TOOLS_STAMP): deploy/install-test-tools.sh | $(STAMP)
+	$(call step,installing the tools the deployment files are checked with,bash deploy/install-test-tools.sh)
+	@touch $(TOOLS_STAMP)
+
+pytest: $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck pytest
@@ -54,6 +59,16 @@ bench: $(STAMP)
 	$(BIN)/python bench/pods.py
 	$(BIN)/python bench/ping.py
 	$(BIN)/python bench/cli.py
+
+# The OCI image (deploy/image/Containerfile), built with Podman from Debian's packages; and the
+# test that runs `dmsgw serve` from it and drives a pod through its plugin API (minutes: not
+# part of `make test`; CI runs it as a job of its own).
+IMAGE ?= dmsgw:0.1.0
+image: $(STAMP)
+	bash deploy/image/build.sh $(IMAGE)
+
+image-test: $(STAMP) image
+	DMSGW_IMAGE=$(IMAGE) $(BIN)/pytest -m image tests/test_image.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

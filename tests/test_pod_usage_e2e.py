@@ -31,6 +31,7 @@ from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.pod_record import PodPolicy
 from dmsgw.interlink.server import ListenAddress, Metrics, Serve, ServeInfo, ServerOptions
 from dmsgw.interlink.usage import UsageBook
+from tests.test_deploy import alert_metrics
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
 FAST = PodPolicy(poll_min_s=0.05, poll_max_s=0.2, retry_min_s=0.05, restart_min_s=0.05)
@@ -199,6 +200,7 @@ async def test_a_busy_pod_shows_real_usage_on_every_view(
     assert calls[status_ok] >= 2 and calls[deployed] == 1
     exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     assert dashboard_metrics() - exported == set(), "the dashboard queries series never exported"
+    assert alert_metrics() - exported == set(), "the alert rules query series never exported"
 
     capsys.readouterr()
     assert await asyncio.to_thread(main, ["pods", "--operator", str(info.operator)]) == 0
