@@ -2,7 +2,7 @@
 # Build the dms-gateway image with Podman from deploy/image/Containerfile, without a registry:
 # its base (debian:bookworm-slim) is bootstrapped from Debian's packages (debootstrap) and
 # imported as localhost/dmsgw-base:bookworm once. Needs root (debootstrap, podman) and the
-# packages podman and debootstrap (installed here when missing).
+# packages podman, debootstrap and buildah (installed here when missing).
 #
 #   deploy/image/build.sh [TAG]        (default dmsgw:0.1.0; `make image` runs it)
 set -euo pipefail
@@ -19,6 +19,7 @@ fi
 missing=()
 command -v podman >/dev/null || missing+=(podman)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+command -v buildah >/dev/null || missing+=(buildah)  # the test runs the image with it where no OCI runtime can
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
