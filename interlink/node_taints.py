@@ -15,7 +15,7 @@ Pure: :func:`node_taints` and :func:`ping_status` read a :class:`NodeState`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from ..behaviors.resources import Resources
 from ..clock import NS_PER_SECOND
@@ -30,6 +30,7 @@ __all__ = [
     "NO_PEERS",
     "NodeState",
     "node_taints",
+    "has_room",
     "ping_status",
 ]
 
@@ -49,16 +50,23 @@ renew it (the ``grant_expiry_seconds`` gauge warns earlier) before pods start to
 
 @dataclasses.dataclass(frozen=True)
 class NodeState:
-    """What the ping knows now. ``free`` is the free resources of each peer that answered,
+    """What the ping knows now. ``peers`` counts the peers that reported free resources,
     ``None`` when the DMS did not answer (then ``dms_error`` says why, and
-    ``dms_silent_since_ns`` since when); ``grant_expiry_ns`` is ``None`` for a gateway the
-    DMS trusts as a root (nothing runs out)."""
+    ``dms_silent_since_ns`` since when); ``room`` tells whether one of them has a free core
+    and free memory (:func:`has_room`); ``grant_expiry_ns`` is ``None`` for a gateway the DMS
+    trusts as a root (nothing runs out)."""
 
     now_ns: int
-    free: Sequence[Resources] | None
+    peers: int | None
+    room: bool = True
     grant_expiry_ns: int | None = None
     dms_error: str = ""
     dms_silent_since_ns: int | None = None
+
+
+def has_room(free: Iterable[Resources]) -> bool:
+    """Whether one of the peers' ``free`` resources has a free core and free memory."""
+    return any(r.cpu.cores > 0 and r.ram.size > 0 for r in free)
 
 
 def node_taints(state: NodeState) -> list[TaintResponse]:
@@ -77,7 +85,7 @@ def ping_status(state: NodeState) -> str:
 def _causes(state: NodeState) -> list[tuple[TaintResponse, str]]:
     """Each cause that holds now: its taint, and the words for it."""
     causes = []
-    if state.free is None:
+    if state.peers is None:
         since = state.dms_silent_since_ns or state.now_ns
         causes.append(
             (
@@ -92,17 +100,13 @@ def _causes(state: NodeState) -> list[tuple[TaintResponse, str]]:
         causes.append((_taint(GRANT, "expired"), f"the grant ran out at {format_second(expiry)}"))
     elif expiry is not None and expiry - state.now_ns <= GRANT_MARGIN_S * NS_PER_SECOND:
         causes.append((_taint(GRANT, "expiring"), f"the grant runs out at {format_second(expiry)}"))
-    if state.free is not None and not state.free:
+    if state.peers == 0:
         causes.append((_taint(NO_PEERS, "true"), "no DMS peer reports free resources"))
-    elif state.free and not any(_has_room(r) for r in state.free):
+    elif state.peers and not state.room:
         causes.append(
             (_taint(CAPACITY_EXHAUSTED, "true"), "no DMS peer has a free core and free memory")
         )
     return causes
-
-
-def _has_room(free: Resources) -> bool:
-    return free.cpu.cores > 0 and free.ram.size > 0
 
 
 def _taint(key: str, value: str) -> TaintResponse:

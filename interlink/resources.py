@@ -22,9 +22,9 @@ from ..behaviors.node import Invoke
 from ..behaviors.resources import GPU, Resources
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
-from .bodies import PingResponse
+from .bodies import PingResponse, TaintResponse
 from .capacity import GPU_RESOURCE_PREFIX, consolidate_capacity, gpu_catalog
-from .node_taints import DMS_UNREACHABLE, NodeState, node_taints, ping_status
+from .node_taints import DMS_UNREACHABLE, NodeState, has_room, node_taints, ping_status
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,9 @@ class Capacity:
         self._clock = clock
         self._grant_expiry = grant_expiry
         self._advertised: set[str] = set()
-        self._last: tuple[list[PeerResources], PingResponse] | None = None
+        self._last: tuple[list[PeerResources], PingResponse, bool] | None = None
+        self._answer: tuple[PingResponse, list[TaintResponse], str, PingResponse] | None = None
+        """The last answer, and the capacity, taints and status it was made of."""
         self._silent_since_ns: int | None = None
 
     async def ping(self) -> PingResponse:
@@ -155,23 +157,27 @@ class Capacity:
             if self._silent_since_ns is None:
                 self._silent_since_ns = now
                 log.warning("the node is tainted %s: %s", DMS_UNREACHABLE, exc)
-            state = NodeState(now, None, self._grant_expiry(), str(exc), self._silent_since_ns)
-            return PingResponse(status=ping_status(state), taints=node_taints(state))
+            silent = NodeState(
+                now, None, True, self._grant_expiry(), str(exc), self._silent_since_ns
+            )
+            return PingResponse(status=ping_status(silent), taints=node_taints(silent))
         if self._silent_since_ns is not None:
             log.warning("the DMS answers again: taint %s cleared", DMS_UNREACHABLE)
             self._silent_since_ns = None
-        capacity = self._capacity(peers)
-        state = NodeState(now, [p.free for p in peers], self._grant_expiry())
-        return capacity.model_copy(
-            update={"status": ping_status(state), "taints": node_taints(state)}
-        )
+        capacity, room = self._capacity(peers)
+        state = NodeState(now, len(peers), room, self._grant_expiry())
+        said = (capacity, node_taints(state), ping_status(state))
+        if self._answer is None or self._answer[:3] != said:
+            answer = capacity.model_copy(update={"status": said[2], "taints": said[1]})
+            self._answer = (*said, answer)
+        return self._answer[3]
 
-    def _capacity(self, peers: list[PeerResources]) -> PingResponse:
-        """Consolidating 1,000 peers takes ~20 ms of the loop, so the capacity is kept for as
-        long as the actor serves the same gathering (the same list): it changes only with
-        it."""
+    def _capacity(self, peers: list[PeerResources]) -> tuple[PingResponse, bool]:
+        """The capacity of ``peers``, and whether one has room (:func:`has_room`).
+        Consolidating 1,000 peers takes ~20 ms of the loop, so both are kept for as long as
+        the actor serves the same gathering (the same list): they change only with it."""
         if self._last is not None and self._last[0] is peers:
-            return self._last[1]
+            return self._last[1], self._last[2]
         reply = consolidate_capacity(
             (p.free for p in peers),
             max_pods=self._pods_capacity,
@@ -180,8 +186,9 @@ class Capacity:
         )
         if reply.resources is not None:
             self._advertised |= {a.resource_type for a in reply.resources.accelerators or ()}
-        self._last = (peers, reply)
-        return reply
+        room = has_room(p.free for p in peers)
+        self._last = (peers, reply, room)
+        return reply, room
 
     def silent_since(self) -> int | None:
         """Since when the DMS has not answered the pings (Unix ns; ``None`` while it does)."""

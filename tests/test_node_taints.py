@@ -34,6 +34,7 @@ from dmsgw.interlink.node_taints import (
     GRANT_MARGIN_S,
     NO_PEERS,
     NodeState,
+    has_room,
     node_taints,
     ping_status,
 )
@@ -49,6 +50,7 @@ from tests.gateway_fakes import FakeDMS, gateway_on, pod, uid, until
 START_NS = 1_700_000_000 * NS_PER_SECOND
 ROOMY = Resources(cpu=CPU(cores=4.0), ram=RAM(size=8 << 30))
 FULL = Resources(cpu=CPU(cores=0.0), ram=RAM(size=8 << 30))
+ROOMY_BUT_NO_RAM = Resources(cpu=CPU(cores=4.0))
 HOUR_NS = 3600 * NS_PER_SECOND
 
 
@@ -62,17 +64,17 @@ def _keys(taints: list[TaintResponse] | None) -> list[str]:
 @pytest.mark.parametrize(
     ("state", "taints"),
     [
-        (NodeState(START_NS, [ROOMY]), []),
+        (NodeState(START_NS, 1), []),
         (NodeState(START_NS, None, dms_error="refused"), [f"{DMS_UNREACHABLE}=true:NoSchedule"]),
-        (NodeState(START_NS, []), [f"{NO_PEERS}=true:NoSchedule"]),
-        (NodeState(START_NS, [FULL, Resources()]), [f"{CAPACITY_EXHAUSTED}=true:NoSchedule"]),
-        (NodeState(START_NS, [FULL, ROOMY]), []),
-        (NodeState(START_NS, [ROOMY], grant_expiry_ns=START_NS + 2 * HOUR_NS), []),
+        (NodeState(START_NS, 0), [f"{NO_PEERS}=true:NoSchedule"]),
+        (NodeState(START_NS, 2, room=False), [f"{CAPACITY_EXHAUSTED}=true:NoSchedule"]),
+        (NodeState(START_NS, 2, room=True), []),
+        (NodeState(START_NS, 1, grant_expiry_ns=START_NS + 2 * HOUR_NS), []),
         (
-            NodeState(START_NS, [ROOMY], grant_expiry_ns=START_NS + HOUR_NS),
+            NodeState(START_NS, 1, grant_expiry_ns=START_NS + HOUR_NS),
             [f"{GRANT}=expiring:NoSchedule"],
         ),
-        (NodeState(START_NS, [ROOMY], grant_expiry_ns=START_NS), [f"{GRANT}=expired:NoSchedule"]),
+        (NodeState(START_NS, 1, grant_expiry_ns=START_NS), [f"{GRANT}=expired:NoSchedule"]),
         (
             NodeState(START_NS, None, grant_expiry_ns=START_NS - 1, dms_error="refused"),
             [f"{DMS_UNREACHABLE}=true:NoSchedule", f"{GRANT}=expired:NoSchedule"],
@@ -82,6 +84,11 @@ def _keys(taints: list[TaintResponse] | None) -> list[str]:
 def test_each_cause_is_its_own_no_schedule_taint(state: NodeState, taints: list[str]) -> None:
     assert _keys(node_taints(state)) == taints
     assert (ping_status(state) == "ok") is not taints
+
+
+def test_a_peer_has_room_with_a_free_core_and_free_memory() -> None:
+    assert has_room([FULL, ROOMY]) and not has_room([FULL, Resources(), ROOMY_BUT_NO_RAM])
+    assert not has_room([])
 
 
 def test_the_status_says_since_when_the_dms_is_silent_and_why() -> None:
