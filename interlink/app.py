@@ -204,7 +204,7 @@ async def start_backend(
         await dms.close()
         raise
     catalog = GpuCatalog()
-    resources = ResourceActor.start(dms.invoke, catalog=catalog, loop=loop)
+    resources = ResourceActor.start(dms.invoke, catalog=catalog, clock=clock, loop=loop)
     capacity = Capacity(
         resources,
         pods_capacity=config.pods_capacity,

@@ -22,9 +22,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from dmsgw.behaviors.catalog import Behavior
+from dmsgw.behaviors.catalog import DEPLOYMENT_LIST, Behavior
 from dmsgw.behaviors.resources import CPU, RAM, Resources
-from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.clock import NS_PER_SECOND, FixedClock, system_clock
+from dmsgw.devnet.devnet import Devnet
+from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.bodies import PingResponse, TaintResponse
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.node_taints import (
@@ -45,7 +47,7 @@ from dmsgw.interlink.server.operator_port import Health
 from dmsgw.interlink.usage import UsageBook
 from dmsgw.keys.ucan.token import format_second
 from dmsgw.transport.rest import TransportError
-from tests.gateway_fakes import FakeDMS, gateway_on, pod, uid, until
+from tests.gateway_fakes import FakeDMS, gateway_config, gateway_on, pod, uid, until
 
 START_NS = 1_700_000_000 * NS_PER_SECOND
 ROOMY = Resources(cpu=CPU(cores=4.0), ram=RAM(size=8 << 30))
@@ -321,3 +323,51 @@ async def test_a_dms_outage_longer_than_the_toleration_evicts_no_pod(
     assert len(dms.live()) == 3 and dms.asked["deployment/shutdown"] == 0
     assert all("staleSince" not in v for v in report.views())
     assert "taints" not in await health.report()
+
+
+async def test_a_devnet_dms_that_stops_and_comes_back_leaves_the_pod_running(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    aiohttp_client: Callable[..., Awaitable[Client]],
+) -> None:
+    """The same through ``dmsgw serve``'s backend over a devnet's REST API on loopback: the
+    gateway's DMS node stops (its allocations keep running) for longer than the toleration
+    and comes back. The grant runs out within the hour all along, and says so."""
+    monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "1024")
+    clock = FixedClock(system_clock())  # the devnet checks the gateway's tokens by its own
+    devnet = Devnet(seed="outage-taints")
+    await devnet.start()
+    backend = None
+    try:
+        config = gateway_config(devnet, tmp_path / "gw", seed=60, grant_s=GRANT_MARGIN_S / 2)
+        backend = await start_backend(config, metrics=Metrics(), clock=clock)
+        plugin = await aiohttp_client(
+            PluginServer(backend, ServerOptions(), Metrics(process=False)).app()
+        )
+        spec = pod(uid(9), command=["sh", "-c", "exec sleep 300"])
+        async with plugin.post("/create", json={"pod": spec, "container": [{"name": "main"}]}):
+            pass
+        await until(
+            lambda: [s.phase if s else "" for _, s in backend.pods()] == ["Running"],
+            "the pod runs on the devnet",
+        )
+        grant = f"{GRANT}=expiring:NoSchedule"
+        node = VirtualNode(plugin, clock, [spec])
+        await node.tick()
+        assert node.taints == [f"{SYSTEM_TAINT}=true:NoSchedule", grant]
+
+        await devnet.stop_node(0)
+        for _ in range(int(2 * NOT_READY_TOLERATION_S / PING_PERIOD_S)):
+            await node.tick()
+            assert node.ready and f"{DMS_UNREACHABLE}=true:NoSchedule" in node.taints
+            assert node.phases == {uid(9): "Running"}
+        await devnet.restart_node(0)
+        await node.tick()
+        assert node.taints == [f"{SYSTEM_TAINT}=true:NoSchedule", grant]
+        assert (node.evicted, node.phases) == ([], {uid(9): "Running"})
+        listing = await backend.parts.invoke(DEPLOYMENT_LIST)
+        assert [d.status for d in listing.deployments or ()] == ["Running"]
+    finally:
+        if backend is not None:
+            await backend.close()
+        await devnet.stop()
