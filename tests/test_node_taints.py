@@ -332,7 +332,8 @@ async def test_a_devnet_dms_that_stops_and_comes_back_leaves_the_pod_running(
 ) -> None:
     """The same through ``dmsgw serve``'s backend over a devnet's REST API on loopback: the
     gateway's DMS node stops (its allocations keep running) for longer than the toleration
-    and comes back. The grant runs out within the hour all along, and says so."""
+    and comes back; a pod created meanwhile waits and runs once it is back. The grant runs out
+    within the hour all along, and says so."""
     monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "1024")
     clock = FixedClock(system_clock())  # the devnet checks the gateway's tokens by its own
     devnet = Devnet(seed="outage-taints")
@@ -361,12 +362,19 @@ async def test_a_devnet_dms_that_stops_and_comes_back_leaves_the_pod_running(
             await node.tick()
             assert node.ready and f"{DMS_UNREACHABLE}=true:NoSchedule" in node.taints
             assert node.phases == {uid(9): "Running"}
+        late = pod(uid(10), command=["sh", "-c", "exec sleep 300"])  # it tolerated the taint
+        async with plugin.post("/create", json={"pod": late, "container": [{"name": "main"}]}):
+            pass
         await devnet.restart_node(0)
         await node.tick()
         assert node.taints == [f"{SYSTEM_TAINT}=true:NoSchedule", grant]
         assert (node.evicted, node.phases) == ([], {uid(9): "Running"})
+        await until(
+            lambda: [s.phase if s else "" for _, s in backend.pods()] == ["Running"] * 2,
+            "the pod created during the outage runs once the DMS is back",
+        )
         listing = await backend.parts.invoke(DEPLOYMENT_LIST)
-        assert [d.status for d in listing.deployments or ()] == ["Running"]
+        assert [d.status for d in listing.deployments or ()] == ["Running"] * 2
     finally:
         if backend is not None:
             await backend.close()
