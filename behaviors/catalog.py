@@ -99,10 +99,14 @@ from .tokenomics import (
     CollectUsagesAndForwardToPaymentProvidersRequest,
     ContractApproveLocalRequest,
     ContractApproveLocalResponse,
+    ContractCancelPaymentQuoteRequest,
+    ContractCancelPaymentQuoteResponse,
     ContractCompletionRequest,
     ContractCompletionResponse,
     ContractConfirmLocalTransactionRequest,
     ContractConfirmLocalTransactionResponse,
+    ContractGetPaymentQuoteRequest,
+    ContractGetPaymentQuoteResponse,
     ContractListIncomingRequest,
     ContractListIncomingResponse,
     ContractListLocalTransactionsRequest,
@@ -115,6 +119,8 @@ from .tokenomics import (
     ContractStatusResponse,
     ContractTerminationRequest,
     ContractTerminationResponse,
+    ContractValidatePaymentQuoteRequest,
+    ContractValidatePaymentQuoteResponse,
     ContractValidateRequest,
     ContractValidateResponse,
     CreateContractRequest,
@@ -758,7 +764,28 @@ CONTRACT_TRANSACTIONS_CONFIRM = _b(
     "contract.transactions_confirm",
     ContractConfirmLocalTransactionRequest,
     ContractConfirmLocalTransactionResponse,
-    "Record the blockchain transaction that paid a payment request.",
+    "Record the blockchain transaction that paid a payment request (with the quote it paid).",
+)
+CONTRACT_PAYMENT_QUOTE_GET = _b(
+    "/dms/tokenomics/contract/payment/quote/get",
+    "contract.payment_quote_get",
+    ContractGetPaymentQuoteRequest,
+    ContractGetPaymentQuoteResponse,
+    "A quote converting a transaction's amount to its payment currency, valid for a while.",
+)
+CONTRACT_PAYMENT_QUOTE_VALIDATE = _b(
+    "/dms/tokenomics/contract/payment/quote/validate",
+    "contract.payment_quote_validate",
+    ContractValidatePaymentQuoteRequest,
+    ContractValidatePaymentQuoteResponse,
+    "Whether a payment quote is still valid (not expired, not used), with its details.",
+)
+CONTRACT_PAYMENT_QUOTE_CANCEL = _b(
+    "/dms/tokenomics/contract/payment/quote/cancel",
+    "contract.payment_quote_cancel",
+    ContractCancelPaymentQuoteRequest,
+    ContractCancelPaymentQuoteResponse,
+    "Cancel a payment quote that was not used, so that another may be asked for.",
 )
 
 _BEHAVIORS: tuple[Behavior[Any, Any], ...] = (
@@ -818,6 +845,9 @@ _BEHAVIORS: tuple[Behavior[Any, Any], ...] = (
     CONTRACT_USAGES_CALCULATE,
     CONTRACT_TRANSACTIONS_LIST,
     CONTRACT_TRANSACTIONS_CONFIRM,
+    CONTRACT_PAYMENT_QUOTE_GET,
+    CONTRACT_PAYMENT_QUOTE_VALIDATE,
+    CONTRACT_PAYMENT_QUOTE_CANCEL,
 )
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Self
 
 from ..gojson import (
     BOOL,
     INT64,
-    PLAIN,
     STRING,
     GoStruct,
     MapOf,
@@ -27,6 +26,7 @@ from ..gojson import (
     unmarshal,
 )
 from .ensemble import EnsembleConfig
+from .executor_stats import ExecutorStats
 from .gotime import GO_TIME, ZERO_TIME
 from .resources import Resources
 from .status import AllocationInfo, AllocationResourceUsage, EnsembleManifest
@@ -192,7 +192,8 @@ class DeploymentStatusResponse(GoStruct):
     """``status`` is a :class:`~dmsgw.behaviors.status.DeploymentStatus` name.
 
     ``allocation_info`` is filled while the deployment runs; ``allocation_usage`` holds the
-    executors' stats (``types.ExecutorStats``, kept as plain JSON) when they were asked for.
+    executors' stats by allocation (``map[string]*types.ExecutorStats``, newest stored text of
+    ``dms/node/behaviors_deployment.go``) when they were asked for; a ``null`` entry is ``None``.
     """
 
     GO_NAME = "DeploymentStatusResponse"
@@ -201,8 +202,8 @@ class DeploymentStatusResponse(GoStruct):
     allocation_info: Mapping[str, AllocationInfo] | None = go_field(
         "allocation_info", MapOf(StructOf(AllocationInfo)), omitempty=True, default=None
     )
-    allocation_usage: Mapping[str, Any] | None = go_field(
-        "allocation_usage", MapOf(PLAIN), omitempty=True, default=None
+    allocation_usage: Mapping[str, ExecutorStats | None] | None = go_field(
+        "allocation_usage", MapOf(Ptr(StructOf(ExecutorStats))), omitempty=True, default=None
     )
 
 
@@ -262,7 +263,9 @@ class AllocationDetails(GoStruct):
     dns_name: str = go_field("dns_name", STRING, default="")
     ip: str = go_field("ip", STRING, default="")
     timestamp: int = go_field("timestamp", INT64, default=0)
-    executor_stats: Any = go_field("executor_stats", PLAIN, omitempty=True, default=None)
+    executor_stats: ExecutorStats | None = go_field(
+        "executor_stats", Ptr(StructOf(ExecutorStats)), omitempty=True, default=None
+    )
     logs: AllocationLogs | None = go_field(
         "logs", Ptr(StructOf(AllocationLogs)), omitempty=True, default=None
     )
@@ -270,6 +273,9 @@ class AllocationDetails(GoStruct):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DeploymentInfoResponse(GoStruct):
+    """Everything about one deployment; ``usage`` and each allocation's ``executor_stats`` are
+    typed ``*types.ExecutorStats`` (newest stored text of ``dms/node/behaviors_deployment.go``)."""
+
     GO_NAME = "DeploymentInfoResponse"
     id: str = go_field("id", STRING, default="")
     status: str = go_field("status", STRING, default="")
@@ -280,7 +286,9 @@ class DeploymentInfoResponse(GoStruct):
     allocations: Mapping[str, AllocationDetails] | None = go_field(
         "allocations", MapOf(StructOf(AllocationDetails)), omitempty=True, default=None
     )
-    usage: Mapping[str, Any] | None = go_field("usage", MapOf(PLAIN), omitempty=True, default=None)
+    usage: Mapping[str, ExecutorStats | None] | None = go_field(
+        "usage", MapOf(Ptr(StructOf(ExecutorStats))), omitempty=True, default=None
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

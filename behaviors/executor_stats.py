@@ -5,7 +5,9 @@ measures of one execution (CPU time in nanoseconds, memory in bytes, network and
 counters) and when (Unix milliseconds). The DMS answers it per allocation to
 ``AllocationStatsBehavior`` (``AllocationStatsResponse{ok, error, stats}``, sent by the node
 to the allocation's actor) and passes it on, keyed by allocation, in ``deployment/status``'s
-``allocation_usage`` and ``deployment/info``'s ``usage`` when ``include_usage`` is asked.
+``allocation_usage``, ``deployment/info``'s ``usage`` and its allocations' ``executor_stats``
+when ``include_usage`` is asked: each a ``*types.ExecutorStats``, typed as this module's
+:class:`ExecutorStats` in those replies (:mod:`~dmsgw.behaviors.deployment`).
 
 An allocation that is not running answers an all-zero ``ExecutorStats`` (``timestamp`` 0):
 nothing was measured, which :attr:`ExecutorStats.measured` says, so a reader shows no usage
@@ -15,9 +17,6 @@ rather than a zero that would drain or mislead.
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Mapping
-from typing import Any
 
 from ..gojson import BOOL, FLOAT64, INT64, STRING, UINT64, GoStruct, Ptr, StructOf, go_field
 
@@ -28,7 +27,6 @@ __all__ = [
     "ExecutorStats",
     "MemoryStats",
     "NetworkStats",
-    "stats_by_allocation",
 ]
 
 
@@ -104,13 +102,3 @@ class AllocationStatsResponse(GoStruct):
     stats: ExecutorStats | None = go_field(
         "stats", Ptr(StructOf(ExecutorStats)), omitempty=True, default=None
     )
-
-
-def stats_by_allocation(plain: Mapping[str, Any] | None) -> dict[str, ExecutorStats]:
-    """``allocation_usage`` (kept as plain JSON by the reply models) read as typed stats, by
-    allocation; an entry that is ``null`` (a nil pointer) or not a JSON object is left out."""
-    return {
-        key: ExecutorStats.from_json(json.dumps(value))
-        for key, value in (plain or {}).items()
-        if isinstance(value, Mapping)
-    }

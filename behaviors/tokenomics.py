@@ -5,6 +5,12 @@ Mirrors the request and reply structs of ``tokenomics/contracts/contract.go`` th
 sends (field for field, JSON tags as there). A ``Contract`` inside a reply, the payment details
 and the transaction records are Go structs this gateway does not mirror: they are kept as
 plain JSON (integers exact, keys re-encoded sorted), as other unmirrored structs are.
+
+The payment quotes (``/dms/tokenomics/contract/payment/quote/{get,validate,cancel}``, which
+NuNet's appliance calls before it pays a transaction priced in another currency) and the
+confirmation's ``quote_id`` mirror ``contract.go`` at commit ``068b81ebda3d``; the DMS answers
+them in ``dms/node/behaviors_contract.go`` (``handleGetPaymentQuote``, ``handleValidate…``,
+``handleCancel…``), with the errors of ``tokenomics/store/payment_quote/store.go``.
 """
 
 from __future__ import annotations
@@ -38,8 +44,12 @@ __all__ = [
     "ContractApproveLocalResponse",
     "ContractCompletionRequest",
     "ContractCompletionResponse",
+    "ContractCancelPaymentQuoteRequest",
+    "ContractCancelPaymentQuoteResponse",
     "ContractConfirmLocalTransactionRequest",
     "ContractConfirmLocalTransactionResponse",
+    "ContractGetPaymentQuoteRequest",
+    "ContractGetPaymentQuoteResponse",
     "ContractListIncomingRequest",
     "ContractListIncomingResponse",
     "ContractListLocalTransactionsRequest",
@@ -53,6 +63,8 @@ __all__ = [
     "ContractStatusResponse",
     "ContractTerminationRequest",
     "ContractTerminationResponse",
+    "ContractValidatePaymentQuoteRequest",
+    "ContractValidatePaymentQuoteResponse",
     "ContractValidateRequest",
     "ContractValidateResponse",
     "CreateContractRequest",
@@ -286,3 +298,67 @@ class ContractConfirmLocalTransactionRequest(GoStruct):
     unique_id: str = go_field("unique_id", STRING, default="")
     tx_hash: str = go_field("tx_hash", STRING, default="")
     blockchain: str = go_field("blockchain", STRING, default="")
+    quote_id: str = go_field("quote_id", STRING, omitempty=True, default="")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContractGetPaymentQuoteRequest(GoStruct):
+    """A quote for the transaction ``unique_id``: its amount converted from the pricing
+    currency to the payment currency at today's rate, valid for a while (two minutes by
+    default). The DMS refuses a second quote while one is active."""
+
+    GO_NAME = "ContractGetPaymentQuoteRequest"
+    unique_id: str = go_field("unique_id", STRING, default="")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContractGetPaymentQuoteResponse(GoStruct):
+    """Amounts and the rate as decimal text; ``expires_at`` always written (a ``time.Time``
+    is a struct to ``omitempty``)."""
+
+    GO_NAME = "ContractGetPaymentQuoteResponse"
+    quote_id: str = go_field("quote_id", STRING, omitempty=True, default="")
+    original_amount: str = go_field("original_amount", STRING, omitempty=True, default="")
+    converted_amount: str = go_field("converted_amount", STRING, omitempty=True, default="")
+    pricing_currency: str = go_field("pricing_currency", STRING, omitempty=True, default="")
+    payment_currency: str = go_field("payment_currency", STRING, omitempty=True, default="")
+    exchange_rate: str = go_field("exchange_rate", STRING, omitempty=True, default="")
+    expires_at: str = go_field("expires_at", GO_TIME, omitempty=True, default=ZERO_TIME)
+    error: str = go_field("error", STRING, omitempty=True, default="")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContractValidatePaymentQuoteRequest(GoStruct):
+    GO_NAME = "ContractValidatePaymentQuoteRequest"
+    quote_id: str = go_field("quote_id", STRING, default="")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContractValidatePaymentQuoteResponse(GoStruct):
+    """``valid`` with the quote's details, or not, with ``error`` (``quote not found: …``,
+    ``quote already used: …``, ``quote expired: …`` after ``quote validation failed: ``)."""
+
+    GO_NAME = "ContractValidatePaymentQuoteResponse"
+    valid: bool = go_field("valid", BOOL, default=False)
+    quote_id: str = go_field("quote_id", STRING, omitempty=True, default="")
+    original_amount: str = go_field("original_amount", STRING, omitempty=True, default="")
+    converted_amount: str = go_field("converted_amount", STRING, omitempty=True, default="")
+    pricing_currency: str = go_field("pricing_currency", STRING, omitempty=True, default="")
+    payment_currency: str = go_field("payment_currency", STRING, omitempty=True, default="")
+    exchange_rate: str = go_field("exchange_rate", STRING, omitempty=True, default="")
+    expires_at: str = go_field("expires_at", GO_TIME, omitempty=True, default=ZERO_TIME)
+    error: str = go_field("error", STRING, omitempty=True, default="")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContractCancelPaymentQuoteRequest(GoStruct):
+    GO_NAME = "ContractCancelPaymentQuoteRequest"
+    quote_id: str = go_field("quote_id", STRING, default="")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContractCancelPaymentQuoteResponse(GoStruct):
+    """``{}`` once cancelled; ``error`` for an unknown or already used quote."""
+
+    GO_NAME = "ContractCancelPaymentQuoteResponse"
+    error: str = go_field("error", STRING, omitempty=True, default="")

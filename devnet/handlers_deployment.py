@@ -16,7 +16,6 @@ a ``Failed`` deployment: deployed, it would retry until its deadline and fail wi
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import uuid
@@ -43,7 +42,6 @@ from ..behaviors.deployment import (
 )
 from ..behaviors.ensemble import EnsembleConfigV1
 from ..behaviors.ensemble_validation import validate_ensemble
-from ..behaviors.executor_stats import ExecutorStats
 from ..behaviors.status import DeploymentStatus
 from ..clock import NS_PER_SECOND
 from ..transport.envelope import Envelope
@@ -167,7 +165,7 @@ class Deployments:
         usage = None
         if request.include_usage:
             try:
-                usage = {key: _plain(stats) for key, stats in (await o.usage()).items()}
+                usage = dict(await o.usage())
             except DeploymentError as exc:
                 return DeploymentStatusResponse(error=str(exc))
         return DeploymentStatusResponse(
@@ -190,7 +188,15 @@ class Deployments:
         o = self.orchestrators.get(request.id)
         if o is None:
             return DeploymentInfoResponse(error=f"failed to get deployment: {NOT_FOUND}")
-        return DeploymentInfoResponse(id=o.id, status=o.status.go_name, manifest=o.manifest())
+        usage = None
+        if request.include_usage and o.status == DeploymentStatus.RUNNING:
+            try:
+                usage = dict(await o.usage())
+            except DeploymentError as exc:
+                return DeploymentInfoResponse(id=o.id, error=str(exc))
+        return DeploymentInfoResponse(
+            id=o.id, status=o.status.go_name, manifest=o.manifest(), usage=usage or None
+        )
 
     async def _logs(self, msg: Envelope, request: DeploymentLogsRequest) -> DeploymentLogsResponse:
         o = self.orchestrators.get(request.ensemble_id)
@@ -264,8 +270,3 @@ def _sort_key(sort_by: str) -> tuple[Any, str, bool]:
         "status": lambda o: int(o.status),
     }
     return keys.get(field, keys["created_at"]), field, descending
-
-
-def _plain(stats: ExecutorStats) -> Any:
-    """Typed stats as the reply model keeps them (plain JSON, ``*types.ExecutorStats``)."""
-    return json.loads(stats.to_json())

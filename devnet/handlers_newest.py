@@ -5,7 +5,11 @@ with a revocation broadcast, a subnet request and the tokenomics family.
 revocation tokens (``AddRoots`` of ``dms/node/behaviors_cap.go``) and answers as the DMS does.
 The devnet has no subnet subsystem and no contracts: a subnet request and a contract request
 are answered in the DMS's own reply shape with an error saying so, never a success; the
-listings (incoming contracts, transactions) are answered truthfully empty. ``/dms/debug/
+listings (incoming contracts, transactions) are answered truthfully empty, and the payment
+quotes as a DMS without transactions answers them: no transaction to quote, no quote to
+validate or cancel, in the words of ``dms/node/behaviors_contract.go`` and
+``tokenomics/store/payment_quote/store.go`` (the missing transaction's words follow the
+transaction store's ``transaction not found with unique_id``). ``/dms/debug/
 flightrec`` is not served: a devnet node runs no Go flight recorder, and a DMS without one
 leaves the request unanswered, as an unserved behavior is.
 """
@@ -20,14 +24,20 @@ from ..behaviors.subnet import SubnetCreateResponse, SubnetDestroyResponse, Subn
 from ..behaviors.tokenomics import (
     CollectUsagesAndForwardToPaymentProvidersReponse,
     ContractApproveLocalResponse,
+    ContractCancelPaymentQuoteRequest,
+    ContractCancelPaymentQuoteResponse,
     ContractCompletionResponse,
     ContractConfirmLocalTransactionResponse,
+    ContractGetPaymentQuoteRequest,
+    ContractGetPaymentQuoteResponse,
     ContractListIncomingResponse,
     ContractListLocalTransactionsResponse,
     ContractPaymentStatusResponse,
     ContractSettleResponse,
     ContractStatusResponse,
     ContractTerminationResponse,
+    ContractValidatePaymentQuoteRequest,
+    ContractValidatePaymentQuoteResponse,
     ContractValidateResponse,
     CreateContractResponse,
 )
@@ -86,6 +96,39 @@ def install_newest_behaviors(node: DmsNode) -> None:
         node.add_behavior(name, _answer(reply(error=error)))  # type: ignore[call-arg]
     for name, empty in _EMPTY.items():
         node.add_behavior(name, _answer(empty))
+    node.add_behavior("/dms/tokenomics/contract/payment/quote/get", _no_transaction_to_quote)
+    node.add_behavior("/dms/tokenomics/contract/payment/quote/validate", _no_quote_to_validate)
+    node.add_behavior("/dms/tokenomics/contract/payment/quote/cancel", _no_quote_to_cancel)
+
+
+async def _no_transaction_to_quote(
+    msg: Envelope, request: ContractGetPaymentQuoteRequest
+) -> ContractGetPaymentQuoteResponse:
+    return ContractGetPaymentQuoteResponse(
+        error="failed to get transaction: transaction not found with unique_id: "
+        + request.unique_id
+    )
+
+
+async def _no_quote_to_validate(
+    msg: Envelope, request: ContractValidatePaymentQuoteRequest
+) -> ContractValidatePaymentQuoteResponse:
+    return ContractValidatePaymentQuoteResponse(
+        error=f"quote validation failed: {_no_quote(request.quote_id)}"
+    )
+
+
+async def _no_quote_to_cancel(
+    msg: Envelope, request: ContractCancelPaymentQuoteRequest
+) -> ContractCancelPaymentQuoteResponse:
+    return ContractCancelPaymentQuoteResponse(
+        error=f"quote not found: {_no_quote(request.quote_id)}"
+    )
+
+
+def _no_quote(quote_id: str) -> str:
+    """The quote store's words for a quote it does not hold."""
+    return f"quote not found: {quote_id}"
 
 
 def _answer(reply: GoStruct) -> Callable[[Envelope, Any], Awaitable[GoStruct]]:

@@ -19,7 +19,13 @@ from prometheus_client import Gauge
 
 from ..behaviors.catalog import Behavior, Rep, Req, require_in_version
 from ..behaviors.dms_version import learn_dms_version
-from ..behaviors.node import NodeActor, NodeClient, ReplyError, seconds_until_grant_expiry
+from ..behaviors.node import (
+    NodeActor,
+    NodeClient,
+    ReplyError,
+    grant_expiry,
+    seconds_until_grant_expiry,
+)
 from ..clock import Clock, system_clock
 from ..devnet.devnet import Devnet
 from ..keys.crypto import Ed25519PrivKey, PrivKey
@@ -234,9 +240,13 @@ async def start_backend(
         await store.close()
         raise
     catalog = GpuCatalog()
-    resources = ResourceActor.start(dms.invoke, catalog=catalog, loop=loop)
+    resources = ResourceActor.start(dms.invoke, catalog=catalog, clock=clock, loop=loop)
     capacity = Capacity(
-        resources, pods_capacity=config.pods_capacity, gpu_prefix=config.gpu_resource_prefix
+        resources,
+        pods_capacity=config.pods_capacity,
+        gpu_prefix=config.gpu_resource_prefix,
+        clock=clock,
+        grant_expiry=functools.partial(grant_expiry, dms.client.security.capabilities),
     )
     parts = GatewayParts(
         invoke=dms.invoke,
@@ -254,7 +264,12 @@ async def start_backend(
     gateway = Gateway(parts)
     dms.on_identity = functools.partial(_give_up_on_another_dms, binding, gateway.gave_up)
     await gateway.start()
-    gateway.pod_report = PodReport(gateway.pods, UsageBook(dms.client.invoke), clock=clock)
+    gateway.pod_report = PodReport(
+        gateway.pods,
+        UsageBook(dms.client.invoke),
+        clock=clock,
+        stale_since=capacity.silent_since,
+    )
     dms.client.observer = DmsCalls(metrics).observe
     _export_metrics(metrics, gateway, dms.client.security.capabilities)
     gateway.start_orphan_collection()

@@ -444,7 +444,7 @@ class Gateway:
         return answer
 
     async def ping(self) -> PingResponse:
-        """The capacity the DMS peers offer (see :class:`Capacity`)."""
+        """The capacity the DMS peers offer and the node's taints (see :class:`Capacity`)."""
         return await self.parts.capacity.ping()
 
     def logs(self, request: LogStruct) -> AsyncIterator[bytes]:

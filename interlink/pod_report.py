@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..clock import NS_PER_SECOND, Clock, system_clock
+from ..keys.ucan.token import format_second
 from .pod_record import Phase, PodRecord
 from .pod_view import PodFacts, pod_phase, pod_view, stats_summary
 from .snapshots import Shown
@@ -34,7 +35,9 @@ _LABELS = ("namespace", "pod", "container")
 
 class PodReport:
     """The pods of ``pods`` with the usage ``usage`` measures; ``node_name`` names the
-    virtual node in the stats summary."""
+    virtual node in the stats summary. ``stale_since`` tells since when the DMS has not
+    answered (``None`` while it does): each pod's object then carries ``staleSince``, as its
+    status is the last the DMS confirmed (decision 85)."""
 
     def __init__(
         self,
@@ -43,11 +46,13 @@ class PodReport:
         *,
         node_name: str = "dmsgw",
         clock: Clock = system_clock,
+        stale_since: Callable[[], int | None] = lambda: None,
     ) -> None:
         self._pods = pods
         self.usage = usage
         self._node_name = node_name
         self._started_ns = clock()
+        self._stale_since = stale_since
 
     async def refresh(self) -> None:
         """Fresh usage for the running pods (see :class:`~.usage.UsageBook`)."""
@@ -70,7 +75,7 @@ class PodReport:
 
     def views(self) -> list[dict[str, Any]]:
         """``GET /pods``: one :func:`~.pod_view.pod_view` object per pod."""
-        return [pod_view(f) for f in self.facts()]
+        return [self._marked(pod_view(f)) for f in self.facts()]
 
     def view(self, namespace: str, name: str) -> dict[str, Any] | None:
         """``GET /pods/{namespace}/{name}``: the pod's object (the newest, if a pod of that
@@ -81,7 +86,14 @@ class PodReport:
             return None
         record, shown = max(named, key=lambda p: p[0].created_ns)
         snapshot = shown.status() if shown else None
-        return pod_view(PodFacts(record, snapshot, self.usage.of(record.uid)))
+        return self._marked(pod_view(PodFacts(record, snapshot, self.usage.of(record.uid))))
+
+    def _marked(self, view: dict[str, Any]) -> dict[str, Any]:
+        """``view`` marked stale while the DMS is silent."""
+        since = self._stale_since()
+        if since is not None:
+            view["staleSince"] = format_second(since)
+        return view
 
     def summary(self) -> dict[str, Any]:
         """``GET /stats/summary``: the kubelet's summary of the running pods."""

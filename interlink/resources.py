@@ -3,7 +3,7 @@
 Asks the local DMS for its peers, then every peer (through the DMS, bounded concurrency, a
 timeout each) for its free resources, and keeps the result for a while: interLink pings every
 30 s, and the readiness probe asks too, so most answers come from the cache. A peer that does
-not answer is left out; when the DMS itself does not answer, the gateway is not ready. Each
+not answer is left out; when the DMS itself does not answer, the node is tainted. Each
 gathering also teaches the :class:`GpuCatalog` the GPU classes the peers report, which pod
 translation reads. :class:`Capacity` turns the answers into interLink's ping.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..actors.aio import AsyncActor, AsyncActorRef
@@ -22,9 +22,9 @@ from ..behaviors.node import Invoke
 from ..behaviors.resources import GPU, Resources
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
-from .bodies import PingResponse
+from .bodies import PingResponse, TaintResponse
 from .capacity import GPU_RESOURCE_PREFIX, consolidate_capacity, gpu_catalog
-from .server import BackendUnavailable
+from .node_taints import DMS_UNREACHABLE, NodeState, has_room, node_taints, ping_status
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +119,12 @@ class ResourceActor(AsyncActor):
 
 
 class Capacity:
-    """interLink's ping: the node capacity that the peers of a :class:`ResourceActor` offer.
-    An accelerator type, once advertised, stays advertised (at zero while no peer has it
-    free), so that interLink does not drop it from the node."""
+    """interLink's ping: the node capacity that the peers of a :class:`ResourceActor` offer,
+    and the taints that say why the node should get no new pods now
+    (:mod:`~dmsgw.interlink.node_taints`). An accelerator type, once advertised, stays
+    advertised (at zero while no peer has it free), so that interLink does not drop it from
+    the node. ``grant_expiry`` tells when the gateway's grant runs out (Unix ns, ``None``:
+    never)."""
 
     def __init__(
         self,
@@ -129,23 +132,52 @@ class Capacity:
         *,
         pods_capacity: int,
         gpu_prefix: str = GPU_RESOURCE_PREFIX,
+        clock: Clock = system_clock,
+        grant_expiry: Callable[[], int | None] = lambda: None,
     ) -> None:
         self._resources = resources
         self._pods_capacity = pods_capacity
         self._gpu_prefix = gpu_prefix
+        self._clock = clock
+        self._grant_expiry = grant_expiry
         self._advertised: set[str] = set()
-        self._last: tuple[list[PeerResources], PingResponse] | None = None
+        self._last: tuple[list[PeerResources], PingResponse, bool] | None = None
+        self._answer: tuple[PingResponse, list[TaintResponse], str, PingResponse] | None = None
+        """The last answer, and the capacity, taints and status it was made of."""
+        self._silent_since_ns: int | None = None
 
     async def ping(self) -> PingResponse:
-        """The capacity to advertise; :class:`BackendUnavailable` when the DMS is silent.
-        Consolidating 1,000 peers takes ~20 ms of the loop, so the reply is kept for as long
-        as the actor serves the same gathering (the same list): it changes only with it."""
+        """The capacity to advertise and the node's taints. A DMS that does not answer is
+        a taint, not a failure: the reply then leaves the capacity out (interLink keeps the
+        last it had) and the pods keep their last known status."""
+        now = self._clock()
         try:
             peers = await self.free_resources()
         except DMSUnreachableError as exc:
-            raise BackendUnavailable(str(exc)) from None
+            if self._silent_since_ns is None:
+                self._silent_since_ns = now
+                log.warning("the node is tainted %s: %s", DMS_UNREACHABLE, exc)
+            silent = NodeState(
+                now, None, True, self._grant_expiry(), str(exc), self._silent_since_ns
+            )
+            return PingResponse(status=ping_status(silent), taints=node_taints(silent))
+        if self._silent_since_ns is not None:
+            log.warning("the DMS answers again: taint %s cleared", DMS_UNREACHABLE)
+            self._silent_since_ns = None
+        capacity, room = self._capacity(peers)
+        state = NodeState(now, len(peers), room, self._grant_expiry())
+        said = (capacity, node_taints(state), ping_status(state))
+        if self._answer is None or self._answer[:3] != said:
+            answer = capacity.model_copy(update={"status": said[2], "taints": said[1]})
+            self._answer = (*said, answer)
+        return self._answer[3]
+
+    def _capacity(self, peers: list[PeerResources]) -> tuple[PingResponse, bool]:
+        """The capacity of ``peers``, and whether one has room (:func:`has_room`).
+        Consolidating 1,000 peers takes ~20 ms of the loop, so both are kept for as long as
+        the actor serves the same gathering (the same list): they change only with it."""
         if self._last is not None and self._last[0] is peers:
-            return self._last[1]
+            return self._last[1], self._last[2]
         reply = consolidate_capacity(
             (p.free for p in peers),
             max_pods=self._pods_capacity,
@@ -154,8 +186,13 @@ class Capacity:
         )
         if reply.resources is not None:
             self._advertised |= {a.resource_type for a in reply.resources.accelerators or ()}
-        self._last = (peers, reply)
-        return reply
+        room = has_room(p.free for p in peers)
+        self._last = (peers, reply, room)
+        return reply, room
+
+    def silent_since(self) -> int | None:
+        """Since when the DMS has not answered the pings (Unix ns; ``None`` while it does)."""
+        return self._silent_since_ns
 
     async def free_resources(self) -> list[PeerResources]:
         """The peers' free resources (cached by the actor); gathering them also loads the GPU

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ..behaviors.catalog import DEPLOYMENT_STATUS
 from ..behaviors.deployment import DeploymentStatusRequest
-from ..behaviors.executor_stats import ExecutorStats, stats_by_allocation
+from ..behaviors.executor_stats import ExecutorStats
 from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
@@ -143,7 +143,7 @@ class UsageBook:
         except DmsgwError as exc:
             log.debug("pod %s: no usage from the DMS: %s", pod.uid, exc)
             return {}
-        stats = stats_by_allocation(reply.allocation_usage)
+        stats = {k: v for k, v in (reply.allocation_usage or {}).items() if v is not None}
         before = self._usage.get(pod.uid, {})
         usage = {}
         for name in pod.containers:

@@ -273,9 +273,7 @@ def test_execution_params_are_go_interface_values() -> None:
 
 
 def test_structs_kept_as_plain_json_keep_their_integers_exact() -> None:
-    # Executor stats and network statistics are Go structs with integer fields: exact in Go.
-    wire = '{"status":"Running","error":"","allocation_usage":{"a":{"bytes":9007199254740993}}}'
-    assert DeploymentStatusResponse.from_json(wire).to_json().decode() == wire
+    # Network statistics are a Go struct with integer fields: exact in Go.
     status = DiscoveryStatusResponse.from_json(
         '{"p":{"network":{"interfaces":null,"p2p":{"in":9007199254740993}}}}'
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 from typing import Any
 
 import pytest
@@ -36,13 +35,12 @@ POD_ROUTES = ("/pods", "/stats/summary", "/metrics")
 STARTED = "2026-11-25T10:00:00Z"
 
 
-def _stats(cpu_ns: int, memory: int, at_ms: int) -> dict[str, Any]:
-    stats = ExecutorStats(
+def _stats(cpu_ns: int, memory: int, at_ms: int) -> ExecutorStats:
+    return ExecutorStats(
         cpu_usage=CPUUsageStats(total_usage=cpu_ns),
         memory=MemoryStats(usage=memory),
         timestamp=at_ms,
     )
-    return json.loads(stats.to_json())
 
 
 class FakeDms:

@@ -14,8 +14,10 @@ from ..parsing import PodRef
 
 
 class BackendUnavailable(DmsgwError):  # noqa: N818 (the name the actors use)
-    """The DMS cannot be reached. The ping answers 503 with this message, so interLink marks
-    the virtual node not ready instead of advertising capacity it cannot serve."""
+    """A request cannot be answered without the DMS, which did not answer: a 503 with this
+    message (interLink keeps the pod as it was and asks again). A backend's ping does not
+    raise it for a DMS outage (it taints the node instead, decision 85): a ping that does
+    marks the virtual node not Ready, and Kubernetes then evicts its pods."""
 
 
 class UnknownPodError(DmsgwError):
@@ -65,8 +67,9 @@ class PluginBackend(Protocol):
         ...
 
     async def ping(self) -> PingResponse:
-        """Capacity for the ping (``/status`` with ``[]``); raise :class:`BackendUnavailable`
-        when the DMS cannot be reached."""
+        """Capacity and taints for the ping (``/status`` with ``[]``), answered 200 whenever
+        the backend serves: an unreachable DMS is a taint. Raise :class:`BackendUnavailable`
+        only when the backend itself cannot serve."""
         ...
 
     def logs(self, request: LogStruct) -> AsyncIterator[bytes]:

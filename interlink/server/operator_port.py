@@ -4,7 +4,8 @@
 Off loopback the operator app too needs the token, which every route but the probes then
 requires (the probes change nothing and tell no secret; the pods' names and usage are the
 operator's). Live while the process answers at all; ready while serving and the backend's ping
-succeeds. ``/pods`` (the pods, their usage and endpoints, :mod:`..pod_view`), one pod's object
+succeeds (a DMS outage leaves it ready, the node's taints in the report). ``/pods`` (the pods,
+their usage and endpoints, :mod:`..pod_view`), one pod's object
 and ``/stats/summary`` (the kubelet's summary) answer 503 until the backend serves, and each
 read of them or of ``/metrics`` first refreshes the pods' usage (:class:`~..pod_report.PodReport`).
 """
@@ -22,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import Metric
 
 from ...errors import DmsgwError
+from ..bodies import PingResponse
 from ..pod_report import PodReport
 from .backend import BackendUnavailable, PluginBackend
 from .front_door import (
@@ -45,7 +47,8 @@ class Health:
 
     Live while the process answers at all (a liveness probe must not restart the gateway
     because the DMS is down); ready while serving and the backend's ping succeeds (it is
-    cached by the backend, and bounded here by a short timeout).
+    cached by the backend, and bounded here by a short timeout). The ping's taints, if any,
+    are reported beside (``degraded``, ``taints``).
     """
 
     def __init__(self, ping_timeout_s: float = HEALTH_PING_TIMEOUT_S) -> None:
@@ -61,29 +64,34 @@ class Health:
         self.stage = "stopping"
 
     async def report(self) -> dict[str, Any]:
-        reason = await self._not_ready_because()
+        reason, ping = await self._ping()
         body: dict[str, Any] = {"status": self.stage, "live": True, "ready": reason is None}
         if reason is not None:
             body["reason"] = reason
+        if ping is not None and ping.taints:
+            # Still ready: a DMS outage taints the virtual node, it does not stop the gateway
+            # serving interLink (decision 85).
+            body["degraded"] = ping.status
+            body["taints"] = [f"{t.key}={t.value}:{t.effect}" for t in ping.taints]
         body["uptime_s"] = round(time.monotonic() - self._since, 3)
         return body
 
-    async def _not_ready_because(self) -> str | None:
+    async def _ping(self) -> tuple[str | None, PingResponse | None]:
+        """Why the gateway is not ready (``None``: it is), and the backend's ping."""
         if self.stage != "serving" or self._backend is None:
-            return f"the gateway is {self.stage}"
+            return f"the gateway is {self.stage}", None
         try:
             async with asyncio.timeout(self._ping_timeout_s):
-                await self._backend.ping()
+                return None, await self._backend.ping()
         except BackendUnavailable as exc:
-            return one_line(str(exc))
+            return one_line(str(exc)), None
         except TimeoutError:
-            return f"the backend's ping took over {self._ping_timeout_s:g} s"
+            return f"the backend's ping took over {self._ping_timeout_s:g} s", None
         except DmsgwError as exc:
-            return one_line(str(exc))
+            return one_line(str(exc)), None
         except Exception as exc:
             log.exception("bug in the backend's ping")
-            return f"internal error ({type(exc).__name__})"
-        return None
+            return f"internal error ({type(exc).__name__})", None
 
 
 class Pods:
