@@ -1,0 +1,146 @@
+"""Messages that tell the user what to do (issue 26, items 7 and 11), through ``dmsgw``'s own
+entry point: a DMS URL that is wrong in each common way, ``dmsgw pods`` pointed at the wrong
+port or without its token, pod names that carry terminal escapes."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dmsgw.behaviors import session
+from dmsgw.cli import main
+from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
+from dmsgw.keys.keystore import KeyStore
+from dmsgw.transport import rest
+
+KEY = Ed25519PrivKey(bytes(range(90, 122)))
+Answer = Callable[[str, dict[str, str]], tuple[int, str, bytes]]
+"""``(path, headers) -> (status, content type, body)``."""
+
+
+@contextlib.contextmanager
+def serving(answer: Answer) -> Iterator[str]:
+    """An HTTP server on a free loopback port answering every GET with ``answer``;
+    its ``host:port``."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, kind, body = answer(self.path, dict(self.headers))
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def web_page(path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
+    page = "<!DOCTYPE html>\n<html><head><title>Not Found</title></head>\n<body>" + "x" * 5000
+    return 404, "text/html", (page + "</body></html>").encode()
+
+
+@pytest.fixture
+def client_args(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A gateway key ``gw`` on disk; the options that use it (no DMS URL in the environment,
+    no devnet running)."""
+    monkeypatch.setenv("DMS_PASSPHRASE", "pw")
+    monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "1024")
+    monkeypatch.delenv("DMSGW_DMS_URL", raising=False)
+    KeyStore(tmp_path / "key").save("gw", marshal_private_key(KEY), "pw")
+    return ["--key", "gw", "--key-dir", str(tmp_path / "key"), "--cap-dir", str(tmp_path / "cap")]
+
+
+def _error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("dmsgw: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_no_dms_at_the_default_url_hints_devnet_up_or_url(
+    client_args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with serving(web_page) as address:  # a port that was free, and is again once it stops
+        pass
+    monkeypatch.setattr(rest, "DEFAULT_URL", f"http://{address}")
+    monkeypatch.setattr(session, "DEFAULT_URL", f"http://{address}")
+    assert main(["invoke", "/dms/node/peers/list", *client_args]) == 2
+    err = _error(capsys)
+    assert "start one with `dmsgw devnet up`, or name yours with --url" in err
+
+
+def test_a_url_that_is_not_a_dms_is_one_line_naming_the_page(
+    client_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with serving(web_page) as address:
+        argv = ["invoke", "/dms/node/peers/list", "--url", f"http://{address}"]
+        assert main([*argv, *client_args]) == 2
+    err = _error(capsys)
+    assert "HTTP 404: a web page: 'Not Found', not the DMS API" in err
+    assert "<" not in err and "Is this the address of a DMS's REST API?" in err
+
+
+def test_a_url_naming_the_api_path_hints_the_base(
+    client_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with serving(web_page) as address:
+        argv = ["invoke", "/dms/node/peers/list", "--url", f"http://{address}/api/v1/"]
+        assert main([*argv, *client_args]) == 2
+    assert f"without /api/v1: try --url http://{address}\n" in _error(capsys)
+
+
+def operator_port(path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
+    if headers.get("Authorization") != "Bearer t0ken":
+        return 401, "text/plain", b"the operator port needs the bearer token"
+    pod = {"namespace": "default", "name": "evil\x1b[2J\x1b]0;owned\x07", "phase": "Running"}
+    return 200, "application/json", json.dumps([pod]).encode()
+
+
+def plugin_port(path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
+    return 404, "text/plain", b"404: Not Found"
+
+
+def test_pods_on_the_plugin_port_says_which_port_it_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with serving(plugin_port) as address:
+        assert main(["pods", "--operator", address]) == 2
+    assert "is this the plugin port? `dmsgw pods` reads the operator port" in _error(capsys)
+
+
+def test_pods_without_its_token_names_where_to_give_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DMSGW_TOKEN", raising=False)
+    with serving(operator_port) as address:
+        assert main(["pods", "--operator", address]) == 2
+    assert "answered 401" in (err := _error(capsys))
+    assert "--token-file FILE or $DMSGW_TOKEN" in err
+
+
+def test_pods_never_prints_a_pods_terminal_escapes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DMSGW_TOKEN", "t0ken")
+    with serving(operator_port) as address:
+        assert main(["pods", "--operator", address]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "evil\\x1b[2J\\x1b]0;owned\\x07" in out
