@@ -29,6 +29,7 @@ from typing import Any
 
 from ..behaviors.catalog import DMS_VERSIONS
 from ..behaviors.ensemble import AllocationType
+from ..behaviors.ensemble_yaml import load_ensemble_yaml
 from ..behaviors.session import LEARN_VERSION, Node, connect
 from ..behaviors.status import AllocationStatus, DeploymentStatus, is_terminal
 from ..errors import DmsgwError
@@ -207,8 +208,9 @@ def follow(
 
 
 def _deploy(args: argparse.Namespace) -> int:
+    ensemble = load_ensemble_yaml(args.ensemble)  # a bad file is told before any connection
     with _connect(args) as dms:
-        reply = dms.deployment.new(args.ensemble, timeout=args.timeout)
+        reply = dms.deployment.new(ensemble, timeout=args.timeout)
         print(f"deployed {args.ensemble}: ensemble {reply.ensemble_id}", flush=True)
         if not args.wait:
             return 0

@@ -144,3 +144,45 @@ def test_pods_never_prints_a_pods_terminal_escapes(
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
     assert "evil\\x1b[2J\\x1b]0;owned\\x07" in out
+
+
+HELLO = Path(__file__).resolve().parent.parent / "docs" / "examples" / "hello.yaml"
+
+
+def test_a_key_in_another_case_is_named(
+    client_args: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ensemble = tmp_path / "capital.yaml"
+    ensemble.write_text(HELLO.read_text().replace("    executor: docker", "    Executor: docker"))
+    assert main(["deploy", str(ensemble), *client_args]) == 2
+    assert "allocation must have an executor (found 'Executor': the DMS reads the key " in (
+        _error(capsys)
+    )
+
+
+@pytest.mark.parametrize("levels", [400, 500])
+@pytest.mark.parametrize("style", ["flow", "block"])
+def test_yaml_nested_hundreds_of_levels_is_one_line(
+    client_args: list[str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    levels: int,
+    style: str,
+) -> None:
+    nested = (
+        "[" * levels + "]" * levels
+        if style == "flow"
+        else "\n" + "".join("  " * (i + 2) + "- \n" for i in range(levels))
+    )
+    ensemble = tmp_path / "deep.yaml"
+    ensemble.write_text(f'version: "V1"\nallocations:\n  a: {nested}\n')
+    assert main(["deploy", str(ensemble), *client_args]) == 2
+    assert "YAML error: nested more than 100 levels deep" in _error(capsys)
+
+
+def test_a_missing_context_suggests_the_command_that_makes_it(
+    client_args: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["invoke", "/dms/node/peers/list", "--context", "nosuch", *client_args]
+    assert main(argv) == 2
+    assert f"create it with `dmsgw cap new nosuch --cap-dir {tmp_path / 'cap'}`" in _error(capsys)
