@@ -46,9 +46,24 @@ def _families() -> list[Register]:
     return [_register_of(module) for module in dict.fromkeys(COMMANDS.values())]
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser that refuses an argument it does not know with its own usage: argparse leaves
+    a sub-command's unknown arguments to the top-level parser, whose usage (``dmsgw [-h]
+    COMMAND``) says nothing of the command that was typed (its sub-parsers are made of the
+    same class)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or only of the family that has ``command``."""
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="dmsgw",
         description="dms-gateway: speak NuNet DMS behaviors under your own DID and capabilities.",
     )

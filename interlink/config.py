@@ -54,6 +54,7 @@ from .server import (
     ListenAddress,
     ServerOptions,
 )
+from .server.operator_port import OPERATOR_ROUTES
 
 __all__ = [
     "CONFIG_ENV",
@@ -114,8 +115,8 @@ SETTINGS: tuple[Setting, ...] = (
         "operator_listen",
         "--operator-listen",
         "ADDR",
-        f"/healthz, /readyz and /metrics (default 127.0.0.1:{DEFAULT_OPERATOR_PORT}); "
-        "off loopback, /metrics requires the bearer token",
+        f"{', '.join(OPERATOR_ROUTES)} (default 127.0.0.1:{DEFAULT_OPERATOR_PORT}); off "
+        "loopback, all but /healthz and /readyz require the bearer token",
     ),
     Setting(
         "token_file", "--token-file", "FILE", f"file holding the bearer token (or ${TOKEN_ENV})"

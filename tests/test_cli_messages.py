@@ -186,3 +186,42 @@ def test_a_missing_context_suggests_the_command_that_makes_it(
     argv = ["invoke", "/dms/node/peers/list", "--context", "nosuch", *client_args]
     assert main(argv) == 2
     assert f"create it with `dmsgw cap new nosuch --cap-dir {tmp_path / 'cap'}`" in _error(capsys)
+
+
+def test_one_address_for_both_servers_is_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dmsgw.interlink.app as app
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the gateway started")
+
+    monkeypatch.setattr(app, "start_backend", never)
+    monkeypatch.setenv("DMSGW_TOKEN", "a-token-of-the-operator-" * 2)
+    argv = ["serve", "--listen", "127.0.0.1:23457", "--operator-listen", "0.0.0.0:23457"]
+    assert main(argv) == 2
+    assert "(--listen) and the operator port (--operator-listen) are both" in _error(capsys)
+
+
+def test_an_unknown_option_of_a_command_shows_that_commands_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as ended:
+        main(["invoke", "/dms/node/peers/list", "--bogus"])
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: dmsgw invoke ")
+    assert "dmsgw invoke: error: unrecognized arguments: --bogus" in err
+
+
+def test_serve_help_names_every_operator_route(capsys: pytest.CaptureFixture[str]) -> None:
+    from dmsgw.interlink.server import Health, Metrics, operator_app
+    from dmsgw.interlink.server.operator_port import OPERATOR_ROUTES
+
+    app = operator_app(Health(), Metrics(process=False))
+    served = {r.resource.canonical for r in app.router.routes() if r.resource is not None}
+    assert served == set(OPERATOR_ROUTES)
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert ", ".join(OPERATOR_ROUTES) in text
