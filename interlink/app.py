@@ -194,9 +194,20 @@ async def start_backend(
     dms.on_version = functools.partial(_show_version, _dms_info(metrics))
     try:
         await dms.learn_version_or_defer()
-    except BaseException:
+        return await _assemble(config, dms, metrics, clock, loop)
+    except BaseException:  # a start-up error closes the DMS's HTTP session, or asyncio says so
         await dms.close()
         raise
+
+
+async def _assemble(
+    config: GatewayConfig,
+    dms: DmsConnection,
+    metrics: Metrics,
+    clock: Clock,
+    loop: asyncio.AbstractEventLoop,
+) -> Gateway:
+    """The gateway over a connected ``dms``, started."""
     catalog = GpuCatalog()
     resources = ResourceActor.start(dms.invoke, catalog=catalog, loop=loop)
     capacity = Capacity(

@@ -7,6 +7,9 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -225,3 +228,19 @@ def test_serve_help_names_every_operator_route(capsys: pytest.CaptureFixture[str
         main(["serve", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert ", ".join(OPERATOR_ROUTES) in text
+
+
+def test_a_start_up_error_is_one_line_without_unclosed_session_noise(tmp_path: Path) -> None:
+    """The embedded devnet and the DMS client are up when the state file is found corrupt."""
+    (tmp_path / "corrupt.db").write_bytes(b"not a database at all" * 10)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DMSGW_", "DMS_"))}
+    env |= {"XDG_STATE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    env |= {"DMS_PASSPHRASE": "pw", "DMSGW_TEST_SCRYPT_N": "1024"}
+    argv = [sys.executable, "-m", "dmsgw", "serve", "--listen", "127.0.0.1:0"]
+    argv += ["--operator-listen", "127.0.0.1:0", "--log-format", "text"]
+    argv += ["--state-path", str(tmp_path / "corrupt.db")]
+    ended = subprocess.run(argv, capture_output=True, env=env, cwd=tmp_path, timeout=120)
+    err = ended.stderr.decode()
+    assert ended.returncode == 2, err
+    assert "dmsgw: error: cannot open the state file" in err
+    assert "Unclosed" not in err and "Traceback" not in err
