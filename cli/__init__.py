@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "cap": "cap",
     "invoke": "client",
     "deploy": "client",
+    "logs": "logs",
     "repl": "client",
     "devnet": "devnet",
     "serve": "serve",
