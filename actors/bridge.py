@@ -76,9 +76,11 @@ def wrap_future(future: pykka.Future[Any]) -> asyncio.Future[Any]:
 
 async def ask(ref: ActorRef[Any], message: Any, *, timeout: float | None = None) -> Any:
     """``ref.ask(message)`` awaited without blocking the loop."""
-    return await asyncio.wait_for(wrap_future(ref.ask(message, block=False)), timeout)
+    async with asyncio.timeout(timeout):
+        return await wrap_future(ref.ask(message, block=False))
 
 
 async def call(future: pykka.Future[Any], *, timeout: float | None = None) -> Any:
     """Await a proxy call's future (``await call(proxy.method(x))``) without blocking the loop."""
-    return await asyncio.wait_for(wrap_future(future), timeout)
+    async with asyncio.timeout(timeout):
+        return await wrap_future(future)

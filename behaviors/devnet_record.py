@@ -58,14 +58,22 @@ class RunningDevnet:
         return None
 
 
-def record(seed: str, urls: Sequence[str], *, path: Path | None = None) -> Path:
-    """Write the record for this process (atomically: a reader never sees half a file)."""
+def record(seed: str, urls: Sequence[str], *, path: Path | None = None) -> RunningDevnet | None:
+    """Write the record for this process; the devnet recorded before, if it still runs (hand
+    it to :func:`forget`, which puts it back: a second devnet that stops must not leave the
+    first one's commands without a DMS)."""
     target = path or state_dir() / STATE_FILE
-    target.parent.mkdir(parents=True, exist_ok=True)
+    previous = running(path=target)
     pid = os.getpid()
-    text = json.dumps(
-        {"pid": pid, "started": process_start_time(pid), "seed": seed, "urls": list(urls)}
-    )
+    _write(target, RunningDevnet(pid, seed, tuple(urls), process_start_time(pid)))
+    return previous
+
+
+def _write(target: Path, devnet: RunningDevnet) -> None:
+    """Write ``devnet``'s record atomically: a reader never sees half a file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fields = {"pid": devnet.pid, "started": devnet.started, "seed": devnet.seed}
+    text = json.dumps({**fields, "urls": list(devnet.urls)})
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".devnet-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as out:
@@ -75,25 +83,34 @@ def record(seed: str, urls: Sequence[str], *, path: Path | None = None) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return target
 
 
-def forget(*, path: Path | None = None) -> None:
-    """Remove the record if this process wrote it (a newer devnet's record stays)."""
+def forget(*, path: Path | None = None, previous: RunningDevnet | None = None) -> None:
+    """Remove the record if this process wrote it (a newer devnet's record stays); the devnet
+    recorded before this one (``previous``, from :func:`record`) is recorded again if it
+    still runs."""
     target = path or state_dir() / STATE_FILE
     found = _read(target)
-    if found is not None and found.pid == os.getpid():
-        with contextlib.suppress(FileNotFoundError):
-            target.unlink()
+    if found is None or found.pid != os.getpid():
+        return
+    if previous is not None and _still(previous):
+        _write(target, previous)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        target.unlink()
+
+
+def _still(devnet: RunningDevnet) -> bool:
+    """Whether ``devnet``'s process still runs (the same process, not a reused PID)."""
+    if not _alive(devnet.pid):
+        return False
+    return devnet.started is None or process_start_time(devnet.pid) == devnet.started
 
 
 def running(*, path: Path | None = None) -> RunningDevnet | None:
     """The devnet recorded in the state directory, if its process is alive."""
     found = _read(path or state_dir() / STATE_FILE)
-    if found is None or not _alive(found.pid):
-        return None
-    reused = found.started is not None and process_start_time(found.pid) != found.started
-    return None if reused else found
+    return found if found is not None and _still(found) else None
 
 
 def _read(path: Path) -> RunningDevnet | None:

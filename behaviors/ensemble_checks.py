@@ -159,6 +159,13 @@ def _spec(root: dict[str, Any], data: Any, path: str) -> None:
                     )
 
 
+def _case_hint(data: dict[str, Any], key: str) -> str:
+    """Where ``data`` has ``key`` in another case (``Executor:``), that the DMS reads only the
+    lowercase key, so the user sees why the key they wrote is not found."""
+    found = [k for k in data if isinstance(k, str) and k != key and k.lower() == key]
+    return f" (found {found[0]!r}: the DMS reads the key {key!r}, lowercase)" if found else ""
+
+
 def _allocation(root: dict[str, Any], data: Any, path: str) -> None:
     """``ValidateAllocation``: executor, types, names, recovery, dependencies, keys, scripts."""
     if not isinstance(data, dict):
@@ -169,7 +176,7 @@ def _allocation(root: dict[str, Any], data: Any, path: str) -> None:
         raise RuleError("allocation must have resources")
     executor = _str(data.get("executor"))
     if not executor:
-        raise RuleError("allocation must have an executor")
+        raise RuleError("allocation must have an executor" + _case_hint(data, "executor"))
     execution = data["execution"]
     if not isinstance(execution, dict):
         raise RuleError("invalid execution configuration")

@@ -38,6 +38,9 @@ _INT_BODY = {
     10: re.compile(r"[0-9]+"),
 }
 _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+MAX_DEPTH = 100
+"""How deeply collections may nest: an ensemble is a few levels deep, and the steps after
+reading (placeholders, transform, checks, decoding) walk it by recursion."""
 
 
 class YamlSyntaxError(DmsgwError):
@@ -160,9 +163,11 @@ def _check_aliasing(root: yaml.Node, source: str) -> None:
     document order, where a node met again is an alias."""
     decodes = aliased = 0
     seen: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    stack: list[tuple[yaml.Node, bool, int]] = [(root, False, 0)]
     while stack:
-        node, in_alias = stack.pop()
+        node, in_alias, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _too_deep(source)
         in_alias = in_alias or id(node) in seen
         seen.add(id(node))
         decodes += 1
@@ -175,14 +180,21 @@ def _check_aliasing(root: yaml.Node, source: str) -> None:
             children = list(node.value)
         else:
             continue
-        stack.extend((child, in_alias) for child in reversed(children))
+        stack.extend((child, in_alias, depth + 1) for child in reversed(children))
+
+
+def _too_deep(source: str) -> YamlSyntaxError:
+    return YamlSyntaxError(f"{source}: YAML error: nested more than {MAX_DEPTH} levels deep")
 
 
 def load_yaml(text: str, source: str) -> Any:
     """The first YAML document of ``text`` as plain values; :class:`YamlSyntaxError` else."""
     loader = _GoLoader(text)
     try:
-        root = loader.get_single_node()
+        try:
+            root = loader.get_single_node()
+        except RecursionError:  # PyYAML composes nested collections by recursion
+            raise _too_deep(source) from None
         if root is None:
             return None
         _check_aliasing(root, source)

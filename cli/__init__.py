@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "cap": "cap",
     "invoke": "client",
     "deploy": "client",
+    "logs": "logs",
     "repl": "client",
     "devnet": "devnet",
     "serve": "serve",
@@ -64,10 +65,25 @@ def summary(command: str) -> str:
     return SUMMARIES[command]
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser that refuses an argument it does not know with its own usage: argparse leaves
+    a sub-command's unknown arguments to the top-level parser, whose usage (``dmsgw [-h]
+    COMMAND``) says nothing of the command that was typed (its sub-parsers are made of the
+    same class)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of the family that has ``command``; without one (``dmsgw --help``, a
     mistyped command), every command by its summary alone, importing no family."""
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="dmsgw",
         description="dms-gateway: speak NuNet DMS behaviors under your own DID and capabilities.",
     )

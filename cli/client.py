@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ..behaviors.catalog import DMS_VERSIONS
+from ..behaviors.client import allocation_key
 from ..behaviors.ensemble import AllocationType
+from ..behaviors.ensemble_yaml import load_ensemble_yaml
 from ..behaviors.session import LEARN_VERSION, Node, connect
 from ..behaviors.status import AllocationStatus, DeploymentStatus, is_terminal
 from ..errors import DmsgwError
@@ -101,9 +103,42 @@ def _invoke(args: argparse.Namespace) -> int:
             options["to"] = args.to
         if args.timeout is not None:
             options["timeout"] = args.timeout
-        reply = dms.invoke(args.behavior, _payload(args.data), **options)
+        payload = _payload(args.data)
+        logs_of = _logs_request(dms, payload, options) if args.behavior == LOGS else None
+        if logs_of is not None:
+            payload = json.dumps(logs_of)
+        reply = dms.invoke(args.behavior, payload, **options)
     print(reply_json(reply))
+    written = str(getattr(reply, "logs_written_to", None) or "")
+    if logs_of is not None and written:
+        ensemble, allocation = logs_of["EnsembleID"], logs_of["AllocationName"]
+        print(
+            f"dmsgw: the DMS wrote stdout.log and stderr.log in {written} on its "
+            f"host; `dmsgw logs {ensemble} {allocation}` prints them",
+            file=sys.stderr,
+        )
     return 0
+
+
+LOGS = "/dms/node/deployment/logs"
+
+
+def _logs_request(dms: Node, payload: str | None, options: dict[str, Any]) -> Any:
+    """A ``deployment/logs`` payload whose ``AllocationName`` is the allocation's full name,
+    as the DMS needs it, where it gave the name in the ensemble (``alloc1``); ``None`` when
+    the payload is not one to complete (the DMS then answers it as it is)."""
+    try:
+        request = json.loads(payload or "")
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or not isinstance(request.get("EnsembleID"), str):
+        return None
+    name = request.get("AllocationName")
+    if not isinstance(name, str) or "." in name:
+        return request
+    manifest = dms.deployment.manifest(request["EnsembleID"], **options).manifest
+    allocations = manifest.allocations if manifest is not None else None
+    return {**request, "AllocationName": allocation_key(request["EnsembleID"], name, allocations)}
 
 
 # --- deploy --------------------------------------------------------------------------------
@@ -166,16 +201,22 @@ class Progress:
         """An ensemble of tasks only (a job): it is followed to its end, not to Running."""
         return bool(self.types) and all(t == AllocationType.TASK for t in self.types.values())
 
+    @property
+    def failed(self) -> list[str]:
+        """The allocations last seen failed."""
+        return sorted(n for n, s in self.allocations.items() if s.startswith(_FAILED))
+
     def failure(self, error: str) -> str:
         """Why the deployment failed ("" if it did not): the DMS's error, else the
         allocations that failed."""
         if self.status == DeploymentStatus.FAILED:
             return error or "the DMS gave no reason"
-        failed = sorted(n for n, s in self.allocations.items() if s.startswith(_FAILED))
-        return ", ".join(f"allocation {n} failed" for n in failed)
+        return ", ".join(f"allocation {n} failed" for n in self.failed)
 
 
 _FAILED = AllocationStatus.FAILED.value
+FAILURE_LINES = 10
+"""How many of a failed allocation's last lines of output ``deploy --wait`` shows."""
 
 
 def follow(
@@ -185,11 +226,12 @@ def follow(
     out: Any = None,
     max_wait_s: float = 3600.0,
     sleep: Callable[[float], None] = time.sleep,
-) -> tuple[DeploymentStatus, str]:
+) -> tuple[DeploymentStatus, str, list[str]]:
     """Poll the deployment (quickly at first, then every few seconds), printing one line per
     change: its status, each allocation's placement (from the manifest), status and health,
     and how it ended. A deployment of services is followed until it runs; one of tasks (a
-    job) until it ends. Returns the last status and why it failed (``""``: it did not)."""
+    job) until it ends. Returns the last status, why it failed (``""``: it did not) and the
+    allocations that failed."""
     progress = Progress(ensemble_id, out if out is not None else sys.stdout)
     interval = 0.2
     while True:
@@ -200,7 +242,7 @@ def follow(
         status = progress.status
         assert status is not None
         if is_terminal(status) or (status == DeploymentStatus.RUNNING and not progress.is_task):
-            return status, progress.failure(reply.error)
+            return status, progress.failure(reply.error), progress.failed
         if time.monotonic() - progress.start > max_wait_s:
             raise DmsgwError(f"{ensemble_id} is still {status.go_name} after {max_wait_s:g} s")
         sleep(interval)
@@ -208,14 +250,22 @@ def follow(
 
 
 def _deploy(args: argparse.Namespace) -> int:
+    ensemble = load_ensemble_yaml(args.ensemble)  # a bad file is told before any connection
     with _connect(args) as dms:
-        reply = dms.deployment.new(args.ensemble, timeout=args.timeout)
+        reply = dms.deployment.new(ensemble, timeout=args.timeout)
         print(f"deployed {args.ensemble}: ensemble {reply.ensemble_id}", flush=True)
         if not args.wait:
             return 0
-        _, failure = follow(dms, reply.ensemble_id)
+        _, failure, failed = follow(dms, reply.ensemble_id)
+        details: list[str] = []
+        if failure:
+            from .logs import failure_details
+
+            details = failure_details(dms, reply.ensemble_id, failed, FAILURE_LINES)
     if failure:
         print(f"dmsgw: deployment {reply.ensemble_id} failed: {failure}", file=sys.stderr)
+        if details:
+            print("\n".join(details), file=sys.stderr)
         return 1
     return 0
 

@@ -160,13 +160,14 @@ async def _run_up(args: argparse.Namespace) -> int:
         raise DevnetCliError(
             f"cannot listen on {args.host} from port {args.base_port}: {exc.strerror or exc}"
         ) from None
+    previous = None
     try:
-        devnet_record.record(devnet.seed, devnet.urls)
+        previous = devnet_record.record(devnet.seed, devnet.urls)
         print(_banner(devnet, time.perf_counter() - began, args.context, cap_common.cap_dir(args)))
         sys.stdout.flush()
         await stop.wait()
     finally:
-        devnet_record.forget()
+        devnet_record.forget(previous=previous)
         await devnet.stop()
     print("dmsgw devnet: stopped", file=sys.stderr)
     return 0

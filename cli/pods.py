@@ -79,7 +79,8 @@ def fetch_pods(address: ListenAddress, token: str | None) -> list[dict[str, Any]
         connection.close()
     if response.status != 200:
         reason = body.decode(errors="replace").strip() or response.reason
-        raise DmsgwError(f"the gateway at {address} answered {response.status}: {reason}")
+        hint = _ANSWER_HINTS.get(response.status, "")
+        raise DmsgwError(f"the gateway at {address} answered {response.status}: {reason}{hint}")
     try:
         pods = json.loads(body)
     except ValueError as exc:
@@ -87,6 +88,14 @@ def fetch_pods(address: ListenAddress, token: str | None) -> list[dict[str, Any]
     if not isinstance(pods, list):
         raise DmsgwError(f"the gateway at {address} answered /pods with no list")
     return pods
+
+
+_ANSWER_HINTS = {
+    401: f" (give its token with --token-file FILE or ${OPERATOR_TOKEN_ENV})",
+    404: " (no /pods there: is this the plugin port? `dmsgw pods` reads the operator port, "
+    f"--operator, default 127.0.0.1:{DEFAULT_OPERATOR_PORT})",
+}
+"""What to try when the operator port refuses: the answers a user can act on."""
 
 
 def _status(pod: dict[str, Any]) -> str:
@@ -122,8 +131,22 @@ def _endpoints(endpoints: Sequence[dict[str, Any]]) -> str:
     return ",".join(shown) or "<none>"
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on (escape sequences, carriage
+    returns, bells) written as Python writes it in a string (``\\x1b``): names, reasons and
+    endpoints come from pods, and a pod must not move the operator's cursor or rewrite the
+    screen."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def row(pod: dict[str, Any]) -> tuple[str, ...]:
-    """One pod's cells, in :data:`COLUMNS` order."""
+    """One pod's cells, in :data:`COLUMNS` order, each :func:`printable`."""
+    return tuple(printable(cell) for cell in _cells(pod))
+
+
+def _cells(pod: dict[str, Any]) -> tuple[str, ...]:
     mains = [c for c in pod.get("containers", []) if not c.get("init")]
     ready = f"{sum(bool(c.get('ready')) for c in mains)}/{len(mains)}"
     return (

@@ -33,9 +33,10 @@ log = logging.getLogger("dmsgw.serve")
 def serve(config: GatewayConfig, factory: BackendFactory, *, out: TextIO | None = None) -> int:
     """Runs the gateway with the backend ``factory`` makes until SIGTERM/SIGINT."""
     stdout = out if out is not None else sys.stdout
+    options = config.server_options()  # refused here, before anything starts or logs
     configure_logging(config.log_level, config.log_format, secrets=config.secret_values())
     log.info("configuration", extra={"config": config.describe()})
-    runner = Serve(factory, config.server_options())
+    runner = Serve(factory, options)
     asyncio.run(runner.run(started=lambda info: _announce(info, config, stdout)))
     print("dmsgw serve: stopped", file=stdout, flush=True)
     return 0

@@ -211,7 +211,8 @@ class Actor:
             if not await self.send(msg, delegate=[cont]):
                 raise InvokeError(f"{behavior}: failed to send message to {to.addr.host}")
             try:
-                return await asyncio.wait_for(future, timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    return await future
             except TimeoutError:
                 raise InvokeError(f"{behavior}: failed to receive reply due to timeout") from None
         finally:

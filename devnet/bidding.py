@@ -130,7 +130,8 @@ async def _collect(
     end = loop.time() + window_s
     while (left := end - loop.time()) > 0:
         try:
-            bid = await asyncio.wait_for(received.get(), left)
+            async with asyncio.timeout(left):
+                bid = await received.get()
         except TimeoutError:
             break
         v1 = bid.v1

@@ -301,7 +301,8 @@ class Execution:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGTERM)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), grace_s)
+                async with asyncio.timeout(grace_s):
+                    await self.proc.wait()
         self.kill()  # past the grace period, or whatever the main process left in its group
         return await self.wait()
 
@@ -564,7 +565,8 @@ class ProcessExecutor:
         except OSError as exc:
             return f"health check command failed to start: {exc}"
         try:
-            output, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                output, _ = await proc.communicate()
         except TimeoutError:
             proc.kill()
             await proc.wait()

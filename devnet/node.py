@@ -30,6 +30,9 @@ from .protocol import catalog_spec
 
 log = logging.getLogger(__name__)
 
+CANCEL_AGAIN_S = 1.0
+"""How long a stopping node waits on a cancelled task before cancelling it again."""
+
 
 class DmsNode:
     """One simulated DMS: a root actor on ``network`` under ``key``."""
@@ -131,13 +134,17 @@ class DmsNode:
         if not task.cancelled() and task.exception() is not None:
             log.error("%s failed", task.get_name(), exc_info=task.exception())
 
-    async def cancel_tasks(self) -> None:
-        """Cancel and await every task of the node (a stopping DMS's goroutines)."""
+    async def cancel_tasks(self, again_s: float = CANCEL_AGAIN_S) -> None:
+        """Cancel and await every task of the node (a stopping DMS's goroutines). A task still
+        running ``again_s`` after its cancel is named and cancelled again: one that lost the
+        cancel (code that catches it, or a wait that swallows it) must not hold a stop forever."""
         while self._tasks:
             tasks = list(self._tasks)
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            _, pending = await asyncio.wait(tasks, timeout=again_s)
+            for task in pending:
+                log.warning("%s ignored its cancel: cancelling it again", task.get_name())
 
     def stop_actors(self) -> None:
         for actor in self._children.values():

@@ -68,7 +68,8 @@ class OutputCopy:
     async def ended(self, timeout_s: float) -> None:
         """Once the pipe has ended (every writer closed it), or ``timeout_s`` passed."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._ended), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(self._ended)
 
     def close(self) -> None:
         """Copy what is left in the pipe, stop reading and close everything (idempotent)."""

@@ -88,11 +88,11 @@ class DmsApi:
             early = self.early_timeout and replies.empty()
             timeout = 0.0 if early else _seconds_left(node, msg)
             try:
-                data = (
-                    await asyncio.wait_for(replies.get(), timeout)
-                    if timeout
-                    else replies.get_nowait()
-                )
+                if not timeout:
+                    data = replies.get_nowait()
+                else:
+                    async with asyncio.timeout(timeout):
+                        data = await replies.get()
             except (TimeoutError, asyncio.QueueEmpty):
                 return _error(408, "request timeout")
         finally:

@@ -235,10 +235,23 @@ async def start_backend(
     try:
         if not await dms.learn_version_or_defer():
             binding.check_unreachable(dms.where)
-    except BaseException:
+        return await _assemble(config, dms, store, binding, metrics, clock, loop)
+    except BaseException:  # a start-up error closes the DMS's HTTP session, or asyncio says so
         await dms.close()
         await store.close()
         raise
+
+
+async def _assemble(
+    config: GatewayConfig,
+    dms: DmsConnection,
+    store: PodStore,
+    binding: StateBinding,
+    metrics: Metrics,
+    clock: Clock,
+    loop: asyncio.AbstractEventLoop,
+) -> Gateway:
+    """The gateway over a connected ``dms`` and its opened ``store``, started."""
     catalog = GpuCatalog()
     resources = ResourceActor.start(dms.invoke, catalog=catalog, clock=clock, loop=loop)
     capacity = Capacity(

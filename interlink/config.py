@@ -62,6 +62,7 @@ from .server import (
     ListenAddress,
     ServerOptions,
 )
+from .server.operator_port import OPERATOR_ROUTES
 
 __all__ = [
     "CONFIG_ENV",
@@ -133,8 +134,8 @@ SETTINGS: tuple[Setting, ...] = (
         "operator_listen",
         "--operator-listen",
         "ADDR",
-        f"/healthz, /readyz and /metrics (default 127.0.0.1:{DEFAULT_OPERATOR_PORT}); "
-        "off loopback, /metrics requires the operator token",
+        f"{', '.join(OPERATOR_ROUTES)} (default 127.0.0.1:{DEFAULT_OPERATOR_PORT}); off "
+        "loopback, all but /healthz and /readyz require the operator token",
     ),
     Setting(
         "token_file",

@@ -151,3 +151,19 @@ def test_modules_are_small_unless_they_mirror_one_go_file() -> None:
         and "Mirrors " not in (ast.get_docstring(ast.parse(p.read_text())) or "")
     ]
     assert large == []
+
+
+def test_no_module_waits_with_asyncio_wait_for() -> None:
+    """On Python 3.11 ``asyncio.wait_for`` returns the result when a cancel arrives in the same
+    turn, and the cancelled task goes on: a devnet's stop hung for good on one (issue 26).
+    ``async with asyncio.timeout(…)`` keeps the cancel."""
+    users = [
+        f"{p.relative_to(ROOT)}:{node.lineno}"
+        for p in _sources()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "wait_for"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "asyncio"
+    ]
+    assert users == []

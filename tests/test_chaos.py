@@ -726,6 +726,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         assert not left, f"{len(left)} pod processes outlived the devnet. {stopped}"
 
 
+@pytest.mark.timeout(600)  # ~80 s on a loaded machine: many kills, each a restart
 async def test_sigkill_at_random_points_loses_and_duplicates_no_pod(rig: Rig) -> None:
     seed, gateway, log_path = rig.seed, rig.gateway, rig.log_path
     rng = random.Random(seed)

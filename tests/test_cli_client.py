@@ -176,7 +176,11 @@ def test_deploy_wait_shows_a_jobs_progress_to_its_end_and_exits_with_its_outcome
     assert shown[-1] == f"n1.job: {outcome}"
     assert len(shown) == len(set(shown)), "one line per change"
     if code:
-        assert err.strip() == f"dmsgw: deployment {ensemble} failed: allocation n1.job failed"
+        assert err.splitlines() == [
+            f"dmsgw: deployment {ensemble} failed: allocation n1.job failed",
+            f"  n1.job, its last lines (`dmsgw logs {ensemble} n1.job`: all):",
+            "    deployed from the cli",
+        ]
     else:
         assert err == ""
 
@@ -212,3 +216,98 @@ def test_invoke_offers_the_behaviors_of_the_dms_version(
     assert main([*args, "--dms-version", "v0.5"]) != 0
     err = capsys.readouterr().err
     assert "/dms/node/deployment/info is not a behavior of DMS v0.5" in err
+
+
+LOGS = """\
+version: V1
+allocations:
+  job:
+    executor: docker
+    type: task
+    resources: {cpu: {cores: 0.1}, ram: {size: 0.1}, disk: {size: 0.1}}
+    execution:
+      type: docker
+      image: busybox:1.36
+      cmd: ["sh", "-c", "for i in 1 2 3 4 5; do echo out $i; done; echo oops >&2"]
+  other:
+    executor: docker
+    type: task
+    resources: {cpu: {cores: 0.1}, ram: {size: 0.1}, disk: {size: 0.1}}
+    execution:
+      type: docker
+      image: busybox:1.36
+      cmd: ["sh", "-c", "echo other"]
+nodes:
+  n1:
+    allocations: [job, other]
+"""
+
+
+@pytest.fixture
+def finished(setup: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """A job of two allocations that ran to its end; its ensemble ID."""
+    path = tmp_path / "logs.yaml"
+    path.write_text(LOGS)
+    assert main(["deploy", str(path), "--wait", *setup]) == 0
+    return capsys.readouterr().out.splitlines()[0].rsplit(" ", 1)[-1]
+
+
+def test_logs_print_an_allocations_output_by_its_name(
+    setup: list[str], finished: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["logs", finished, "job", *setup]) == 0
+    out, err = capsys.readouterr()
+    assert out == "".join(f"out {i}\n" for i in range(1, 6)) and err == "oops\n"
+    assert main(["logs", finished, "n1.job", "--tail", "2", *setup]) == 0
+    assert capsys.readouterr() == ("out 4\nout 5\n", "oops\n")
+
+
+def test_logs_of_a_deployment_head_each_allocation(
+    setup: list[str], finished: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["logs", finished, "--tail", "1", *setup]) == 0
+    out, err = capsys.readouterr()
+    assert out == "==> n1.job <==\nout 5\n==> n1.other <==\nother\n"
+    assert err == "==> n1.job <==\noops\n"
+
+
+def test_logs_follow_ends_with_the_deployment(
+    setup: list[str], finished: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["logs", finished, "job", "--follow", "--tail", "1", *setup]) == 0
+    assert capsys.readouterr().out == "out 5\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["logs", "no-such-ensemble"], "deployment not found"),
+        (["logs", "ENSEMBLE", "nosuch"], "has no allocation 'nosuch' (it has: n1.job, n1.other)"),
+        (["logs", "ENSEMBLE", "--tail", "-1"], "--tail: -1 is not a number of lines"),
+    ],
+)
+def test_logs_failures_are_one_line(
+    setup: list[str],
+    finished: str,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    fragment: str,
+) -> None:
+    argv = [finished if word == "ENSEMBLE" else word for word in argv]
+    assert main([*argv, *setup]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dmsgw: error: ") and fragment in err and err.count("\n") == 1, err
+
+
+def test_invoke_deployment_logs_takes_the_short_name_and_says_how_to_read_them(
+    setup: list[str], finished: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = json.dumps({"EnsembleID": finished, "AllocationName": "job"})
+    assert main(["invoke", "/dms/node/deployment/logs", "--data", data, *setup]) == 0
+    out, err = capsys.readouterr()
+    written = json.loads(out)["LogsWrittenTo"]
+    assert (Path(written) / "stdout.log").read_text().startswith("out 1\n")
+    assert err == (
+        f"dmsgw: the DMS wrote stdout.log and stderr.log in {written} on its host; "
+        f"`dmsgw logs {finished} n1.job` prints them\n"
+    )

@@ -6,6 +6,7 @@ grant and invoke commands are then run as printed, through the ``dmsgw`` command
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -64,13 +65,15 @@ def _read_until(proc: subprocess.Popen[bytes], marker: str) -> list[str]:
     return text.splitlines()
 
 
-@pytest.fixture
-def devnet_up(gateway_env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], list[str]]]:
+@contextlib.contextmanager
+def _devnet_up(
+    env: dict[str, str], seed: str, *more: str
+) -> Iterator[tuple[subprocess.Popen[bytes], list[str]]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dmsgw", "devnet", "up", "--base-port", "0", "--seed", "cli-test"],
+        [sys.executable, "-m", "dmsgw", "devnet", "up", "--base-port", "0", "--seed", seed, *more],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, **gateway_env},
+        env={**os.environ, **env},
     )
     try:
         yield proc, _read_until(proc, "Then:")
@@ -85,6 +88,26 @@ def devnet_up(gateway_env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[by
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+@pytest.fixture
+def devnet_up(gateway_env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], list[str]]]:
+    with _devnet_up(gateway_env, "cli-test") as up:
+        yield up
+
+
+def test_a_second_devnet_that_stops_leaves_the_first_one_recorded(
+    gateway_env: dict[str, str],
+) -> None:
+    with _devnet_up(gateway_env, "first", "--nodes", "1") as (first, _):
+        recorded = state.running()
+        assert recorded is not None and recorded.pid == first.pid
+        with _devnet_up(gateway_env, "second", "--nodes", "1") as (second, _):
+            now = state.running()
+            assert now is not None and (now.pid, now.seed) == (second.pid, "second")
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(STARTUP_S) == 0
+        assert state.running() == recorded  # the commands still find the first devnet
 
 
 def test_up_prints_nodes_and_commands_that_work(

@@ -326,7 +326,14 @@ nodes: {n: {allocations: [a]}}
 @pytest.mark.parametrize(
     ("old", "new", "problems"),
     [
-        ("executor:", "Executor:", ["allocations.a: allocation must have an executor"]),
+        (
+            "executor:",
+            "Executor:",
+            [
+                "allocations.a: allocation must have an executor "
+                "(found 'Executor': the DMS reads the key 'executor', lowercase)"
+            ],
+        ),
         ("nodes:", "Nodes:", ["Nodes.n: failure_recovery must be specified for node"]),
         (
             "type: task",

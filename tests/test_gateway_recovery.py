@@ -136,6 +136,7 @@ async def _post(session: aiohttp.ClientSession, url: str, body: Any) -> int:
         return resp.status
 
 
+@pytest.mark.timeout(400)  # ~70 s on a loaded machine
 @pytest.mark.parametrize("kill_after_s", [0.0, 0.002, 0.01, 0.05, 0.2])
 def test_sigkill_during_create_and_delete_loses_and_duplicates_nothing(
     devnet: Devnet, tmp_path: Path, kill_after_s: float

@@ -661,7 +661,7 @@ def test_load_old_untagged_file_read_only(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        (None, r"does not exist \(create it with `nunet cap new dms`\)"),
+        (None, r"does not exist \(create it with `dmsgw cap new dms --cap-dir /\S+`\)"),
         (
             "{not json",
             "is not a valid context: invalid character 'n' looking for beginning of object key",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import re
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Protocol
@@ -142,7 +143,8 @@ class RestTransport:
         if self._handle is None or refresh:
             status, body = await self._request("GET", "/handle", None, "GET /actor/handle")
             if status != 200:
-                raise DMSRequestError("GET /actor/handle", status, _error_text(body))
+                text = _error_text(body) + self._hint(reached=True)
+                raise DMSRequestError("GET /actor/handle", status, text)
             try:
                 self._handle = Handle.from_json(body)
             except GoDecodeError as exc:
@@ -196,7 +198,23 @@ class RestTransport:
             except aiohttp.ClientError as exc:
                 raise TransportError(
                     f"{what}: cannot reach the DMS at {self.base_url}: {exc}"
+                    + self._hint(reached=False)
                 ) from None
+
+    def _hint(self, *, reached: bool) -> str:
+        """What to try when no DMS API is where the URL says: at the default URL, start one;
+        a URL that names the API's path is one level too deep (the client adds it)."""
+        base, api, _ = self.base_url.partition(API_PREFIX.rsplit("/", 1)[0])
+        if api:
+            return f". The URL names the DMS without {api}: try --url {base}"
+        if reached:
+            return ". Is this the address of a DMS's REST API?"
+        if self.base_url == DEFAULT_URL:
+            return (
+                ". No DMS there: start one with `dmsgw devnet up`, or name yours with --url "
+                "(or $DMSGW_DMS_URL)"
+            )
+        return ""
 
 
 async def _read_body(resp: aiohttp.ClientResponse, what: str) -> bytes:
@@ -217,13 +235,24 @@ async def _read_body(resp: aiohttp.ClientResponse, what: str) -> bytes:
 
 
 def _error_text(body: bytes) -> str:
+    """The DMS's ``error`` text; anything else in one line (a web page: its title)."""
     try:
         parsed: Any = json.loads(body)
     except ValueError:
-        return body.decode("utf-8", "replace")[:500] or "(empty body)"
+        return _one_line(body.decode("utf-8", "replace"))
     if isinstance(parsed, Mapping) and isinstance(parsed.get("error"), str):
         return str(parsed["error"])
     return body.decode("utf-8", "replace")[:500]
+
+
+def _one_line(text: str) -> str:
+    """A body that is not the DMS's JSON, as one line of at most 200 characters: a web page is
+    named by its title, which is what a server's error page says."""
+    if text.lstrip()[:1] == "<":
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+        named = f": {' '.join(title.group(1).split())[:120]!r}" if title else ""
+        return f"a web page{named}, not the DMS API"
+    return " ".join(text.split())[:200] or "(empty body)"
 
 
 def _decode_reply(body: bytes, behavior: str) -> Envelope:

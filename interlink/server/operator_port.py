@@ -129,6 +129,15 @@ class Pods:
 
 
 _PROBES = frozenset({"/healthz", "/readyz"})
+OPERATOR_ROUTES = (
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/pods",
+    "/pods/{namespace}/{name}",
+    "/stats/summary",
+)
+"""Every route of the operator app, in the order ``dmsgw serve --help`` names them."""
 
 
 def operator_app(

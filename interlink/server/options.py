@@ -35,6 +35,11 @@ class ServerOptions:
     def __post_init__(self) -> None:
         require_token_for(self.listen, self.token)
         require_token_for(self.operator_listen, self.operator_token)
+        if _same_socket(self.listen, self.operator_listen):
+            raise ServeError(
+                f"the plugin API (--listen) and the operator port (--operator-listen) are both "
+                f"{self.listen}: give each its own address"
+            )
         if self.body_timeout_s <= 0:
             raise ServeError(f"body_timeout_s must be above 0, not {self.body_timeout_s:g}")
         if self.max_body_bytes < 1:
@@ -58,3 +63,15 @@ class ServerOptions:
         """What ``/metrics`` requires: the operator token when the operator port is off
         loopback, where anyone on the network could otherwise read the gateway's state."""
         return None if self.operator_listen.is_loopback else self.operator_token
+
+
+_ANY_HOST = frozenset({"", "0.0.0.0", "::"})
+
+
+def _same_socket(a: ListenAddress, b: ListenAddress) -> bool:
+    """Whether two servers would bind one socket (the second would fail, after the gateway
+    started): one unix socket path, or one port where the hosts are one or either is any."""
+    if a.path is not None or b.path is not None:
+        return a.path == b.path
+    hosts_meet = a.host == b.host or a.host in _ANY_HOST or b.host in _ANY_HOST
+    return a.port == b.port != 0 and hosts_meet

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -82,8 +83,10 @@ def load_context(
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        where = "" if directory is None else f" --cap-dir {shlex.quote(str(path.parent))}"
         raise StoreError(
-            f"capability context file {path} does not exist (create it with `nunet cap new {name}`)"
+            f"capability context file {path} does not exist (create it with "
+            f"`dmsgw cap new {shlex.quote(name)}{where}`)"
         ) from None
     except OSError as exc:
         raise StoreError(f"cannot read capability context file {path}: {exc.strerror}") from None
