@@ -50,6 +50,7 @@ SUMMARIES: dict[str, str] = {
     "devnet": "run an embedded DMS devnet and grant keys on it",
     "serve": "run the gateway: interLink's plugin API, offloading pods to the DMS",
     "pods": "list a running gateway's pods with their CPU and memory usage",
+    "logs": "print what a deployment's allocations wrote (stdout and stderr)",
     "agent": "hold the key unlocked for this session, as ssh-agent does",
 }
 """Each command's line in ``dmsgw --help``; its family's parser uses the same line."""

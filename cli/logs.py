@@ -20,6 +20,7 @@ from typing import TextIO
 from ..behaviors.session import Node
 from ..behaviors.status import is_terminal
 from ..errors import DmsgwError
+from . import summary
 from .client import _add_connection_options, _connect
 
 FOLLOW_INTERVAL_S = 1.0
@@ -113,7 +114,7 @@ def _run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     logs = sub.add_parser(
         "logs",
-        help="print what a deployment's allocations wrote (stdout and stderr)",
+        help=summary("logs"),
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
     )
     logs.add_argument("ensemble", help="the deployment's ensemble ID")
