@@ -43,6 +43,7 @@ from ..keys.ucan.token import Action, TokenList
 from .cgroups import Cgroups
 from .changes import ChangeFeed
 from .confinement import (
+    Identities,
     RunAs,
     Watchdog,
     check_reachable,
@@ -150,6 +151,8 @@ class Devnet:
         self.root: Path | None = None
         self.watchdog: Watchdog | None = None
         self.cgroups: Cgroups | None = None
+        self.identities: Identities | None = None
+        """A user of its own for each pod, when the devnet is root and no user was named."""
         self.network_namespaces = network_namespaces
         self.networks = AllocationNetworks(PUBLIC_ADDRESS)
         """The allocations' networks (namespaces where they can be made: probed at start)."""
@@ -178,13 +181,15 @@ class Devnet:
             isolation = await probe_isolation(self.isolation)
             run_as = choose_run_as(self.run_as)
             self.root = await self._make_work_dir(run_as)
+            if run_as is not None and self.run_as is None:
+                self.identities = Identities(self.root.name)
             self.cgroups = await asyncio.to_thread(Cgroups.probe, self.root.name)
             self.networks.namespaces = await self._namespaces(isolation, self.root.name)
             log.info(
                 "devnet: work dir %s, %s isolation; %s; %s; %s",
                 self.root,
                 isolation.value,
-                describe_run_as(run_as),
+                self.describe_identities(),
                 self.cgroups.describe(),
                 self.networks.describe(),
             )
@@ -192,6 +197,12 @@ class Devnet:
                 self._services(entry, self.root / entry.node.name, isolation, run_as)
         for i, entry in enumerate(self.nodes):
             await self._serve(entry, self.base_port + i if self.base_port else 0)
+
+    def describe_identities(self) -> str:
+        """Who the allocations run as, for the start log line and the banner."""
+        if self.identities is not None:
+            return self.identities.describe()
+        return describe_run_as(choose_run_as(self.run_as))
 
     async def _namespaces(self, isolation: Isolation, prefix: str) -> Namespaces | None:
         """Network namespaces for the allocations, if wanted and possible: an allocation's
@@ -234,6 +245,7 @@ class Devnet:
             watchdog=self.watchdog,
             cgroups=self.cgroups,
             network=self.networks,
+            identities=self.identities,
         )
         entry.provider = Provider(
             node, entry.profile, entry.ledger, entry.executor, self.timeouts, self.changes.notify
@@ -299,6 +311,9 @@ class Devnet:
         if self.cgroups is not None:
             await asyncio.to_thread(self.cgroups.remove)
             self.cgroups = None
+        await self.networks.stop()
+        if self.identities is not None:
+            self.identities.release_all()
         if self.root is not None:
             await asyncio.to_thread(remove_tree, self.root)
             self.root = None

@@ -47,7 +47,7 @@ from typing import Any
 from ..behaviors.ensemble import HealthCheckManifest
 from ..behaviors.log_times import times_path
 from .cgroups import Cgroups, RunGroup
-from .confinement import RunAs, Watchdog, child_setup
+from .confinement import Identities, RunAs, Watchdog, child_setup
 from .forwarding import AllocationNetworks
 from .http_check import http_check
 from .output import OutputCopies
@@ -61,6 +61,7 @@ from .sandbox import (
     named_volumes,
     plan_sandbox,
 )
+from .tools import SETUP_ENVIRONMENT, have, tool
 
 OUTPUT_LIMIT = 4096
 """How much of a health check's output, or of a failed set-up's stderr, is kept."""
@@ -76,17 +77,17 @@ async def probe_isolation(preferred: Isolation | None = None) -> Isolation:
     ``rewrite``; ``preferred`` forces one (``namespace`` fails clearly if impossible)."""
     if preferred is Isolation.REWRITE:
         return preferred
-    tools = ("unshare", "mount", "nsenter", "setpriv")
-    possible = os.geteuid() == 0 and all(shutil.which(t) for t in tools)
+    possible = os.geteuid() == 0 and have("unshare", "mount", "nsenter", "setpriv")
     if possible:
         proc = await asyncio.create_subprocess_exec(
-            "unshare",
+            tool("unshare"),
             "--mount",
             "--propagation",
             "private",
-            "true",
+            tool("true"),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
+            env=SETUP_ENVIRONMENT,
         )
         possible = await proc.wait() == 0
     if preferred is Isolation.NAMESPACE and not possible:
@@ -397,10 +398,12 @@ class ProcessExecutor:
         watchdog: Watchdog | None = None,
         cgroups: Cgroups | None = None,
         network: AllocationNetworks | None = None,
+        identities: Identities | None = None,
     ) -> None:
         self.root = root
         self.isolation = isolation
         self.run_as = run_as
+        self.identities = identities
         self.watchdog = watchdog
         self.cgroups = cgroups or Cgroups(())
         self.network = network or AllocationNetworks()
@@ -410,19 +413,29 @@ class ProcessExecutor:
     def sandbox(self, allocation_id: str) -> Path:
         return self.root / allocation_id
 
+    def identity(self, allocation_id: str, ensemble_id: str) -> RunAs | None:
+        """Who ``allocation_id`` runs as: the user the devnet was told to use for all, else
+        its ensemble's own identity (a root devnet), else this process's user (``None``)."""
+        if self.run_as is not None or self.identities is None:
+            return self.run_as
+        return self.identities.claim(ensemble_id or allocation_id, allocation_id)
+
     def hold(self, allocation_id: str, config: AllocationDeploymentConfig) -> None:
         """Count ``allocation_id`` among the users of the named volumes it declares."""
         self.volumes.hold(allocation_id, named_volumes(config))
 
-    async def prepare(self, allocation_id: str, config: AllocationDeploymentConfig) -> SandboxPlan:
-        """Plan and write the sandbox (raises :class:`SandboxError` for what cannot run)."""
+    async def prepare(
+        self, allocation_id: str, config: AllocationDeploymentConfig, ensemble_id: str = ""
+    ) -> SandboxPlan:
+        """Plan and write the sandbox (raises :class:`SandboxError` for what cannot run), for
+        the user of ``ensemble_id`` (see :meth:`identity`)."""
         plan = plan_sandbox(
             self.sandbox(allocation_id),
             config,
             self.isolation,
             volumes=self.volumes.root,
             shared=self.volumes.shared(allocation_id),
-            run_as=self.run_as,
+            run_as=self.identity(allocation_id, ensemble_id),
         )
         async with self.volumes.lock:  # not while a volume it names is being removed
             await asyncio.to_thread(materialise, plan)
@@ -461,10 +474,10 @@ class ProcessExecutor:
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=output.stdout.write_fd,
                     stderr=output.stderr.write_fd,
-                    env=dict(plan.environment),
+                    env=SETUP_ENVIRONMENT,
                     cwd=plan.root,
                     start_new_session=True,
-                    **self._child_options(plan.isolation, group, network),
+                    **self._child_options(plan, group, network),
                 )
         except BaseException:
             os.close(status_fd)
@@ -493,8 +506,9 @@ class ProcessExecutor:
         finally:
             os.close(fd)
 
+    @staticmethod
     def _child_options(
-        self, isolation: Isolation, group: RunGroup | None = None, network: int | None = None
+        plan: SandboxPlan, group: RunGroup | None = None, network: int | None = None
     ) -> dict[str, Any]:
         """How a process of an allocation is started: it joins the allocation's ``network``
         namespace (if it has one: only in ``namespace`` isolation, where the process starts as
@@ -503,8 +517,8 @@ class ProcessExecutor:
         through ``setpriv``."""
         fds = group.fds if group is not None else ()
         options: dict[str, Any] = {"preexec_fn": child_setup(os.getpid(), fds, network)}
-        if self.run_as is not None and isolation is Isolation.REWRITE:
-            options.update(self.run_as.popen_options())
+        if plan.run_as is not None and plan.isolation is Isolation.REWRITE:
+            options.update(plan.run_as.popen_options())
         return options
 
     async def release(self, allocation_id: str, plan: SandboxPlan | None) -> None:
@@ -514,9 +528,13 @@ class ProcessExecutor:
             await asyncio.to_thread(self.mount_points.release, plan.outermost)
         await self.volumes.release(allocation_id)
 
-    @staticmethod
-    async def remove_sandbox(plan: SandboxPlan) -> None:
-        await asyncio.to_thread(remove_tree, plan.root)
+    async def remove_sandbox(self, allocation_id: str, plan: SandboxPlan | None) -> None:
+        """Remove ``allocation_id``'s sandbox (its files and logs), then free its identity:
+        nothing it owned is left for a later pod to be given."""
+        if plan is not None:
+            await asyncio.to_thread(remove_tree, plan.root)
+        if self.identities is not None:
+            self.identities.release(allocation_id)
 
     @staticmethod
     async def read_logs(plan: SandboxPlan) -> tuple[bytes, bytes, bytes, bytes]:
@@ -548,8 +566,10 @@ class ProcessExecutor:
         if not argv:
             return "the health check has no command"
         if execution.plan.isolation is Isolation.NAMESPACE:
-            drop = self.run_as.setpriv() if self.run_as is not None else []
-            argv = ["nsenter", "--target", str(execution.pid), "--mount", "--", *drop, *argv]
+            run_as = execution.plan.run_as
+            drop = run_as.setpriv() if run_as is not None else []
+            enter = [tool("nsenter"), "--target", str(execution.pid), "--mount", "--"]
+            argv = [*enter, *drop, *argv]
         try:
             with self._network_of(execution.plan) as network:
                 proc = await asyncio.create_subprocess_exec(
@@ -557,9 +577,9 @@ class ProcessExecutor:
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
-                    env=dict(execution.plan.environment),
+                    env=SETUP_ENVIRONMENT,
                     cwd=execution.plan.root,
-                    **self._child_options(execution.plan.isolation, network=network),
+                    **self._child_options(execution.plan, network=network),
                 )
         except OSError as exc:
             return f"health check command failed to start: {exc}"
