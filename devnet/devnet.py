@@ -241,7 +241,7 @@ class Devnet:
             workdir / "allocations",
             isolation,
             workdir / "volumes",
-            run_as=run_as,
+            run_as=run_as if self.identities is None else None,
             watchdog=self.watchdog,
             cgroups=self.cgroups,
             network=self.networks,

@@ -420,6 +420,18 @@ class ProcessExecutor:
             return self.run_as
         return self.identities.claim(ensemble_id or allocation_id, allocation_id)
 
+    def _check_volumes_are_its_own(self, config: AllocationDeploymentConfig, run_as: RunAs) -> None:
+        """Refuse a named volume that another pod's user made: with a user per pod, what one
+        pod writes no other reads, and naming its volume must not be a way in."""
+        for name in named_volumes(config):
+            with contextlib.suppress(FileNotFoundError):
+                if (self.volumes.root / name).stat().st_uid != run_as.uid:
+                    raise SandboxError(
+                        f"volume {name!r} belongs to another deployment: each deployment's "
+                        f"volumes are its own on this devnet (it runs each pod as a user of "
+                        f"its own); name a volume of this deployment's"
+                    )
+
     def hold(self, allocation_id: str, config: AllocationDeploymentConfig) -> None:
         """Count ``allocation_id`` among the users of the named volumes it declares."""
         self.volumes.hold(allocation_id, named_volumes(config))
@@ -429,13 +441,16 @@ class ProcessExecutor:
     ) -> SandboxPlan:
         """Plan and write the sandbox (raises :class:`SandboxError` for what cannot run), for
         the user of ``ensemble_id`` (see :meth:`identity`)."""
+        run_as = self.identity(allocation_id, ensemble_id)
+        if self.identities is not None and run_as is not None:
+            self._check_volumes_are_its_own(config, run_as)
         plan = plan_sandbox(
             self.sandbox(allocation_id),
             config,
             self.isolation,
             volumes=self.volumes.root,
             shared=self.volumes.shared(allocation_id),
-            run_as=self.identity(allocation_id, ensemble_id),
+            run_as=run_as,
         )
         async with self.volumes.lock:  # not while a volume it names is being removed
             await asyncio.to_thread(materialise, plan)

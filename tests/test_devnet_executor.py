@@ -23,6 +23,7 @@ import pytest
 
 from dmsgw.behaviors.ensemble import SpecConfig, VolumeConfig
 from dmsgw.devnet.cgroups import Cgroups
+from dmsgw.devnet.confinement import unprivileged
 from dmsgw.devnet.executor import OOM_ERROR, probe_isolation
 from dmsgw.devnet.protocol import AllocationDeploymentConfig
 from dmsgw.devnet.pytest_plugin import (
@@ -156,10 +157,21 @@ def test_provision_scripts_have_their_own_time_limit() -> None:
         h.close()
 
 
+@pytest.fixture
+def one_user() -> Iterator[EmbeddedDevnet]:
+    """A devnet running every pod as one user (as a devnet that is not root does), where
+    deployments may share a named volume as Docker's do."""
+    h = start_embedded(1, seed="one-user", run_as=unprivileged() if os.geteuid() == 0 else None)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
 def test_named_volumes_are_shared_and_removed_with_their_last_user(
-    embedded_devnet: EmbeddedDevnet,
+    one_user: EmbeddedDevnet,
 ) -> None:
-    h = embedded_devnet
+    h = one_user
     name = f"shared-{secrets.token_hex(4)}"
     peer = h.dms.peers.self().id
     volume = [{"type": "local", "src": name, "mount_destination": "/shared"}]
@@ -364,3 +376,22 @@ def test_a_set_up_that_failed_leaves_no_cgroup_of_its_run(embedded_devnet: Embed
         if group.is_dir() and group.name.startswith(f"{eid}")
     ]
     assert runs == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a user per pod needs a root devnet")
+def test_with_a_user_per_pod_another_deployments_volume_is_refused(
+    embedded_devnet: EmbeddedDevnet,
+) -> None:
+    """Naming another pod's volume would be a way into its files: refused, saying why."""
+    h = embedded_devnet
+    name = f"mine-{secrets.token_hex(4)}"
+    peer = h.dms.peers.self().id
+    volume = [{"type": "local", "src": name, "mount_destination": "/mine"}]
+    owner = shell_allocation("service", "echo secret > /mine/x; exec sleep 60", volume=volume)
+    first = h.dms.deployment.new(one_node_ensemble({"o": owner}, peer=peer)).ensemble_id
+    assert h.wait_status(first, "Running", "Failed") == "Running"
+    thief = shell_allocation("service", "cat /mine/x; exec sleep 60", volume=volume)
+    second = h.dms.deployment.new(one_node_ensemble({"t": thief}, peer=peer)).ensemble_id
+    assert h.wait_status(second, "Failed", "Running") == "Failed"
+    reasons = " ".join([*h.orchestrator(second).failures, h.orchestrator(second).error])
+    assert f"volume {name!r} belongs to another deployment" in reasons
