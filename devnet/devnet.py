@@ -52,12 +52,13 @@ from .confinement import (
     make_work_dir,
     stale_work_dirs,
 )
-from .executor import ProcessExecutor, probe_isolation, remove_tree
+from .executor import ProcessExecutor, probe_isolation
 from .forwarding import AllocationNetworks
 from .handlers import install_basic_behaviors
 from .handlers_deployment import Deployments
 from .handlers_newest import install_newest_behaviors
 from .handlers_node import install_node_behaviors
+from .host_paths import remove_tree
 from .netns import Namespaces
 from .network import Network
 from .node import DmsNode

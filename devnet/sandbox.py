@@ -6,7 +6,7 @@ out in a per-allocation directory: provision scripts under ``scripts/``, keys un
 other volume types under ``volumes/``, the working directory under ``rootfs/``, and
 ``stdout.log``/``stderr.log`` beside them. A ``local`` volume's ``src`` is a host directory when
 it is an absolute path, else the name of a volume the node keeps for every allocation naming it
-(:class:`~dmsgw.devnet.executor.NamedVolumes`), as Docker treats a mount source that is a name.
+(:class:`~dmsgw.devnet.host_paths.NamedVolumes`), as Docker treats a mount source that is a name.
 
 The process is a shell that sets the allocation up and then execs the command:
 
