@@ -23,7 +23,7 @@ from .. import k8s
 from ..run_markers import EXIT_CODE_MARKER, PROBE_MARKER, STARTED_MARKER
 from .checks import PodTranslationError, check_extras
 from .inputs import Container
-from .names import INIT_FAILED
+from .names import INIT_FAILED, TOOLS_PATH
 from .probes import ProbeRun
 
 UNWRAPPED_ANNOTATION = "dmsgw.io/unwrapped-containers"
@@ -31,6 +31,9 @@ UNWRAPPED_ANNOTATION = "dmsgw.io/unwrapped-containers"
 wrapper (for images without ``/bin/sh``); their exit codes are then unknown to the gateway."""
 
 WRAPPER_NAME = "dmsgw-pod"
+CONTAINER_PATH = 'PATH="$dmsgw_path"'
+"""The prefix that gives a command of the container's (its command, hooks, exec probes) the
+container's own ``PATH`` back inside the wrapper."""
 DEFAULT_GRACE_S = 30
 """The pod's ``terminationGracePeriodSeconds`` when it has none, as the API server defaults it."""
 
@@ -68,7 +71,7 @@ def _hook(handler: k8s.LifecycleHandler | None, path: str) -> str:
         raise PodTranslationError(f"{path}.{kind}", "not supported: only exec hooks can be run")
     if handler.exec is None or not handler.exec.command:
         raise PodTranslationError(path, "an exec hook needs a command")
-    return shlex.join(handler.exec.command)
+    return f"{CONTAINER_PATH} {shlex.join(handler.exec.command)}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,9 +110,11 @@ def wrapper_script(
     lines = [
         f"# dmsgw: runs container {c.spec.name!r}, reporting its start and exit on stderr",
         "pid=",
+        f'dmsgw_path="${{PATH-{TOOLS_PATH}}}"',
+        f"PATH={TOOLS_PATH}",
         f"trap {shlex.quote(on_stop)} TERM INT",
         f"echo {shlex.quote(STARTED_MARKER)} >&2",
-        '"$@" &',
+        f'{CONTAINER_PATH} "$@" &',
         "pid=$!",
     ]
     if hooks.post_start:
@@ -152,6 +157,7 @@ _TCP_TOOLS = ("nc", "bash", "python3")
 
 _PROBE_FUNCTIONS = r"""
 dmsgw_now() { date +%s 2>/dev/null || echo 0; }
+dmsgw_exec() { PATH="$dmsgw_path" "$@"; }  # an exec probe, found through the container's PATH
 dmsgw_t0=$(dmsgw_now)
 dmsgw_first() {  # the first of the commands that the image has
   for _t in "$@"; do command -v "$_t" >/dev/null 2>&1 && { echo "$_t"; return 0; }; done
@@ -264,7 +270,7 @@ def _probe_call(run: ProbeRun) -> tuple[str, str]:
     tools: tuple[str, ...] = ()
     var = ""
     if run.handler == "exec":
-        label, check = f"exec {shlex.join(run.target)}", list(run.target)
+        label, check = f"exec {shlex.join(run.target)}", ["dmsgw_exec", *run.target]
     elif run.handler == "httpGet":
         (url,) = run.target
         label, check = f"HTTP GET {url}", ["dmsgw_http", url, str(run.timeout_s)]
