@@ -194,10 +194,32 @@ class Devnet:
                 self.cgroups.describe(),
                 self.networks.describe(),
             )
+            for weaker in self._weaker_boundaries(run_as):
+                log.warning("devnet: %s (see the operator guide's security model)", weaker)
             for entry in self.nodes:
                 self._services(entry, self.root / entry.node.name, isolation, run_as)
         for i, entry in enumerate(self.nodes):
             await self._serve(entry, self.base_port + i if self.base_port else 0)
+
+    def _weaker_boundaries(self, run_as: RunAs | None) -> list[str]:
+        """What keeps pods apart that this devnet cannot have, in words for a warning."""
+        weaker = []
+        if run_as is None:
+            weaker.append(
+                "not root: every pod runs as this process's user, so each can read the "
+                "others' files and environment, and this user's (the gateway's state too)"
+            )
+        elif self.identities is None:
+            weaker.append(
+                f"every pod runs as one user ({run_as.describe()}), so each can read the "
+                f"others' files and environment"
+            )
+        if self.networks.namespaces is None:
+            weaker.append(
+                "no network namespaces: pods share the host's network and reach what listens "
+                "on its loopback (the gateway's operator port, the devnet nodes' APIs)"
+            )
+        return weaker
 
     def describe_identities(self) -> str:
         """Who the allocations run as, for the start log line and the banner."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import logging
 import os
 import shutil
 import socket
@@ -30,6 +31,7 @@ from typing import Any
 import pytest
 
 from dmsgw.devnet.confinement import CLAIMS_DIR, IDENTITY_BASE, unprivileged
+from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.forwarding import _listening_socket
 from dmsgw.devnet.netns import GATEWAY
@@ -40,7 +42,13 @@ from dmsgw.devnet.pytest_plugin import (
 )
 from dmsgw.devnet.sandbox import Isolation
 from tests.gateway_fakes import pod, uid
-from tests.test_endpoints import PYTHON, needs_namespaces, serving, until_async
+from tests.test_endpoints import (
+    NAMESPACES_POSSIBLE,
+    PYTHON,
+    needs_namespaces,
+    serving,
+    until_async,
+)
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(
@@ -360,3 +368,27 @@ def test_a_deleted_pods_files_and_logs_are_removed(isolation: Isolation) -> None
         assert not (volumes / "gone-data").exists()
     finally:
         h.close()
+
+
+async def test_a_devnet_that_cannot_keep_pods_apart_warns_what_no_longer_holds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without network namespaces (or, not root, without a user per pod) the devnet says at
+    start which boundaries are gone; with them it warns of nothing."""
+    caplog.set_level(logging.WARNING, logger="dmsgw.devnet.devnet")
+    devnet = Devnet(nodes=1, seed="shared-warning", network_namespaces=False)
+    await devnet.start()
+    try:
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("no network namespaces: pods share the host's network" in w for w in warnings)
+        assert any("not root" in w for w in warnings) is (not ROOT)
+    finally:
+        await devnet.stop()
+    if ROOT and NAMESPACES_POSSIBLE:
+        caplog.clear()
+        contained = Devnet(nodes=1, seed="contained")
+        await contained.start()
+        try:
+            assert [r for r in caplog.records if r.levelno == logging.WARNING] == []
+        finally:
+            await contained.stop()

@@ -157,10 +157,14 @@ _TCP_TOOLS = ("nc", "bash", "python3")
 
 _PROBE_FUNCTIONS = r"""
 dmsgw_now() { date +%s 2>/dev/null || echo 0; }
-dmsgw_exec() { PATH="$dmsgw_path" "$@"; }  # an exec probe, found through the container's PATH
+# The image's programs (an exec probe's, the HTTP and TCP clients) are found through the
+# container's PATH; the wrapper's own tools through its fixed one.
+dmsgw_exec() { PATH="$dmsgw_path" "$@"; }
 dmsgw_t0=$(dmsgw_now)
 dmsgw_first() {  # the first of the commands that the image has
-  for _t in "$@"; do command -v "$_t" >/dev/null 2>&1 && { echo "$_t"; return 0; }; done
+  for _t in "$@"; do
+    PATH="$dmsgw_path" command -v "$_t" >/dev/null 2>&1 && { echo "$_t"; return 0; }
+  done
   return 1
 }
 dmsgw_within() {  # seconds, output file, command...: its status (124: it timed out)
@@ -178,11 +182,11 @@ dmsgw_within() {  # seconds, output file, command...: its status (124: it timed 
 }
 dmsgw_http() {  # url, seconds: 0 when it answers 200-399
   case $dmsgw_http_tool in
-  wget) wget -S -T "$2" --no-check-certificate -O /dev/null "$1" ;;
-  curl) _s=$(curl -sS -k -m "$2" -o /dev/null -w '%{http_code}' "$1") || return 1
+  wget) PATH="$dmsgw_path" wget -S -T "$2" --no-check-certificate -O /dev/null "$1" ;;
+  curl) _s=$(PATH="$dmsgw_path" curl -sS -k -m "$2" -o /dev/null -w '%{http_code}' "$1") || return 1
     [ "$_s" -ge 200 ] && [ "$_s" -lt 400 ] && return 0
     echo "status $_s"; return 1 ;;
-  python3) python3 -c '
+  python3) PATH="$dmsgw_path" python3 -c '
 import ssl, sys, urllib.error, urllib.request
 try:
     code = urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]),
@@ -197,9 +201,9 @@ sys.exit(0 if 200 <= code < 400 else f"status {code}")' "$1" "$2" ;;
 }
 dmsgw_tcp() {  # host, port, seconds: 0 when a connection opens
   case $dmsgw_tcp_tool in
-  nc) nc -z -w "$3" "$1" "$2" ;;
-  bash) bash -c 'exec 3<>"/dev/tcp/$1/$2"' dmsgw-tcp "$1" "$2" ;;
-  python3) python3 -c '
+  nc) PATH="$dmsgw_path" nc -z -w "$3" "$1" "$2" ;;
+  bash) PATH="$dmsgw_path" bash -c 'exec 3<>"/dev/tcp/$1/$2"' dmsgw-tcp "$1" "$2" ;;
+  python3) PATH="$dmsgw_path" python3 -c '
 import socket, sys
 try:
     socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
