@@ -20,11 +20,8 @@ import base64
 import functools
 import logging
 import os
-import shutil
 import socket
 import stat
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.forwarding import _listening_socket
 from dmsgw.devnet.netns import GATEWAY
 from dmsgw.devnet.pytest_plugin import (
+    EmbeddedDevnet,
     one_node_ensemble,
     shell_allocation,
     start_embedded,
@@ -63,21 +61,15 @@ ISOLATIONS = sorted({Isolation.REWRITE, asyncio.run(probe_isolation())})
 """Path rewriting always; mount namespaces too where this process can make them (root)."""
 
 
-@pytest.fixture
-def open_dir() -> Iterator[Path]:
-    """A directory every user may write (sticky, as /tmp): where a pod leaves its proof."""
-    path = Path(tempfile.mkdtemp(prefix="dmsgw-attack-"))
-    path.chmod(0o1777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def _service(script: str, env: dict[str, str], **fields: Any) -> dict[str, Any]:
     allocation = shell_allocation("service", script, **fields)
     allocation["execution"]["params"]["environment"] = [f"{k}={v}" for k, v in env.items()]
     return allocation
+
+
+def _healthy(h: EmbeddedDevnet, eid: str) -> bool:
+    info = h.dms.deployment.status(eid).allocation_info or {}
+    return any(i.health == "healthy" for i in info.values())
 
 
 def _with_script(ensemble: dict[str, Any], name: str, text: str) -> dict[str, Any]:
@@ -90,15 +82,15 @@ def _with_script(ensemble: dict[str, Any], name: str, text: str) -> dict[str, An
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_pods_path_never_chooses_a_program_of_the_set_up(
-    isolation: Isolation, open_dir: Path
+    isolation: Isolation, host_dir: Path
 ) -> None:
     """The issue's critical attack: ``PATH`` put a pod's own ``unshare`` (and ``mount``,
     ``setpriv``, ``nsenter``…) before the system's, and root ran it when the allocation
     started, restarted, or was health-checked. Each fake here records who ran it; none may
     run at all, while the pod's own command is still found through its ``PATH``."""
-    fakes = open_dir / "bin"
+    fakes = host_dir / "bin"
     fakes.mkdir(mode=0o755)
-    proof = open_dir / "proof"
+    proof = host_dir / "proof"
     for name in (*PRIVILEGED, "mine"):
         fake = fakes / name
         fake.write_text(f'#!/bin/sh\necho "{name} $(id -u)" >> {proof}\nexit 0\n')
@@ -123,11 +115,7 @@ def test_a_pods_path_never_chooses_a_program_of_the_set_up(
         h.background.call(allocation.restart())  # the issue's restart
         h.wait_for(lambda: h.stdout(eid, "n1.svc") == "up\nup\n", what="the restart")
 
-        def checked() -> bool:
-            info = h.dms.deployment.status(eid).allocation_info or {}
-            return any(i.health == "healthy" for i in info.values())
-
-        h.wait_for(checked, what="the health check, found through the pod's PATH")
+        h.wait_for(lambda: _healthy(h, eid), what="the health check, found through the pod's PATH")
         ran = proof.read_text().splitlines()
         assert ran and {line.split()[0] for line in ran} == {"mine"}, ran
         assert "mine 0" not in ran  # and the pod's own check did not run as root either
@@ -137,13 +125,13 @@ def test_a_pods_path_never_chooses_a_program_of_the_set_up(
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_pods_loader_variables_never_reach_a_privileged_step(
-    isolation: Isolation, open_dir: Path
+    isolation: Isolation, host_dir: Path
 ) -> None:
     """``LD_PRELOAD`` and its family are read by the dynamic loader of every program the
     variables reach. With ``LD_DEBUG_OUTPUT`` the loader of each such program leaves a trace
     file owned by whoever ran it: only the pod's own user may leave one, and no trace may
     name a set-up program."""
-    traces = open_dir / "trace"
+    traces = host_dir / "trace"
     libc = next(Path("/").glob("usr/lib/*/libc.so.6"), None) or next(
         Path("/").glob("lib*/libc.so.6")
     )
@@ -151,12 +139,12 @@ def test_a_pods_loader_variables_never_reach_a_privileged_step(
         "LD_PRELOAD": str(libc),
         "LD_DEBUG": "files",
         "LD_DEBUG_OUTPUT": str(traces),
-        "LD_LIBRARY_PATH": str(open_dir),
+        "LD_LIBRARY_PATH": str(host_dir),
         "IFS": "/",
-        "BASH_ENV": str(open_dir / "bashrc"),
-        "ENV": str(open_dir / "bashrc"),
+        "BASH_ENV": str(host_dir / "bashrc"),
+        "ENV": str(host_dir / "bashrc"),
     }
-    (open_dir / "bashrc").write_text(f"id -u >> {open_dir / 'sourced'}\n")
+    (host_dir / "bashrc").write_text(f"id -u >> {host_dir / 'sourced'}\n")
     check = {"type": "command", "exec": ["true"], "interval": 10**8}
     svc = _service("echo up; exec sleep 60", env, provision=["setup"], healthcheck=check)
     ensemble = _with_script(one_node_ensemble({"svc": svc}), "setup", "true\n")
@@ -166,21 +154,17 @@ def test_a_pods_loader_variables_never_reach_a_privileged_step(
         assert h.wait_status(eid, "Running", "Failed") == "Running"
         h.wait_for(lambda: h.stdout(eid, "n1.svc") == "up\n", what="the command")
 
-        def checked() -> bool:
-            info = h.dms.deployment.status(eid).allocation_info or {}
-            return any(i.health == "healthy" for i in info.values())
-
-        h.wait_for(checked, what="the health check")
+        h.wait_for(lambda: _healthy(h, eid), what="the health check")
         run_as = h.faults.allocation(eid, "svc").plan.run_as  # type: ignore[union-attr]
         pod_uid = run_as.uid if run_as is not None else os.geteuid()
-        written = sorted(open_dir.glob("trace.*"))
+        written = sorted(host_dir.glob("trace.*"))
         assert written, "the pod's own programs were traced"
         owners = {p.stat().st_uid for p in written}
         assert owners == {pod_uid}, f"traces left by uids {owners}, the pod is {pod_uid}"
         named = {n for p in written for n in PRIVILEGED if f"/{n} " in p.read_text()}
         assert not named - {"env", "true"}, named
-        if (open_dir / "sourced").exists():  # a shell of the pod's own read its start-up file
-            assert "0" not in (open_dir / "sourced").read_text().split()
+        if (host_dir / "sourced").exists():  # a shell of the pod's own read its start-up file
+            assert "0" not in (host_dir / "sourced").read_text().split()
     finally:
         h.close()
 
