@@ -245,6 +245,15 @@ class Identities:
         start = hashlib.sha256(owner.encode()).digest()[:4]
         self._next = int.from_bytes(start, "big") % IDENTITY_COUNT  # devnets start apart
 
+    def remove_stale(self) -> None:
+        """Free the IDs that devnets which no longer run held (SIGKILLed: their watchdog
+        removed their files, not their claims)."""
+        with contextlib.suppress(OSError):
+            for claim in self.directory.iterdir():
+                with contextlib.suppress(OSError):
+                    if owner_gone(claim.read_text()):
+                        claim.unlink()
+
     def claim(self, ensemble_id: str, allocation_id: str) -> RunAs:
         """The identity of ``ensemble_id``, held by ``allocation_id`` until :meth:`release`
         (a new one costs a file created: quick enough for the event loop)."""

@@ -184,6 +184,7 @@ class Devnet:
             self.root = await self._make_work_dir(run_as)
             if run_as is not None and self.run_as is None:
                 self.identities = Identities(self.root.name)
+                self.identities.remove_stale()
             self.cgroups = await asyncio.to_thread(Cgroups.probe, self.root.name)
             self.networks.namespaces = await self._namespaces(isolation, self.root.name)
             log.info(

@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from dmsgw.devnet.confinement import CLAIMS_DIR, IDENTITY_BASE, unprivileged
+from dmsgw.behaviors.devnet_record import process_start_time
+from dmsgw.devnet.confinement import CLAIMS_DIR, IDENTITY_BASE, Identities, unprivileged
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.forwarding import _listening_socket
@@ -376,3 +377,16 @@ async def test_a_devnet_that_cannot_keep_pods_apart_warns_what_no_longer_holds(
             assert [r for r in caplog.records if r.levelno == logging.WARNING] == []
         finally:
             await contained.stop()
+
+
+def test_the_ids_a_dead_devnet_held_are_freed_by_the_next(tmp_path: Path) -> None:
+    """A devnet killed with SIGKILL leaves its claims; the next one frees them, never a live
+    devnet's."""
+    dead, live = (
+        "dmsgw-devnet-1.1-dead",
+        f"dmsgw-devnet-{os.getpid()}.{process_start_time(os.getpid())}-live",
+    )
+    (tmp_path / "1879048193").write_text(dead)
+    (tmp_path / "1879048194").write_text(live)
+    Identities("dmsgw-devnet-new", tmp_path).remove_stale()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1879048194"]
