@@ -304,7 +304,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument(
         "--run-as",
         metavar="USER[:GROUP]",
-        help="as root, the unprivileged user allocations run as (default nobody:nogroup)",
+        help="as root, one unprivileged user for every allocation (default: a user of each "
+        "pod's own)",
     )
     up.add_argument(
         "--context",

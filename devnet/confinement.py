@@ -1,11 +1,13 @@
 """What keeps the host safe from a devnet's allocations, which run as host processes.
 
 * **Who they run as** (:class:`RunAs`): a devnet started as root runs every allocation process
-  (set-up, provision scripts, command, health checks) as an unprivileged user — ``nobody`` and
-  its group by default — with no supplementary groups and ``no_new_privs``, so that neither the
-  command nor anything it executes (a set-user-ID ``sudo``) gets root back. What the allocation
-  must write (its sandbox's ``work``, ``rootfs``, volumes, scripts and keys) is given to that
-  user. A devnet that is not root cannot switch users: its allocations run as its own user.
+  (set-up, provision scripts, command, health checks) as an unprivileged user — by default a
+  user and group of the pod's own (:class:`Identities`), else the one it was told — with no
+  supplementary groups and ``no_new_privs``, so that neither the command nor anything it
+  executes (a set-user-ID ``sudo``) gets root back, and no pod reads another's files or
+  ``/proc``. What the allocation must write (its sandbox's ``work``, ``rootfs``, volumes,
+  scripts and keys) is given to that user. A devnet that is not root cannot switch users:
+  its allocations run as its own user.
 * **Dying with the devnet**: each allocation is a process group (a session of its own) whose
   main process gets the parent-death signal (SIGKILL), set between ``fork`` and ``exec``
   (:func:`child_setup`); the :class:`Watchdog` kills what the main process left behind and
@@ -154,9 +156,10 @@ def parse_run_as(text: str) -> RunAs:
 
 
 def choose_run_as(wanted: RunAs | None) -> RunAs | None:
-    """Who allocations run as (``None``: as this process's user). As root: ``wanted``, by
-    default :func:`unprivileged`, never root itself; otherwise only this process's own user
-    can be had."""
+    """Who allocations run as when not each pod as its own (``None``: as this process's
+    user). As root: ``wanted``, by default :func:`unprivileged` (the user a working directory
+    must let pass, as it must each pod's), never root itself; otherwise only this process's
+    own user can be had."""
     if os.geteuid() != 0:
         if wanted is not None and (wanted.uid, wanted.gid) != (os.geteuid(), os.getegid()):
             raise ConfinementError(

@@ -108,10 +108,10 @@ class DevnetNode:
 
 class Devnet:
     """``nodes`` simulated DMS nodes (``profiles`` describe their machines; default: the
-    heterogeneous trio); ``base_port`` 0 picks free ports; ``run_as``: the unprivileged
-    user allocations run as when the devnet is root (default ``nobody``); ``work_parent``:
-    where the working directory is made (default: the temporary directory);
-    ``network_namespaces``: whether allocations with ports get network namespaces (default:
+    heterogeneous trio); ``base_port`` 0 picks free ports; ``run_as``: one unprivileged
+    user for every allocation when the devnet is root (default: a user of each pod's own);
+    ``work_parent``: where the working directory is made (default: the temporary directory);
+    ``network_namespaces``: whether allocations get network namespaces (default:
     where they can be made; ``False``: they share the host's network; ``True``: fail clearly
     where they cannot)."""
 
