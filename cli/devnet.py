@@ -28,7 +28,7 @@ from ..behaviors import devnet_record
 from ..behaviors.devnet_record import GATEWAY_CAPABILITIES, GATEWAY_TOPICS, grant_command
 from ..behaviors.units import UnitError, parse_go_duration
 from ..clock import system_clock
-from ..devnet.confinement import choose_run_as, describe_run_as, parse_run_as
+from ..devnet.confinement import parse_run_as
 from ..devnet.devnet import DEFAULT_SEED, Devnet, grant_token, node_key
 from ..devnet.sandbox import Isolation
 from ..devnet.timeouts import DEVNET_TIMEOUTS, DMS_TIMEOUTS
@@ -89,7 +89,7 @@ def _banner(devnet: Devnet, started_s: float, context: str, cap_dir: Path) -> st
         f"dmsgw devnet: {len(devnet.nodes)} DMS node(s), seed {devnet.seed!r}, "
         f"started in {started_s * 1000:.0f} ms (Ctrl-C stops it)",
         f"work dir {devnet.root} (allocation sandboxes and logs; removed on stop)",
-        describe_run_as(choose_run_as(devnet.run_as)),
+        devnet.describe_identities(),
         "",
     ]
     for i, entry in enumerate(devnet.nodes):
@@ -306,7 +306,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument(
         "--run-as",
         metavar="USER[:GROUP]",
-        help="as root, the unprivileged user allocations run as (default nobody:nogroup)",
+        help="as root, one unprivileged user for every allocation (default: a user of each "
+        "pod's own)",
     )
     up.add_argument(
         "--context",

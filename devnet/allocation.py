@@ -169,7 +169,7 @@ class Allocation:
     async def _run(self) -> None:
         """Set up and start the process; returns once its command has been started."""
         if self.plan is None:
-            self.plan = await self.executor.prepare(self.id, self.config)
+            self.plan = await self.executor.prepare(self.id, self.config, self.ensemble_id)
             self._mounted = True
         execution = await self.executor.run(self.plan)
         self.execution = execution
@@ -259,5 +259,4 @@ class Allocation:
         await self._stop_process()
         self.actor.stop()
         await self._release()
-        if self.plan is not None:
-            await self.executor.remove_sandbox(self.plan)
+        await self.executor.remove_sandbox(self.id, self.plan)

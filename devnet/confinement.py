@@ -1,11 +1,13 @@
 """What keeps the host safe from a devnet's allocations, which run as host processes.
 
 * **Who they run as** (:class:`RunAs`): a devnet started as root runs every allocation process
-  (set-up, provision scripts, command, health checks) as an unprivileged user — ``nobody`` and
-  its group by default — with no supplementary groups and ``no_new_privs``, so that neither the
-  command nor anything it executes (a set-user-ID ``sudo``) gets root back. What the allocation
-  must write (its sandbox's ``work``, ``rootfs``, volumes, scripts and keys) is given to that
-  user. A devnet that is not root cannot switch users: its allocations run as its own user.
+  (set-up, provision scripts, command, health checks) as an unprivileged user — by default a
+  user and group of the pod's own (:class:`Identities`), else the one it was told — with no
+  supplementary groups and ``no_new_privs``, so that neither the command nor anything it
+  executes (a set-user-ID ``sudo``) gets root back, and no pod reads another's files or
+  ``/proc``. What the allocation must write (its sandbox's ``work``, ``rootfs``, volumes,
+  scripts and keys) is given to that user. A devnet that is not root cannot switch users:
+  its allocations run as its own user.
 * **Dying with the devnet**: each allocation is a process group (a session of its own) whose
   main process gets the parent-death signal (SIGKILL), set between ``fork`` and ``exec``
   (:func:`child_setup`); the :class:`Watchdog` kills what the main process left behind and
@@ -23,6 +25,7 @@ import contextlib
 import ctypes
 import dataclasses
 import grp
+import hashlib
 import logging
 import os
 import pwd
@@ -37,6 +40,7 @@ from typing import Any
 
 from ..behaviors.devnet_record import process_start_time
 from ..errors import DmsgwError
+from .tools import tool
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +83,7 @@ class RunAs:
         (mounts) and run the rest unprivileged; the parent-death signal, which the change
         of user clears, is set again."""
         return [
-            "setpriv",
+            tool("setpriv"),
             f"--reuid={self.uid}",
             f"--regid={self.gid}",
             "--clear-groups",
@@ -152,9 +156,10 @@ def parse_run_as(text: str) -> RunAs:
 
 
 def choose_run_as(wanted: RunAs | None) -> RunAs | None:
-    """Who allocations run as (``None``: as this process's user). As root: ``wanted``, by
-    default :func:`unprivileged`, never root itself; otherwise only this process's own user
-    can be had."""
+    """Who allocations run as when not each pod as its own (``None``: as this process's
+    user). As root: ``wanted``, by default :func:`unprivileged` (the user a working directory
+    must let pass, as it must each pod's), never root itself; otherwise only this process's
+    own user can be had."""
     if os.geteuid() != 0:
         if wanted is not None and (wanted.uid, wanted.gid) != (os.geteuid(), os.getegid()):
             raise ConfinementError(
@@ -211,6 +216,102 @@ def child_setup(
             os.kill(os.getpid(), signal.SIGKILL)
 
     return setup
+
+
+# --- an identity per pod ---------------------------------------------------------------------
+
+IDENTITY_BASE = 1_879_048_192
+"""The first user and group ID the devnet gives a pod (``0x70000000``): far above the
+ranges of a host's users, system accounts and the ``subuid`` ranges tools hand out."""
+IDENTITY_COUNT = 1 << 20
+CLAIMS_DIR = Path("/run/dmsgw-identities")
+"""Where a root devnet records the IDs it gave (one file per ID, naming the devnet that holds
+it), so that concurrent devnets never give one ID twice and the next devnet frees those a
+dead one held."""
+
+
+class Identities:
+    """A user and group ID of its own for each ensemble (pod) of a root devnet: the
+    allocations of one ensemble share it (as a pod's containers share its volumes), no two
+    ensembles ever do, on this devnet or another of the host.
+
+    An ID is claimed by creating its file in :data:`CLAIMS_DIR` exclusively (the kernel
+    refuses a second), and freed when the last of its allocations lets go of it — once their
+    files are removed, so that no later pod gets an ID that still owns a file."""
+
+    def __init__(self, owner: str, directory: Path = CLAIMS_DIR) -> None:
+        self.owner = owner
+        """The devnet's working directory's name: who holds the IDs it claims."""
+        self.directory = directory
+        self._by_ensemble: dict[str, RunAs] = {}
+        self._holders: dict[str, set[str]] = {}
+        start = hashlib.sha256(owner.encode()).digest()[:4]
+        self._next = int.from_bytes(start, "big") % IDENTITY_COUNT  # devnets start apart
+
+    def remove_stale(self) -> None:
+        """Free the IDs that devnets which no longer run held (SIGKILLed: their watchdog
+        removed their files, not their claims)."""
+        with contextlib.suppress(OSError):
+            for claim in self.directory.iterdir():
+                with contextlib.suppress(OSError):
+                    if owner_gone(claim.read_text()):
+                        claim.unlink()
+
+    def claim(self, ensemble_id: str, allocation_id: str) -> RunAs:
+        """The identity of ``ensemble_id``, held by ``allocation_id`` until :meth:`release`
+        (a new one costs a file created: quick enough for the event loop)."""
+        held = self._by_ensemble.get(ensemble_id)
+        if held is None:
+            held = self._by_ensemble[ensemble_id] = self._claim_new()
+        self._holders.setdefault(ensemble_id, set()).add(allocation_id)
+        return held
+
+    def _claim_new(self) -> RunAs:
+        self.directory.mkdir(mode=0o700, exist_ok=True)
+        for _ in range(IDENTITY_COUNT):
+            uid = IDENTITY_BASE + self._next
+            self._next = (self._next + 1) % IDENTITY_COUNT
+            if self._take(self.directory / str(uid)):
+                return RunAs(uid, uid)
+        raise ConfinementError(f"every one of the {IDENTITY_COUNT} pod identities is held")
+
+    def _take(self, claim: Path) -> bool:
+        """Create ``claim`` (or take it from a devnet that no longer runs)."""
+        for _ in range(2):
+            try:
+                fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                with contextlib.suppress(OSError):
+                    if owner_gone(claim.read_text()):
+                        claim.unlink()
+                        continue
+                return False
+            with os.fdopen(fd, "w") as f:
+                f.write(self.owner)
+            return True
+        return False
+
+    def release(self, allocation_id: str) -> None:
+        """``allocation_id`` no longer needs its identity; the last holder frees it."""
+        for ensemble_id, holders in list(self._holders.items()):
+            holders.discard(allocation_id)
+            if not holders:
+                del self._holders[ensemble_id]
+                run_as = self._by_ensemble.pop(ensemble_id)
+                with contextlib.suppress(OSError):
+                    (self.directory / str(run_as.uid)).unlink()
+
+    def release_all(self) -> None:
+        """The devnet stops: free every ID it holds."""
+        for allocation_id in {a for h in self._holders.values() for a in h}:
+            self.release(allocation_id)
+
+    @staticmethod
+    def describe() -> str:
+        return (
+            f"each pod runs as a user and group of its own (from {IDENTITY_BASE}, recorded "
+            f"in {CLAIMS_DIR})"
+        )
 
 
 # --- working directories ----------------------------------------------------------------------

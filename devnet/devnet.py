@@ -43,6 +43,7 @@ from ..keys.ucan.token import Action, TokenList
 from .cgroups import Cgroups
 from .changes import ChangeFeed
 from .confinement import (
+    Identities,
     RunAs,
     Watchdog,
     check_reachable,
@@ -51,12 +52,13 @@ from .confinement import (
     make_work_dir,
     stale_work_dirs,
 )
-from .executor import ProcessExecutor, probe_isolation, remove_tree
+from .executor import ProcessExecutor, probe_isolation
 from .forwarding import AllocationNetworks
 from .handlers import install_basic_behaviors
 from .handlers_deployment import Deployments
 from .handlers_newest import install_newest_behaviors
 from .handlers_node import install_node_behaviors
+from .host_paths import remove_tree
 from .netns import Namespaces
 from .network import Network
 from .node import DmsNode
@@ -106,10 +108,10 @@ class DevnetNode:
 
 class Devnet:
     """``nodes`` simulated DMS nodes (``profiles`` describe their machines; default: the
-    heterogeneous trio); ``base_port`` 0 picks free ports; ``run_as``: the unprivileged
-    user allocations run as when the devnet is root (default ``nobody``); ``work_parent``:
-    where the working directory is made (default: the temporary directory);
-    ``network_namespaces``: whether allocations with ports get network namespaces (default:
+    heterogeneous trio); ``base_port`` 0 picks free ports; ``run_as``: one unprivileged
+    user for every allocation when the devnet is root (default: a user of each pod's own);
+    ``work_parent``: where the working directory is made (default: the temporary directory);
+    ``network_namespaces``: whether allocations get network namespaces (default:
     where they can be made; ``False``: they share the host's network; ``True``: fail clearly
     where they cannot)."""
 
@@ -150,6 +152,8 @@ class Devnet:
         self.root: Path | None = None
         self.watchdog: Watchdog | None = None
         self.cgroups: Cgroups | None = None
+        self.identities: Identities | None = None
+        """A user of its own for each pod, when the devnet is root and no user was named."""
         self.network_namespaces = network_namespaces
         self.networks = AllocationNetworks(PUBLIC_ADDRESS)
         """The allocations' networks (namespaces where they can be made: probed at start)."""
@@ -178,20 +182,51 @@ class Devnet:
             isolation = await probe_isolation(self.isolation)
             run_as = choose_run_as(self.run_as)
             self.root = await self._make_work_dir(run_as)
+            if run_as is not None and self.run_as is None:
+                self.identities = Identities(self.root.name)
+                self.identities.remove_stale()
             self.cgroups = await asyncio.to_thread(Cgroups.probe, self.root.name)
             self.networks.namespaces = await self._namespaces(isolation, self.root.name)
             log.info(
                 "devnet: work dir %s, %s isolation; %s; %s; %s",
                 self.root,
                 isolation.value,
-                describe_run_as(run_as),
+                self.describe_identities(),
                 self.cgroups.describe(),
                 self.networks.describe(),
             )
+            for weaker in self._weaker_boundaries(run_as):
+                log.warning("devnet: %s (see the operator guide's security model)", weaker)
             for entry in self.nodes:
                 self._services(entry, self.root / entry.node.name, isolation, run_as)
         for i, entry in enumerate(self.nodes):
             await self._serve(entry, self.base_port + i if self.base_port else 0)
+
+    def _weaker_boundaries(self, run_as: RunAs | None) -> list[str]:
+        """What keeps pods apart that this devnet cannot have, in words for a warning."""
+        weaker = []
+        if run_as is None:
+            weaker.append(
+                "not root: every pod runs as this process's user, so each can read the "
+                "others' files and environment, and this user's (the gateway's state too)"
+            )
+        elif self.identities is None:
+            weaker.append(
+                f"every pod runs as one user ({run_as.describe()}), so each can read the "
+                f"others' files and environment"
+            )
+        if self.networks.namespaces is None:
+            weaker.append(
+                "no network namespaces: pods share the host's network and reach what listens "
+                "on its loopback (the gateway's operator port, the devnet nodes' APIs)"
+            )
+        return weaker
+
+    def describe_identities(self) -> str:
+        """Who the allocations run as, for the start log line and the banner."""
+        if self.identities is not None:
+            return self.identities.describe()
+        return describe_run_as(choose_run_as(self.run_as))
 
     async def _namespaces(self, isolation: Isolation, prefix: str) -> Namespaces | None:
         """Network namespaces for the allocations, if wanted and possible: an allocation's
@@ -230,10 +265,11 @@ class Devnet:
             workdir / "allocations",
             isolation,
             workdir / "volumes",
-            run_as=run_as,
+            run_as=run_as if self.identities is None else None,
             watchdog=self.watchdog,
             cgroups=self.cgroups,
             network=self.networks,
+            identities=self.identities,
         )
         entry.provider = Provider(
             node, entry.profile, entry.ledger, entry.executor, self.timeouts, self.changes.notify
@@ -299,6 +335,9 @@ class Devnet:
         if self.cgroups is not None:
             await asyncio.to_thread(self.cgroups.remove)
             self.cgroups = None
+        await self.networks.stop()
+        if self.identities is not None:
+            self.identities.release_all()
         if self.root is not None:
             await asyncio.to_thread(remove_tree, self.root)
             self.root = None

@@ -26,7 +26,7 @@ root, and never outliving the devnet (:mod:`.confinement`). What it keeps of Doc
   ``malloc`` returning ``NULL``, exit 1 or whatever the program makes of it — rather than
   killing, so an OOM kill could not be told apart from the program's own failure.)
 * **Named volumes**: a ``local`` volume whose ``src`` is a name lives in the node's volume
-  directory (:class:`NamedVolumes`).
+  directory (:class:`~.host_paths.NamedVolumes`).
 
 Namespace isolation (root with a working ``unshare --mount``, ``nsenter`` and ``setpriv``) is
 probed once, asynchronously.
@@ -37,30 +37,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
-import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..behaviors.ensemble import HealthCheckManifest
 from ..behaviors.log_times import times_path
 from .cgroups import Cgroups, RunGroup
-from .confinement import RunAs, Watchdog, child_setup
+from .confinement import Identities, RunAs, Watchdog, child_setup
 from .forwarding import AllocationNetworks
+from .host_paths import MountPoints, NamedVolumes, remove_tree
 from .http_check import http_check
 from .output import OutputCopies
 from .protocol import AllocationDeploymentConfig
 from .sandbox import (
     Isolation,
-    Mount,
     SandboxError,
     SandboxPlan,
     materialise,
     named_volumes,
     plan_sandbox,
 )
+from .tools import SETUP_ENVIRONMENT, have, tool
 
 OUTPUT_LIMIT = 4096
 """How much of a health check's output, or of a failed set-up's stderr, is kept."""
@@ -76,17 +75,17 @@ async def probe_isolation(preferred: Isolation | None = None) -> Isolation:
     ``rewrite``; ``preferred`` forces one (``namespace`` fails clearly if impossible)."""
     if preferred is Isolation.REWRITE:
         return preferred
-    tools = ("unshare", "mount", "nsenter", "setpriv")
-    possible = os.geteuid() == 0 and all(shutil.which(t) for t in tools)
+    possible = os.geteuid() == 0 and have("unshare", "mount", "nsenter", "setpriv")
     if possible:
         proc = await asyncio.create_subprocess_exec(
-            "unshare",
+            tool("unshare"),
             "--mount",
             "--propagation",
             "private",
-            "true",
+            tool("true"),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
+            env=SETUP_ENVIRONMENT,
         )
         possible = await proc.wait() == 0
     if preferred is Isolation.NAMESPACE and not possible:
@@ -99,22 +98,6 @@ async def probe_isolation(preferred: Isolation | None = None) -> Isolation:
 def exit_status(returncode: int) -> int:
     """A process's exit status as Docker reports it: 128 + N when killed by signal N."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def remove_tree(path: Path) -> None:
-    """``rmtree``; what is left (a read-only volume locked by permissions, which binds a
-    devnet that is not root) is removed once its directories have their owner's write
-    permission back (blocking). As root nothing is left, so nothing is ever changed through
-    a link an allocation may have put in its sandbox."""
-    shutil.rmtree(path, ignore_errors=True)
-    if not path.exists():
-        return
-    for directory, _, _ in os.walk(path):
-        with contextlib.suppress(OSError):
-            mode = os.stat(directory, follow_symlinks=False).st_mode
-            if stat.S_ISDIR(mode):
-                os.chmod(directory, stat.S_IMODE(mode) | stat.S_IRWXU)
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def resident_bytes(pid: int) -> dict[int, int]:
@@ -135,97 +118,6 @@ def resident_bytes(pid: int) -> dict[int, int]:
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
     return sizes
-
-
-class MountPoints:
-    """Mount points made on the host for namespaced allocations, removed when none uses them.
-
-    A bind mount needs its target to exist; inside a private mount namespace the bind is
-    invisible to the host, but a directory or file created for it is not, so each one created
-    here is counted by the targets at or under it (``/a`` made for ``/a/b`` serves ``/a/c`` as
-    well) and removed, if still empty, when the last of them is released.
-    """
-
-    def __init__(self) -> None:
-        self._users: dict[Path, int] = {}
-        self._made: dict[Path, int] = {}
-        """Path created here -> how many targets in use depend on it."""
-        self._chain: dict[Path, list[Path]] = {}
-        """Target -> the created paths it depends on, deepest first."""
-
-    def acquire(self, mounts: Iterable[Mount]) -> None:
-        for m in mounts:
-            target = Path(m.target)
-            self._users[target] = self._users.get(target, 0) + 1
-            if self._users[target] > 1:
-                continue
-            missing = [p for p in (target, *target.parents) if not p.exists()]
-            for path in reversed(missing):
-                if path == target and m.is_file:
-                    path.touch()
-                else:
-                    path.mkdir()
-                self._made[path] = 0
-            chain = [p for p in (target, *target.parents) if p in self._made]
-            for path in chain:
-                self._made[path] += 1
-            self._chain[target] = chain
-
-    def release(self, mounts: Iterable[Mount]) -> None:
-        for m in mounts:
-            target = Path(m.target)
-            users = self._users.get(target, 0) - 1
-            if users > 0:
-                self._users[target] = users
-                continue
-            self._users.pop(target, None)
-            for path in self._chain.pop(target, []):
-                self._made[path] -= 1
-                if self._made[path]:
-                    continue
-                del self._made[path]
-                with contextlib.suppress(OSError):  # no longer empty: not ours to remove
-                    if path.is_file() and path.stat().st_size == 0:
-                        path.unlink()
-                    elif path.is_dir():
-                        path.rmdir()
-
-
-class NamedVolumes:
-    """A node's named ``local`` volumes: ``<root>/<name>``, made on first use and shared by
-    every allocation of the node that names one, whatever its ensemble.
-
-    An allocation holds the volumes it names from its creation (so that the containers of a
-    pod share an emptyDir even after the first of them has completed) until it is released —
-    shut down with its deployment, reverted, or stopped with its node; a volume no allocation
-    holds any more is removed. A DMS leaves a Docker named volume in place; the devnet removes
-    it so that nothing outlives the deployments using it.
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._holders: dict[str, set[str]] = {}
-        self.lock = asyncio.Lock()
-        """Held while sandboxes are materialised and while volumes are removed."""
-
-    def hold(self, allocation_id: str, names: Iterable[str]) -> None:
-        for name in names:
-            self._holders.setdefault(name, set()).add(allocation_id)
-
-    def shared(self, allocation_id: str) -> set[str]:
-        """The volumes ``allocation_id`` holds together with other allocations."""
-        return {n for n, h in self._holders.items() if allocation_id in h and len(h) > 1}
-
-    async def release(self, allocation_id: str) -> None:
-        """Let go of ``allocation_id``'s volumes; remove those nobody holds any more."""
-        released = [n for n, h in self._holders.items() if allocation_id in h]
-        for name in released:
-            self._holders[name].discard(allocation_id)
-        async with self.lock:
-            for name in released:
-                if name in self._holders and not self._holders[name]:
-                    del self._holders[name]
-                    await asyncio.to_thread(remove_tree, self.root / name)
 
 
 class Execution:
@@ -398,10 +290,12 @@ class ProcessExecutor:
         watchdog: Watchdog | None = None,
         cgroups: Cgroups | None = None,
         network: AllocationNetworks | None = None,
+        identities: Identities | None = None,
     ) -> None:
         self.root = root
         self.isolation = isolation
         self.run_as = run_as
+        self.identities = identities
         self.watchdog = watchdog
         self.cgroups = cgroups or Cgroups(())
         self.network = network or AllocationNetworks()
@@ -411,19 +305,44 @@ class ProcessExecutor:
     def sandbox(self, allocation_id: str) -> Path:
         return self.root / allocation_id
 
+    def identity(self, allocation_id: str, ensemble_id: str) -> RunAs | None:
+        """Who ``allocation_id`` runs as: the user the devnet was told to use for all, else
+        its ensemble's own identity (a root devnet), else this process's user (``None``)."""
+        if self.run_as is not None or self.identities is None:
+            return self.run_as
+        return self.identities.claim(ensemble_id or allocation_id, allocation_id)
+
+    def _check_volumes_are_its_own(self, config: AllocationDeploymentConfig, run_as: RunAs) -> None:
+        """Refuse a named volume that another pod's user made: with a user per pod, what one
+        pod writes no other reads, and naming its volume must not be a way in."""
+        for name in named_volumes(config):
+            with contextlib.suppress(FileNotFoundError):
+                if (self.volumes.root / name).stat().st_uid != run_as.uid:
+                    raise SandboxError(
+                        f"volume {name!r} belongs to another deployment: each deployment's "
+                        f"volumes are its own on this devnet (it runs each pod as a user of "
+                        f"its own); name a volume of this deployment's"
+                    )
+
     def hold(self, allocation_id: str, config: AllocationDeploymentConfig) -> None:
         """Count ``allocation_id`` among the users of the named volumes it declares."""
         self.volumes.hold(allocation_id, named_volumes(config))
 
-    async def prepare(self, allocation_id: str, config: AllocationDeploymentConfig) -> SandboxPlan:
-        """Plan and write the sandbox (raises :class:`SandboxError` for what cannot run)."""
+    async def prepare(
+        self, allocation_id: str, config: AllocationDeploymentConfig, ensemble_id: str = ""
+    ) -> SandboxPlan:
+        """Plan and write the sandbox (raises :class:`SandboxError` for what cannot run), for
+        the user of ``ensemble_id`` (see :meth:`identity`)."""
+        run_as = self.identity(allocation_id, ensemble_id)
+        if self.identities is not None and run_as is not None:
+            self._check_volumes_are_its_own(config, run_as)
         plan = plan_sandbox(
             self.sandbox(allocation_id),
             config,
             self.isolation,
             volumes=self.volumes.root,
             shared=self.volumes.shared(allocation_id),
-            run_as=self.run_as,
+            run_as=run_as,
         )
         async with self.volumes.lock:  # not while a volume it names is being removed
             await asyncio.to_thread(materialise, plan)
@@ -462,10 +381,10 @@ class ProcessExecutor:
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=output.stdout.write_fd,
                     stderr=output.stderr.write_fd,
-                    env=dict(plan.environment),
+                    env=SETUP_ENVIRONMENT,
                     cwd=plan.root,
                     start_new_session=True,
-                    **self._child_options(plan.isolation, group, network),
+                    **self._child_options(plan, group, network),
                 )
         except BaseException:
             os.close(status_fd)
@@ -494,8 +413,9 @@ class ProcessExecutor:
         finally:
             os.close(fd)
 
+    @staticmethod
     def _child_options(
-        self, isolation: Isolation, group: RunGroup | None = None, network: int | None = None
+        plan: SandboxPlan, group: RunGroup | None = None, network: int | None = None
     ) -> dict[str, Any]:
         """How a process of an allocation is started: it joins the allocation's ``network``
         namespace (if it has one: only in ``namespace`` isolation, where the process starts as
@@ -504,8 +424,8 @@ class ProcessExecutor:
         through ``setpriv``."""
         fds = group.fds if group is not None else ()
         options: dict[str, Any] = {"preexec_fn": child_setup(os.getpid(), fds, network)}
-        if self.run_as is not None and isolation is Isolation.REWRITE:
-            options.update(self.run_as.popen_options())
+        if plan.run_as is not None and plan.isolation is Isolation.REWRITE:
+            options.update(plan.run_as.popen_options())
         return options
 
     async def release(self, allocation_id: str, plan: SandboxPlan | None) -> None:
@@ -515,9 +435,13 @@ class ProcessExecutor:
             await asyncio.to_thread(self.mount_points.release, plan.outermost)
         await self.volumes.release(allocation_id)
 
-    @staticmethod
-    async def remove_sandbox(plan: SandboxPlan) -> None:
-        await asyncio.to_thread(remove_tree, plan.root)
+    async def remove_sandbox(self, allocation_id: str, plan: SandboxPlan | None) -> None:
+        """Remove ``allocation_id``'s sandbox (its files and logs), then free its identity:
+        nothing it owned is left for a later pod to be given."""
+        if plan is not None:
+            await asyncio.to_thread(remove_tree, plan.root)
+        if self.identities is not None:
+            self.identities.release(allocation_id)
 
     @staticmethod
     async def read_logs(plan: SandboxPlan) -> tuple[bytes, bytes, bytes, bytes]:
@@ -549,8 +473,10 @@ class ProcessExecutor:
         if not argv:
             return "the health check has no command"
         if execution.plan.isolation is Isolation.NAMESPACE:
-            drop = self.run_as.setpriv() if self.run_as is not None else []
-            argv = ["nsenter", "--target", str(execution.pid), "--mount", "--", *drop, *argv]
+            run_as = execution.plan.run_as
+            drop = run_as.setpriv() if run_as is not None else []
+            enter = [tool("nsenter"), "--target", str(execution.pid), "--mount", "--"]
+            argv = [*enter, *drop, *argv]
         try:
             with self._network_of(execution.plan) as network:
                 proc = await asyncio.create_subprocess_exec(
@@ -558,9 +484,9 @@ class ProcessExecutor:
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
-                    env=dict(execution.plan.environment),
+                    env=SETUP_ENVIRONMENT,
                     cwd=execution.plan.root,
-                    **self._child_options(execution.plan.isolation, network=network),
+                    **self._child_options(execution.plan, network=network),
                 )
         except OSError as exc:
             return f"health check command failed to start: {exc}"

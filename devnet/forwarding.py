@@ -4,7 +4,7 @@ A DMS node publishes an allocation's private port (``PortConfig.private``) on it
 address at ``PortConfig.public``. The devnet listens on each public port at its public address
 and relays every TCP connection to the private port (an asyncio proxy, opened when the
 allocation starts and closed when it is shut down, across restarts of its process). Where it
-can, it gives each allocation with ports a network namespace of its own first (:mod:`.netns`):
+can, it gives each allocation a network namespace of its own first (:mod:`.netns`), ports or none:
 the private port is then a port at the allocation's address, two allocations listen on one
 private port as two containers do, and the public port is also opened at the gateway address
 the allocations reach the host by, so that they reach each other's public ports. Elsewhere the
@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 from collections.abc import Mapping
 
 from ..behaviors.ensemble import EnsembleConfigV1
-from .netns import GATEWAY, AllocationNamespace, Namespaces
+from .netns import GATEWAY, AllocationNamespace, Hub, Namespaces
 from .sandbox import SandboxError
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,11 @@ class _Forwarder:
     """One allocation's listeners and the connections they relay to ``target`` (the address
     its private ports are at)."""
 
-    def __init__(self, allocation_id: str, target: str) -> None:
+    def __init__(self, allocation_id: str, target: str, hub: Hub | None = None) -> None:
         self.allocation_id = allocation_id
         self.target = target
+        self.hub = hub
+        """Where ``target`` is, and :data:`GATEWAY` (``None``: the host's network)."""
         self.servers: dict[str, list[asyncio.Server]] = {}
         """Listeners by address."""
         self.relays: set[asyncio.Task[None]] = set()
@@ -67,13 +70,17 @@ class _Forwarder:
             assert task is not None
             self.relays.add(task)
             try:
-                await self._connect(reader, writer, self.target, private)
+                await self._connect(reader, writer, private)
             finally:
                 self.relays.discard(task)
                 writer.close()
 
         try:
-            server = await asyncio.start_server(accepted, sock=_listening_socket(address, public))
+            if self.hub is not None and address == GATEWAY:
+                sock = await self.hub.socket(functools.partial(_listening_socket, address, public))
+            else:
+                sock = _listening_socket(address, public)
+            server = await asyncio.start_server(accepted, sock=sock)
         except OSError as exc:
             raise SandboxError(
                 f"public port {public} cannot be opened on {address}: {exc.strerror or exc}"
@@ -81,12 +88,21 @@ class _Forwarder:
         self.servers.setdefault(address, []).append(server)
         return int(server.sockets[0].getsockname()[1])
 
-    @staticmethod
     async def _connect(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: str, private: int
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, private: int
     ) -> None:
         try:
-            inner_reader, inner_writer = await asyncio.open_connection(target, private)
+            if self.hub is None:
+                inner_reader, inner_writer = await asyncio.open_connection(self.target, private)
+            else:  # the allocation's address is routed in the hub only
+                sock = await self.hub.socket(functools.partial(socket.socket, socket.AF_INET))
+                sock.setblocking(False)
+                try:
+                    await asyncio.get_running_loop().sock_connect(sock, (self.target, private))
+                except BaseException:
+                    sock.close()
+                    raise
+                inner_reader, inner_writer = await asyncio.open_connection(sock=sock)
         except OSError:
             return  # nothing listens on the private port (yet): the client sees it closed
         try:
@@ -167,12 +183,13 @@ class AllocationNetworks:
         )
 
     async def open(self, allocation_id: str, mapping: Mapping[str, int]) -> None:
-        """Forward each ``public -> private`` port of ``mapping`` (Go's ``map[int]int``, keys
-        as strings) — into a namespace made for the allocation, where namespaces can be
-        made; idempotent for an allocation already forwarded. On a shared network, a private
-        port another allocation holds refuses the allocation; a public port that cannot be
-        bound refuses it anyway."""
-        if allocation_id in self._forwarders or not mapping:
+        """Give ``allocation_id`` its network — a namespace of its own wherever namespaces can
+        be made, ports or none, so that no allocation reaches what listens on the host's
+        loopback (the gateway's and the nodes' APIs) — and forward each ``public -> private``
+        port of ``mapping`` (Go's ``map[int]int``, keys as strings) into it; idempotent for
+        an allocation already opened. On a shared network, a private port another allocation
+        holds refuses the allocation; a public port that cannot be bound refuses it anyway."""
+        if allocation_id in self._forwarders or (self.namespaces is None and not mapping):
             return
         namespace = None
         if self.namespaces is not None:
@@ -182,7 +199,11 @@ class AllocationNetworks:
                 if why := self._held(private, allocation_id):
                     raise SandboxError(why)
             self._private.update(dict.fromkeys(mapping.values(), allocation_id))
-        forwarder = _Forwarder(allocation_id, namespace.address if namespace else LOOPBACK)
+        forwarder = (
+            _Forwarder(allocation_id, namespace.address, self.namespaces.hub)
+            if namespace is not None and self.namespaces is not None
+            else _Forwarder(allocation_id, LOOPBACK)
+        )
         self._forwarders[allocation_id] = forwarder
         if namespace is not None:
             self._namespaces[allocation_id] = namespace
@@ -194,13 +215,15 @@ class AllocationNetworks:
         except BaseException:
             await self.close(allocation_id)
             raise
-        log.info(
-            "devnet: %s reachable at %s",
-            allocation_id,
-            ", ".join(
-                f"{self.address}:{p} -> {forwarder.target}:{q}" for p, q in sorted(mapping.items())
-            ),
-        )
+        if mapping:
+            log.info(
+                "devnet: %s reachable at %s",
+                allocation_id,
+                ", ".join(
+                    f"{self.address}:{p} -> {forwarder.target}:{q}"
+                    for p, q in sorted(mapping.items())
+                ),
+            )
 
     async def close(self, allocation_id: str) -> None:
         """Stop forwarding ``allocation_id``'s ports; remove its namespace, or give its
@@ -210,5 +233,13 @@ class AllocationNetworks:
         if forwarder is not None:
             await forwarder.close()
         namespace = self._namespaces.pop(allocation_id, None)
-        if namespace is not None:
-            await Namespaces.remove(namespace)
+        if namespace is not None and self.namespaces is not None:
+            await self.namespaces.remove(namespace)
+
+    async def stop(self) -> None:
+        """The devnet stops: every allocation's network is closed; remove the hub."""
+        for allocation_id in list(self._forwarders):
+            await self.close(allocation_id)
+        if self.namespaces is not None:
+            await self.namespaces.close()
+            self.namespaces = None

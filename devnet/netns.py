@@ -1,28 +1,30 @@
-"""A network namespace for each allocation of the devnet that publishes ports.
+"""A network namespace for each allocation of the devnet.
 
 Docker gives each container a network of its own, so two containers listen on one port
 without colliding, and a published port reaches the container's address. The devnet does the
 same where it can (root, ``ip`` from iproute2, and ``namespace`` isolation, whose set-up runs
-as root until it drops to the allocation's user): before the allocation's process starts it
-makes a namespace (``ip netns add``) and a veth pair, the allocation's end named ``eth0``
-inside it. Every allocation gets an address of its own from :data:`POOL` (a ``/32``), and the
-host's end of every pair carries the same gateway address, :data:`GATEWAY`, with a route to
-that allocation's address alone:
+as root until it drops to the allocation's user), for every allocation, ports or none: before
+its process starts it makes a namespace (``ip netns add``) and a veth pair, the allocation's
+end named ``eth0`` inside it, the other end in the devnet's **hub** namespace. Every
+allocation gets an address of its own from :data:`POOL` (a ``/32``), and the hub's end of
+every pair carries the same gateway address, :data:`GATEWAY`, with a route to that
+allocation's address alone:
 
 * the devnet's forwarder relays a public port to the allocation's address (so, as with
   Docker, a server bound to the container's 127.0.0.1 only is not reached from outside);
 * the allocation's own loopback is its own (health checks run inside: :func:`in_namespace`,
-  and processes join it between ``fork`` and ``exec``: :func:`~.confinement.child_setup`);
-* the allocation reaches the host at :data:`GATEWAY` (services listening on every address,
-  and every allocation's public ports, which the forwarder also opens there), and nothing
-  beyond the host: there is no NAT and no forwarding between the pairs, so it has a route to
-  the gateway only, and a connection anywhere else fails at once ("network is unreachable")
-  rather than waiting for packets the host would drop.
+  and processes join it between ``fork`` and ``exec``: :func:`~.confinement.child_setup`):
+  what listens on the host's loopback — the gateway's plugin API and operator port, the
+  devnet nodes' APIs — is out of its reach;
+* the allocation reaches :data:`GATEWAY` in the hub, where only the devnet's relays of every
+  allocation's public ports listen, and nothing else: the host's own services, even those
+  bound to every address, are in the host's namespace, which the hub has no link to; there
+  is no forwarding between the pairs, so a connection anywhere else fails at once ("network
+  is unreachable").
 
-An address is claimed by adding its host route, which the kernel refuses for an address
-another devnet of the host already routes, so concurrent devnets need no lock. A namespace is
-named after its devnet's working directory (``dmsgw-devnet-<pid>.<start time>-…-<n>``) and its
-veth after a hash of that name, so that the next devnet to start removes those a devnet
+The hub is the devnet's own, so its addresses are too: concurrent devnets need no lock. A
+namespace is named after its devnet's working directory (``dmsgw-devnet-<pid>.<start
+time>-…-<n>``, the hub ``…-hub``), so that the next devnet to start removes those a devnet
 killed with SIGKILL left behind (:func:`remove_stale`), as it does their working directories.
 Where namespaces cannot be made, allocations share the host's network (see
 :mod:`.forwarding`); which mode runs is said in the devnet's start log line.
@@ -31,6 +33,7 @@ Where namespaces cannot be made, allocations share the host's network (see
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -38,7 +41,7 @@ import ipaddress
 import itertools
 import logging
 import os
-import shutil
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,6 +49,7 @@ from typing import TypeVar
 
 from .confinement import join_network_namespace, owner_gone
 from .sandbox import SandboxError
+from .tools import SETUP_ENVIRONMENT, have, tool
 
 T = TypeVar("T")
 
@@ -60,8 +64,6 @@ NETNS_DIR = Path("/run/netns")
 """Where ``ip netns`` keeps its named namespaces."""
 INSIDE = "eth0"
 """The allocation's end of its veth pair, named as in a Docker container."""
-_EXISTS = "File exists"
-"""How ``ip`` says that a route (here: an address another allocation holds) exists."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +90,10 @@ def veth_name(namespace: str) -> str:
 
 async def _ip(*args: str, batch: str = "") -> str:
     """Run ``ip`` (``batch``: commands for ``ip -batch -``); its stderr when it fails."""
-    argv = ["ip", *args, *(("-batch", "-") if batch else ())]
+    argv = [tool("ip"), *args, *(("-batch", "-") if batch else ())]
     proc = await asyncio.create_subprocess_exec(
         *argv,
+        env=SETUP_ENVIRONMENT,
         stdin=asyncio.subprocess.PIPE if batch else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
@@ -106,89 +109,131 @@ def _removal(name: str) -> str:
 
 
 class Namespaces:
-    """The network namespaces of one devnet's allocations, named ``<prefix>-<n>``."""
+    """The network namespaces of one devnet's allocations, named ``<prefix>-<n>``, and their
+    hub, ``<prefix>-hub``: the namespace every allocation's veth leads to, where the
+    devnet's relays of public ports listen at :data:`GATEWAY`. Nothing else listens there —
+    the host's own services, bound to its addresses or to every address, are in the host's
+    namespace, which no allocation has a way into."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
+        self.hub = Hub(f"{prefix}-hub")
         self._serial = itertools.count(1)
-        start = int.from_bytes(hashlib.sha256(prefix.encode()).digest()[:4], "big")
-        self._candidates = self._addresses(start)
+        self._free = self._addresses()
+        self._released: list[str] = []
 
     @staticmethod
-    def _addresses(start: int) -> Iterator[str]:
-        """Every address of :data:`POOL` but its network, gateway and broadcast addresses,
-        from ``start`` on, round and round (concurrent devnets start at different places)."""
+    def _addresses() -> Iterator[str]:
+        """Every address of :data:`POOL` but its network, gateway and broadcast addresses
+        (the pool is the devnet's own: its hub is its alone)."""
         first = int(POOL.network_address) + 2  # past the network address and the gateway
-        count = POOL.num_addresses - 3
-        for i in itertools.count():
-            yield str(ipaddress.IPv4Address(first + (start + i) % count))
+        for i in range(POOL.num_addresses - 3):
+            yield str(ipaddress.IPv4Address(first + i))
 
     @classmethod
     async def probe(cls, prefix: str) -> Namespaces | None:
         """Namespaces for a devnet whose names start with ``prefix``, if this process can
         make a namespace and a veth pair (root, ``ip``, the kernel's and the container's
-        consent); first those that devnets which no longer run left are removed."""
-        if os.geteuid() != 0 or shutil.which("ip") is None:
+        consent); first those that devnets which no longer run left are removed. The hub is
+        made here and stays until :meth:`close`."""
+        if os.geteuid() != 0 or not have("ip"):
             return None
         await remove_stale()
+        namespaces = cls(prefix)
+        hub = namespaces.hub.name
+        failed = await _ip(batch=f"netns add {hub}\n")
+        failed = failed or await _ip("-n", hub, batch="link set lo up\n")
         probe = f"{prefix}-probe"
-        make = f"netns add {probe}\nlink add {veth_name(probe)} type veth peer name {INSIDE} "
+        make = f"netns add {probe}\n"
+        make += f"link add {veth_name(probe)} netns {hub} type veth peer name {INSIDE} "
         make += f"netns {probe}\n"
-        failed = await _ip(batch=make)
-        await _ip("-force", batch=_removal(probe))
+        failed = failed or await _ip(batch=make)
+        await _ip("-force", batch=f"netns del {probe}\n")
         if failed:
             log.debug("devnet: no network namespaces: %s", failed)
+            await namespaces.close()
             return None
-        return cls(prefix)
+        return namespaces
 
     async def create(self, allocation_id: str) -> AllocationNamespace:
-        """A new namespace for ``allocation_id`` with its veth pair, address and route."""
+        """A new namespace for ``allocation_id`` with its veth pair (the other end in the
+        hub), address and routes."""
         name = f"{self.prefix}-{next(self._serial)}"
-        veth = veth_name(name)
-        host = f"netns add {name}\nlink add {veth} type veth peer name {INSIDE} netns {name}\n"
-        host += f"addr add {GATEWAY}/32 dev {veth}\nlink set {veth} up\n"
+        veth, hub = veth_name(name), self.hub.name
+        address = self._released.pop() if self._released else next(self._free, "")
+        if not address:
+            raise SandboxError(f"every address of {POOL} is held by an allocation")
+        host = f"netns add {name}\n"
+        host += f"link add {veth} netns {hub} type veth peer name {INSIDE} netns {name}\n"
+        there = f"addr add {GATEWAY}/32 dev {veth}\nlink set {veth} up\n"
+        there += f"route add {address}/32 dev {veth} src {GATEWAY}\n"
+        inside = "link set lo up\n"
+        inside += f"addr add {address}/32 dev {INSIDE}\nlink set {INSIDE} up\n"
+        inside += f"route add {GATEWAY}/32 dev {INSIDE} scope link\n"
         try:
             failed = await _ip(batch=host)
-            address = "" if failed else await self._claim(veth)
-            if not failed:
-                inside = "link set lo up\n"
-                inside += f"addr add {address}/32 dev {INSIDE}\nlink set {INSIDE} up\n"
-                inside += f"route add {GATEWAY}/32 dev {INSIDE} scope link\n"
-                failed = await _ip("-n", name, batch=inside)
+            failed = failed or await _ip("-n", hub, batch=there)
+            failed = failed or await _ip("-n", name, batch=inside)
         except BaseException:
-            await self.remove(AllocationNamespace(name, ""))
+            await self.remove(AllocationNamespace(name, address))
             raise
         if failed:
-            await self.remove(AllocationNamespace(name, ""))
+            await self.remove(AllocationNamespace(name, address))
             raise SandboxError(
                 f"cannot give allocation {allocation_id} a network namespace: {failed}"
             )
         return AllocationNamespace(name, address)
 
-    async def _claim(self, veth: str) -> str:
-        """An address of the pool that no allocation of this host holds, routed to ``veth``:
-        adding the route is the claim (refused for an address routed already)."""
-        for _ in range(POOL.num_addresses):
-            address = next(self._candidates)
-            failed = await _ip("route", "add", f"{address}/32", "dev", veth, "src", GATEWAY)
-            if not failed:
-                return address
-            if _EXISTS not in failed:
-                raise SandboxError(f"cannot route {address} to its allocation: {failed}")
-        raise SandboxError(f"every address of {POOL} is held by an allocation")
-
-    @staticmethod
-    async def remove(namespace: AllocationNamespace) -> None:
-        """Remove the namespace, its veth pair and its route."""
+    async def remove(self, namespace: AllocationNamespace) -> None:
+        """Remove the veth pair, the namespace, and free its address."""
+        await _ip("-n", self.hub.name, "-force", batch=f"link del {veth_name(namespace.name)}\n")
         await _ip("-force", batch=_removal(namespace.name))
+        if namespace.address:
+            self._released.append(namespace.address)
+
+    async def close(self) -> None:
+        """Remove the hub (the devnet stops; its allocations' namespaces are gone)."""
+        self.hub.close()
+        await _ip("-force", batch=f"netns del {self.hub.name}\n")
 
     @staticmethod
     def describe() -> str:
         """The mode, for the devnet's start log line."""
         return (
-            f"each allocation with ports has its own network namespace ({POOL}, the host at "
-            f"{GATEWAY})"
+            f"each allocation has its own network namespace ({POOL}), whose only way out "
+            f"leads to the devnet's relays of public ports at {GATEWAY}"
         )
+
+
+class Hub:
+    """The hub namespace, and a thread that lives in it, on which the devnet makes the
+    sockets that must be there: its listeners at :data:`GATEWAY` and its connections to
+    allocations' addresses (a socket stays in the namespace it was made in, whichever
+    thread then uses it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._thread: concurrent.futures.ThreadPoolExecutor | None = None
+
+    async def socket(self, call: Callable[[], socket.socket]) -> socket.socket:
+        """``call()`` (which makes a socket) run in the hub."""
+        if self._thread is None:
+            self._thread = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix=self.name, initializer=self._join
+            )
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+
+    def _join(self) -> None:
+        fd = os.open(NETNS_DIR / self.name, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            join_network_namespace(fd)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.shutdown(wait=False)
+            self._thread = None
 
 
 async def remove_stale(directory: Path = NETNS_DIR) -> None:

@@ -362,6 +362,13 @@ class Orchestrator:
 
     async def _revert(self) -> None:
         """``revert``: every node forgets the bid and releases what it committed."""
+        await self._forget()
+        self._nodes = {}
+        self._allocations = {}
+        self.changes.notify()
+
+    async def _forget(self) -> None:
+        """Every node forgets the bid and its allocations, whose files it removes."""
 
         async def revert(node_id: str, bid: BidV1) -> None:
             ids = tuple(a.id for a in self._on_node(node_id))
@@ -372,9 +379,6 @@ class Orchestrator:
                 log.info("deployment %s: revert on %s: %s", self.id, node_id, exc)
 
         await asyncio.gather(*(revert(n, b) for n, b in self._nodes.items()))
-        self._nodes = {}
-        self._allocations = {}
-        self.changes.notify()
 
     # --- running ------------------------------------------------------------------------
 
@@ -417,9 +421,12 @@ class Orchestrator:
         self._set_status(DeploymentStatus.COMPLETED)
 
     async def shutdown(self) -> None:
-        """``Shutdown``: stop every allocation; ``ShuttingDown`` then ``Completed``."""
+        """``Shutdown``: stop every allocation; ``ShuttingDown`` then ``Completed``. Each node
+        then forgets its allocations, whose sandboxes and logs go with them: a deleted pod
+        leaves no file behind (a completed one keeps its logs until it is shut down)."""
         self._set_status(DeploymentStatus.SHUTTING_DOWN)
         await self._stop_allocations(keep_status=False)
+        await self._forget()
         self._set_status(DeploymentStatus.COMPLETED)
 
     async def _stop_allocations(self, *, keep_status: bool) -> None:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from ..behaviors.log_times import entry, times_path
 from ..clock import Clock, system_clock
@@ -33,8 +34,8 @@ class OutputCopy:
         self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._ended: asyncio.Future[None] = self._loop.create_future()
-        self._out = log_file.open("ab", buffering=0)
-        self._times = times_path(log_file).open("ab", buffering=0)
+        self._out = _private_append(log_file)
+        self._times = _private_append(times_path(log_file))
         self._offset = self._out.seek(0, os.SEEK_END)
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
@@ -112,3 +113,9 @@ class OutputCopies:
     def close(self) -> None:
         self.stdout.close()
         self.stderr.close()
+
+
+def _private_append(path: Path) -> BinaryIO:
+    """``path`` opened for appending, made readable by the devnet alone (0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    return os.fdopen(fd, "ab", buffering=0)

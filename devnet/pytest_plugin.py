@@ -22,8 +22,8 @@ Fixtures:
 
 ``host_dir`` (function scope)
     A fresh host directory that the embedded devnet's allocations may read and write (a devnet
-    started as root runs them as an unprivileged user, who cannot reach a test's ``tmp_path``);
-    removed afterwards.
+    started as root runs each pod as an unprivileged user of its own, who cannot reach a
+    test's ``tmp_path``); removed afterwards.
 
 Only the standard library, pytest and :mod:`dmsgw.behaviors.devnet_record` (standard library only)
 are imported until a fixture is used.
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..behaviors.session import Node
     from ..behaviors.status import AllocationManifest
     from ..keys.crypto import PrivKey
+    from .confinement import RunAs
     from .devnet import BackgroundDevnet, Devnet
     from .faults import Faults
     from .orchestrator import Orchestrator
@@ -258,10 +259,11 @@ def start_embedded(
     seed: str = "pytest",
     isolation: str | None = None,
     timeouts: Timeouts | None = None,
+    run_as: RunAs | None = None,
 ) -> EmbeddedDevnet:
     """Start an embedded devnet connected as a granted gateway (``isolation``: ``namespace``
     or ``rewrite`` to force one, default the best available; ``timeouts``: default
-    ``TEST_TIMEOUTS``)."""
+    ``TEST_TIMEOUTS``; ``run_as``: one user for every pod, instead of one each)."""
     from .devnet import BackgroundDevnet, Devnet
     from .sandbox import Isolation
     from .timeouts import TEST_TIMEOUTS
@@ -273,6 +275,7 @@ def start_embedded(
         timeouts=timeouts or TEST_TIMEOUTS,
         isolation=chosen,
         early_timeout=True,
+        run_as=run_as,
     )
     background = BackgroundDevnet(devnet)
     background.start()
@@ -338,12 +341,10 @@ def embedded_devnet() -> Iterator[EmbeddedDevnet]:
 
 @pytest.fixture
 def host_dir() -> Iterator[Path]:
-    """A host directory shared with the embedded devnet's allocations (see the module)."""
-    from .confinement import unprivileged
-
+    """A host directory shared with the embedded devnet's allocations (see the module):
+    every user may write it, as ``/tmp`` (a root devnet runs each pod as a user of its own)."""
     path = Path(tempfile.mkdtemp(prefix="dmsgw-host-"))
-    if os.geteuid() == 0:  # the devnet's allocations run as this user
-        unprivileged().give(path)
+    path.chmod(0o1777)
     try:
         yield path
     finally:

@@ -6,7 +6,7 @@ out in a per-allocation directory: provision scripts under ``scripts/``, keys un
 other volume types under ``volumes/``, the working directory under ``rootfs/``, and
 ``stdout.log``/``stderr.log`` beside them. A ``local`` volume's ``src`` is a host directory when
 it is an absolute path, else the name of a volume the node keeps for every allocation naming it
-(:class:`~dmsgw.devnet.executor.NamedVolumes`), as Docker treats a mount source that is a name.
+(:class:`~dmsgw.devnet.host_paths.NamedVolumes`), as Docker treats a mount source that is a name.
 
 The process is a shell that sets the allocation up and then execs the command:
 
@@ -51,6 +51,7 @@ from typing import Any
 from ..errors import DmsgwError
 from .confinement import RunAs
 from .protocol import AllocationDeploymentConfig
+from .tools import SHELL, tool
 
 WRAPPER_NAME = "dmsgw-allocation"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -147,27 +148,53 @@ class SandboxPlan:
         return tuple(m for m in self.mounts if m.read_only and m.owned and not m.shared)
 
     def argv(self) -> list[str]:
-        """The process to start: a shell that sets the allocation up and execs the command."""
+        """The process to start: a shell that sets the allocation up and execs the command.
+
+        The shell starts with :data:`~.tools.SETUP_ENVIRONMENT` and finds every program by its
+        absolute path; the allocation's environment comes after it as ``NAME=VALUE``
+        arguments, ahead of the command, and is applied by ``env -i`` to the provision
+        scripts and the command only, once they run as the allocation's user."""
+        arguments = [WRAPPER_NAME, *self.environment_arguments(), *self._exec_command()]
         if self.isolation is Isolation.NAMESPACE:
             steps = self._namespace_setup()
             here = f"/proc/self/fd/{SANDBOX_FD}"
             steps += self._scripts(lambda path: f"{here}/{path.relative_to(self.root)}")
+            mount = tool("mount")
             steps += [
-                f"mount -o remount,bind,ro {shlex.quote(m.target)}"
+                f"{mount} -o remount,bind,ro {shlex.quote(m.target)}"
                 for m in self.mounts
                 if m.read_only
             ]
             steps += [f"echo started > {here}/{STATUS_FIFO}", f"exec {SANDBOX_FD}<&-"]
-            run = f'exec {self._drop()}"$@"'
-            shell = ["/bin/sh", "-c", "\n".join([*steps, run]), WRAPPER_NAME]
-            return ["unshare", "--mount", "--propagation", "private", "--", *shell, *self.command]
+            run = f'exec {self._drop()}{tool("env")} -i -- "$@"'
+            shell = [SHELL, "-c", "\n".join([*steps, run]), *arguments]
+            unshare = [tool("unshare"), "--mount", "--propagation", "private", "--"]
+            return [*unshare, *shell]
         locked = [shlex.quote(str(m.source)) for m in self.locked()]
+        chmod = tool("chmod")
         steps = ["set -e", f"cd {shlex.quote(self.workdir)}"]
-        steps += [f"chmod -R u+w {path}" for path in locked]
+        steps += [f"{chmod} -R u+w {path}" for path in locked]
         steps += self._scripts(lambda path: shlex.quote(str(path)))
-        steps += [f"chmod -R a-w {path}" for path in locked]
-        steps += [f"echo started > {shlex.quote(str(self.status_fifo))}", 'exec "$@"']
-        return ["/bin/sh", "-c", "\n".join(steps), WRAPPER_NAME, *self.command]
+        steps += [f"{chmod} -R a-w {path}" for path in locked]
+        steps += [f"echo started > {shlex.quote(str(self.status_fifo))}"]
+        steps += [f'exec {tool("env")} -i -- "$@"']
+        return [SHELL, "-c", "\n".join(steps), *arguments]
+
+    def environment_arguments(self) -> list[str]:
+        """The allocation's environment as ``env``'s ``NAME=VALUE`` arguments."""
+        return [f"{name}={value}" for name, value in self.environment.items()]
+
+    def _exec_command(self) -> tuple[str, ...]:
+        """The command as ``env`` must be given it: a program whose name holds ``=`` would be
+        taken for one more variable, so such a one is started through a shell."""
+        if "=" not in self.command[0]:
+            return self.command
+        return (SHELL, "-c", 'exec "$@"', WRAPPER_NAME, *self.command)
+
+    def _with_environment(self) -> str:
+        """``env -i`` with the allocation's environment, from the shell's first arguments."""
+        count = len(self.environment)
+        return " ".join([tool("env"), "-i", "--", *(f'"${{{i}}}"' for i in range(1, count + 1))])
 
     def _namespace_setup(self) -> list[str]:
         """Stage every source, open the sandbox, then mount (parents before what they contain)
@@ -180,16 +207,19 @@ class SandboxPlan:
         order = sorted(range(len(self.mounts)), key=lambda i: self.mounts[i].depth)
         for i in order:
             source, stage = shlex.quote(str(self.mounts[i].source)), shlex.quote(str(self.stage(i)))
-            steps.append(f"mount --bind {source} {stage}")
+            steps.append(f"{tool('mount')} --bind {source} {stage}")
         for i in order:
             m = self.mounts[i]
             target = shlex.quote(m.target)
             if self._nested(m):
                 parent = shlex.quote(str(PurePosixPath(m.target).parent))
-                make = f"mkdir -p {parent} && : > {target}" if m.is_file else f"mkdir -p {target}"
+                mkdir = tool("mkdir")
+                make = (
+                    f"{mkdir} -p {parent} && : > {target}" if m.is_file else f"{mkdir} -p {target}"
+                )
                 steps.append(f"[ -e {target} ] || {{ {make}; }}")
             staged = f"/proc/self/fd/{SANDBOX_FD}/{self.stage(i).relative_to(self.root)}"
-            steps.append(f"mount --bind {staged} {target}")
+            steps.append(f"{tool('mount')} --bind {staged} {target}")
         if not in_sandbox:
             steps.append(f"cd {shlex.quote(self.workdir)}")
         return steps
@@ -203,7 +233,7 @@ class SandboxPlan:
             else shlex.quote(str(self.status_fifo))
         )
         return [
-            f"{self._drop()}sh {path_of(script)} || "
+            f"{self._drop()}{self._with_environment()} {SHELL} {path_of(script)} || "
             f'{{ s=$?; echo "failed {i} $s" > {fifo}; exit "$s"; }}'
             for i, script in enumerate(self.scripts)
         ]
@@ -217,11 +247,15 @@ class SandboxPlan:
         return shlex.join(self.run_as.setpriv()) + " "
 
     def host_command(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` (e.g. a health check) as it must be written to run beside the process."""
+        """``argv`` (e.g. a health check) as it must be written to run beside the process:
+        its paths rewritten (``rewrite`` mode), then started by ``env -i`` in the allocation's
+        environment (a program named with ``=`` through a shell, as the command is)."""
         if self.isolation is Isolation.REWRITE:
             rewrite = PathRewriter(self.paths)
-            return [rewrite(arg) for arg in argv]
-        return list(argv)
+            argv = [rewrite(arg) for arg in argv]
+        if argv and "=" in argv[0]:
+            argv = [SHELL, "-c", 'exec "$@"', WRAPPER_NAME, *argv]
+        return [tool("env"), "-i", "--", *self.environment_arguments(), *argv]
 
 
 def command_of(params: Mapping[str, Any]) -> tuple[str, ...]:
@@ -440,11 +474,26 @@ def materialise(plan: SandboxPlan) -> None:
 
 def _give(plan: SandboxPlan, run_as: RunAs) -> None:
     """Give the allocation's user what it writes: ``work``, ``rootfs`` (down to the working
-    directory), its files, and the volumes the devnet made. The sandbox directory, the logs
-    and ``stage/`` stay the devnet's, so that the allocation cannot swap them for links."""
+    directory), its files, and the volumes the devnet made — readable by that user alone
+    (directories 0700, files 0600, scripts 0700). The sandbox directory, the logs and
+    ``stage/`` stay the devnet's, so that the allocation cannot swap them for links; the
+    sandbox directory lets the allocation's group pass through it, and nobody else."""
     rootfs = plan.root / "rootfs"
-    for path in (plan.root / "work", rootfs, *rootfs.rglob("*"), *plan.files):
-        run_as.give(path)
+    for path in (plan.root / "work", rootfs, *rootfs.rglob("*")):
+        _own(path, run_as, 0o700)
+    for path in plan.files:
+        _own(path, run_as, 0o700 if path in plan.scripts else 0o600)
+        for parent in path.relative_to(plan.root).parents[:-1]:
+            _own(plan.root / parent, run_as, 0o700)
     for m in plan.mounts:
-        if m.owned and m.source.exists():
-            run_as.give(m.source)
+        if m.owned and m.source.exists() and not m.is_file:
+            _own(m.source, run_as, 0o700)
+    os.chown(plan.root, os.geteuid(), run_as.gid)
+    plan.root.chmod(0o710)
+
+
+def _own(path: Path, run_as: RunAs, mode: int) -> None:
+    """``path`` (never followed if a link) given to ``run_as`` with ``mode``."""
+    run_as.give(path)
+    if not path.is_symlink():
+        path.chmod(mode)

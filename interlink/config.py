@@ -57,10 +57,12 @@ from .server import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_OPERATOR_PORT,
     DEFAULT_PLUGIN_PORT,
+    DEFAULT_PLUGIN_SOCKET,
     DEFAULT_SHUTDOWN_GRACE_S,
     MAX_DEADLINE_S,
     ListenAddress,
     ServerOptions,
+    default_plugin_listen,
 )
 from .server.operator_port import OPERATOR_ROUTES
 
@@ -128,7 +130,8 @@ SETTINGS: tuple[Setting, ...] = (
         "listen",
         "--listen",
         "ADDR",
-        f"plugin API: a unix socket path or host:port (default 127.0.0.1:{DEFAULT_PLUGIN_PORT})",
+        f"plugin API: a unix socket path or host:port (default {DEFAULT_PLUGIN_SOCKET}, mode "
+        "0600: where interLink's installer looks, usable by this user alone)",
     ),
     Setting(
         "operator_listen",
@@ -267,7 +270,7 @@ class GatewayConfig(BaseModel):
     cap_context: str = DEFAULT_NAME
     cap_dir: Path = Field(default_factory=lambda: Path("~/.nunet/cap").expanduser())
     passphrase: SecretStr | None = None
-    listen: _Listen = ListenAddress()
+    listen: _Listen = Field(default_factory=default_plugin_listen)
     operator_listen: _OperatorListen = ListenAddress(port=DEFAULT_OPERATOR_PORT)
     token: SecretStr | None = None
     token_file: Path | None = None

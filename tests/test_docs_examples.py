@@ -14,9 +14,10 @@ A block that cannot run here — it needs a real DMS, or runs until Ctrl-C — i
 
 The new user: an empty home directory and state directory, ``$DMS_PASSPHRASE`` set, the
 checkout as working directory and ``dmsgw`` on ``PATH``; a ``dmsgw devnet up`` and a
-``dmsgw serve`` running as the docs say to start them. Those two listen on free ports, so the
-addresses the docs give for them (``127.0.0.1:9990``…, ``localhost:4000``) are mapped to the
-real ones; nothing else in an example is changed.
+``dmsgw serve`` running as the docs say to start them. The devnet listens on free ports, so the
+addresses the docs give for it (``127.0.0.1:9990``…) are mapped to the real ones; the gateway's
+plugin API is where the docs say, its default socket in the new user's home, and its operator
+port a free one; nothing else in an example is changed.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def newcomer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Newcomer]:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
-    serve_env = {**env, "DMSGW_LISTEN": "127.0.0.1:0", "DMSGW_OPERATOR_LISTEN": "127.0.0.1:0"}
+    serve_env = {**env, "DMSGW_OPERATOR_LISTEN": "127.0.0.1:0"}
     serve = subprocess.Popen(
         [*dmsgw, "serve", "--devnet"],
         env=serve_env,
@@ -190,10 +191,10 @@ def newcomer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Newcomer]:
         nodes = re.findall(
             r"^node\d+  http://(127\.0\.0\.1:\d+)", _read_until(devnet, "Then: "), re.M
         )
-        listening = r"^dmsgw serve: listening on http://(127\.0\.0\.1:\d+)"
-        plugin = re.findall(listening, _read_until(serve, listening), re.M)
+        listening = rf"^dmsgw serve: listening on unix://{re.escape(str(home))}/"
+        _read_until(serve, listening)
         addresses = {f"127.0.0.1:{9990 + i}": node for i, node in enumerate(nodes)}
-        yield Newcomer(env, {**addresses, "localhost:4000": plugin[0]})
+        yield Newcomer(env, addresses)
     finally:
         _stop(serve)
         _stop(devnet)

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -442,7 +443,16 @@ async def fetch(endpoint: dict[str, Any]) -> str:
 def _namespaces_of(devnet: Devnet) -> list[str]:
     """The network namespaces the devnet made (and has not removed)."""
     assert devnet.root is not None
-    return sorted(p.name for p in NETNS_DIR.glob(f"{devnet.root.name}-*"))
+    made = NETNS_DIR.glob(f"{devnet.root.name}-*")
+    return sorted(p.name for p in made if not p.name.endswith("-hub"))
+
+
+def _in_hub(devnet: Devnet, namespace: str) -> bool:
+    """Whether ``namespace``'s veth has its end in the devnet's hub."""
+    assert devnet.root is not None
+    hub = f"{devnet.root.name}-hub"
+    show = ["ip", "-n", hub, "link", "show", veth_name(namespace)]
+    return subprocess.run(show, capture_output=True, check=False, timeout=10).returncode == 0
 
 
 @needs_python
@@ -493,12 +503,11 @@ async def test_a_pods_http_answer_through_its_reported_endpoint(
         }
         made = _namespaces_of(s.devnet)
         assert len(made) == 2
-        veths = [Path("/sys/class/net", veth_name(name)) for name in made]
-        assert all(veth.exists() for veth in veths)
+        assert all(_in_hub(s.devnet, name) for name in made)
         for spec in (first, second):
             assert (await s.plugin.post("/delete", data=json.dumps(spec))).status == 200
         await until(lambda: not _namespaces_of(s.devnet), "the namespaces removed")
-        assert not any(veth.exists() for veth in veths)
+        assert not any(_in_hub(s.devnet, name) for name in made)
         for e in endpoints:  # and their public ports closed
             with socket.create_server(("127.0.0.1", e["port"])):
                 pass
@@ -561,8 +570,8 @@ async def test_namespaces_a_killed_devnet_left_are_removed_at_the_next_start() -
         assert (NETNS_DIR / live).exists()
         assert Path("/sys/class/net", veth_name(live)).exists()
     finally:
-        await Namespaces.remove(AllocationNamespace(live, ""))
-        await Namespaces.remove(AllocationNamespace(dead, ""))
+        for name in (live, dead):
+            await Namespaces("test").remove(AllocationNamespace(name, ""))
 
 
 async def test_without_root_allocations_share_the_hosts_network(

@@ -11,6 +11,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
+import shutil
+import stat
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
@@ -729,6 +733,40 @@ async def test_serve_on_a_unix_socket(tmp_path: Path, backend: FakeBackend) -> N
     stop.set()
     await task
     assert not socket_path.exists()
+
+
+async def test_the_plugin_socket_is_its_owners_alone_whatever_the_umask(
+    backend: FakeBackend,
+) -> None:
+    """The plugin API's default exposure: a unix socket of mode 0600, in a directory made
+    0700 if missing. Under a permissive umask it used to be 0777, so any local user (and a
+    pod sharing the host) could create and delete pods through it."""
+    parent = Path(tempfile.mkdtemp(prefix="dmsgw-socket-"))
+    parent.chmod(0o755)  # others may pass through: the socket's mode alone keeps them out
+    socket_path = parent / "interlink" / "plugin.sock"
+    previous = os.umask(0)
+    try:
+        task, _info, stop = await start_serve(
+            backend, loopback_options(listen=ListenAddress(path=socket_path))
+        )
+    finally:
+        os.umask(previous)
+    try:
+        assert stat.S_IMODE(socket_path.parent.stat().st_mode) == 0o700
+        assert stat.S_IMODE(socket_path.stat().st_mode) == 0o600
+        if os.geteuid() == 0:  # another user, where the socket's directory lets it pass
+            socket_path.parent.chmod(0o711)
+            connect = f"import socket; socket.socket(socket.AF_UNIX).connect({str(socket_path)!r})"
+            other = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            tried = await asyncio.create_subprocess_exec(
+                *other, "/usr/bin/python3", "-I", "-c", connect, stderr=asyncio.subprocess.PIPE
+            )
+            _, err = await asyncio.wait_for(tried.communicate(), 30)
+            assert tried.returncode != 0 and b"PermissionError" in err, err
+    finally:
+        stop.set()
+        await task
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 async def test_serve_refuses_an_address_in_use(backend: FakeBackend) -> None:

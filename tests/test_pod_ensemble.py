@@ -1047,7 +1047,8 @@ def test_a_wrapped_containers_probes_run_in_its_wrapper_and_are_recorded() -> No
     assert allocation(config).healthcheck.is_empty()
     script = params(config)["entrypoint"][2]
     assert "dmsgw_probe startup 0 10 1 1 30 'TCP 127.0.0.1:8080' dmsgw_tcp" in script
-    assert "dmsgw_probe liveness 0 20 1 1 3 'exec cat /tmp/healthy' cat /tmp/healthy" in script
+    exec_probe = "'exec cat /tmp/healthy' dmsgw_exec cat /tmp/healthy"
+    assert f"dmsgw_probe liveness 0 20 1 1 3 {exec_probe}" in script
     assert (
         "dmsgw_probe readiness 3 10 1 1 3 'HTTP GET http://127.0.0.1:8080/ready' dmsgw_http"
         in script

@@ -23,9 +23,11 @@ from .backend import BackendGaveUpError, BackendUnavailable, PluginBackend, Unkn
 from .front_door import CLIENT_GONE, admit, host_is_local
 from .listening import (
     DEFAULT_PLUGIN_PORT,
+    DEFAULT_PLUGIN_SOCKET,
     AddressError,
     ListenAddress,
     ServeError,
+    default_plugin_listen,
     require_token_for,
 )
 from .metrics import DmsCalls, LoopStalls, Metrics, MetricsError
@@ -48,6 +50,7 @@ __all__ = [
     "DEFAULT_DEADLINE_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_OPERATOR_PORT",
+    "DEFAULT_PLUGIN_SOCKET",
     "DEFAULT_PLUGIN_PORT",
     "DEFAULT_SHUTDOWN_GRACE_S",
     "MAX_DEADLINE_S",
@@ -71,6 +74,7 @@ __all__ = [
     "ServerOptions",
     "UnknownPodError",
     "admit",
+    "default_plugin_listen",
     "host_is_local",
     "operator_app",
     "require_token_for",

@@ -24,6 +24,13 @@ from aiohttp import web
 from ...errors import DmsgwError
 
 DEFAULT_PLUGIN_PORT = 4000
+DEFAULT_PLUGIN_SOCKET = "~/.interlink/plugin.sock"
+"""Where the plugin API listens by default: where interLink's installer points interLink
+(``SidecarURL: unix://$HOME/.interlink/plugin.sock``), as a socket only its owner may use."""
+SOCKET_MODE = 0o600
+"""A unix socket's mode: connecting needs write permission on it, so only its owner (and
+root) can; this is the plugin API's credential on a socket, one interLink needs no
+configuration for."""
 
 
 class ServeError(DmsgwError):
@@ -172,7 +179,7 @@ class Listener:
             site: web.BaseSite
             if where.path is not None:
                 _claim_socket_path(where.path)
-                site = web.UnixSite(runner, str(where.path))
+                site = web.SockSite(runner, _private_socket(where.path))
             else:
                 site = web.TCPSite(runner, where.host, where.port)
             await site.start()
@@ -193,8 +200,34 @@ class Listener:
                     path.unlink()
 
 
+def default_plugin_listen() -> ListenAddress:
+    """:data:`DEFAULT_PLUGIN_SOCKET` in this user's home."""
+    return ListenAddress.parse(DEFAULT_PLUGIN_SOCKET)
+
+
+def _private_socket(path: Path) -> socket.socket:
+    """A socket listening at ``path`` with :data:`SOCKET_MODE` from the moment it exists (the
+    mask is narrowed around ``bind``, which creates the file), whatever the process's mask."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        previous = os.umask(0o777 & ~SOCKET_MODE)
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(previous)
+        os.chmod(path, SOCKET_MODE)
+        sock.listen(socket.SOMAXCONN)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def _claim_socket_path(path: Path) -> None:
-    """A stale socket (its server died) is removed; a live one, or any other file, is not."""
+    """A stale socket (its server died) is removed; a live one, or any other file, is not. A
+    missing directory whose parent exists is made, private (``~/.interlink`` on a new host)."""
+    if not path.parent.is_dir() and path.parent.parent.is_dir():
+        path.parent.mkdir(mode=0o700)
     if not path.parent.is_dir():
         raise ServeError(f"directory {path.parent} does not exist")
     try:

@@ -21,7 +21,7 @@ from .. import k8s
 from .checks import MOUNT_IGNORED, PodTranslationError, check_extras
 from .context import File, PodContext
 from .inputs import Container
-from .names import CONTROL_MOUNT, INIT_FAILED
+from .names import CONTROL_MOUNT, INIT_FAILED, TOOLS_PATH
 from .values import config_map_data, field_value, resource_value, secret_data, utf8
 
 _DEFAULT_FILE_MODE = 0o644
@@ -265,6 +265,7 @@ class ProvisionScript:
             f"# dmsgw: set-up of container {container!r} of pod {where!r}",
             "set -e",
             "umask 022",
+            f"PATH={TOOLS_PATH}",  # the gateway's tools, not what the container's PATH names
         ]
         self.empty = True
 

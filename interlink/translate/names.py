@@ -38,3 +38,8 @@ METADATA_PROBES_PREFIX = "dmsgw.io/probes."
 ``{"liveness": {"handler": …, "initialDelaySeconds": …, …}, …, "runner": "wrapper"}``, where
 ``runner`` says who runs them: the pod wrapper, or the DMS (an unwrapped container's liveness
 probe, as its health check)."""
+
+TOOLS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""Where the gateway's own scripts find their tools (``sleep``, ``mkdir``, an HTTP client for
+probes), whatever ``PATH`` the container declares, as the kubelet's own work does not depend
+on it: an image's usual directories."""

@@ -23,7 +23,7 @@ from .. import k8s
 from ..run_markers import EXIT_CODE_MARKER, PROBE_MARKER, STARTED_MARKER
 from .checks import PodTranslationError, check_extras
 from .inputs import Container
-from .names import INIT_FAILED
+from .names import INIT_FAILED, TOOLS_PATH
 from .probes import ProbeRun
 
 UNWRAPPED_ANNOTATION = "dmsgw.io/unwrapped-containers"
@@ -31,6 +31,9 @@ UNWRAPPED_ANNOTATION = "dmsgw.io/unwrapped-containers"
 wrapper (for images without ``/bin/sh``); their exit codes are then unknown to the gateway."""
 
 WRAPPER_NAME = "dmsgw-pod"
+CONTAINER_PATH = 'PATH="$dmsgw_path"'
+"""The prefix that gives a command of the container's (its command, hooks, exec probes) the
+container's own ``PATH`` back inside the wrapper."""
 DEFAULT_GRACE_S = 30
 """The pod's ``terminationGracePeriodSeconds`` when it has none, as the API server defaults it."""
 
@@ -68,7 +71,7 @@ def _hook(handler: k8s.LifecycleHandler | None, path: str) -> str:
         raise PodTranslationError(f"{path}.{kind}", "not supported: only exec hooks can be run")
     if handler.exec is None or not handler.exec.command:
         raise PodTranslationError(path, "an exec hook needs a command")
-    return shlex.join(handler.exec.command)
+    return f"{CONTAINER_PATH} {shlex.join(handler.exec.command)}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,9 +110,11 @@ def wrapper_script(
     lines = [
         f"# dmsgw: runs container {c.spec.name!r}, reporting its start and exit on stderr",
         "pid=",
+        f'dmsgw_path="${{PATH-{TOOLS_PATH}}}"',
+        f"PATH={TOOLS_PATH}",
         f"trap {shlex.quote(on_stop)} TERM INT",
         f"echo {shlex.quote(STARTED_MARKER)} >&2",
-        '"$@" &',
+        f'{CONTAINER_PATH} "$@" &',
         "pid=$!",
     ]
     if hooks.post_start:
@@ -152,9 +157,14 @@ _TCP_TOOLS = ("nc", "bash", "python3")
 
 _PROBE_FUNCTIONS = r"""
 dmsgw_now() { date +%s 2>/dev/null || echo 0; }
+# The image's programs (an exec probe's, the HTTP and TCP clients) are found through the
+# container's PATH; the wrapper's own tools through its fixed one.
+dmsgw_exec() { PATH="$dmsgw_path" "$@"; }
 dmsgw_t0=$(dmsgw_now)
 dmsgw_first() {  # the first of the commands that the image has
-  for _t in "$@"; do command -v "$_t" >/dev/null 2>&1 && { echo "$_t"; return 0; }; done
+  for _t in "$@"; do
+    PATH="$dmsgw_path" command -v "$_t" >/dev/null 2>&1 && { echo "$_t"; return 0; }
+  done
   return 1
 }
 dmsgw_within() {  # seconds, output file, command...: its status (124: it timed out)
@@ -172,11 +182,11 @@ dmsgw_within() {  # seconds, output file, command...: its status (124: it timed 
 }
 dmsgw_http() {  # url, seconds: 0 when it answers 200-399
   case $dmsgw_http_tool in
-  wget) wget -S -T "$2" --no-check-certificate -O /dev/null "$1" ;;
-  curl) _s=$(curl -sS -k -m "$2" -o /dev/null -w '%{http_code}' "$1") || return 1
+  wget) PATH="$dmsgw_path" wget -S -T "$2" --no-check-certificate -O /dev/null "$1" ;;
+  curl) _s=$(PATH="$dmsgw_path" curl -sS -k -m "$2" -o /dev/null -w '%{http_code}' "$1") || return 1
     [ "$_s" -ge 200 ] && [ "$_s" -lt 400 ] && return 0
     echo "status $_s"; return 1 ;;
-  python3) python3 -c '
+  python3) PATH="$dmsgw_path" python3 -c '
 import ssl, sys, urllib.error, urllib.request
 try:
     code = urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]),
@@ -191,9 +201,9 @@ sys.exit(0 if 200 <= code < 400 else f"status {code}")' "$1" "$2" ;;
 }
 dmsgw_tcp() {  # host, port, seconds: 0 when a connection opens
   case $dmsgw_tcp_tool in
-  nc) nc -z -w "$3" "$1" "$2" ;;
-  bash) bash -c 'exec 3<>"/dev/tcp/$1/$2"' dmsgw-tcp "$1" "$2" ;;
-  python3) python3 -c '
+  nc) PATH="$dmsgw_path" nc -z -w "$3" "$1" "$2" ;;
+  bash) PATH="$dmsgw_path" bash -c 'exec 3<>"/dev/tcp/$1/$2"' dmsgw-tcp "$1" "$2" ;;
+  python3) PATH="$dmsgw_path" python3 -c '
 import socket, sys
 try:
     socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
@@ -264,7 +274,7 @@ def _probe_call(run: ProbeRun) -> tuple[str, str]:
     tools: tuple[str, ...] = ()
     var = ""
     if run.handler == "exec":
-        label, check = f"exec {shlex.join(run.target)}", list(run.target)
+        label, check = f"exec {shlex.join(run.target)}", ["dmsgw_exec", *run.target]
     elif run.handler == "httpGet":
         (url,) = run.target
         label, check = f"HTTP GET {url}", ["dmsgw_http", url, str(run.timeout_s)]
