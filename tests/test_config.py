@@ -385,7 +385,8 @@ def test_token_problems(tmp_path: Path) -> None:
 
 
 def test_secrets_are_not_in_repr_str_or_describe() -> None:
-    config = load_config(env={**DMS, "DMSGW_TOKEN": TOKEN, "DMS_PASSPHRASE": PASSPHRASE})
+    env = {**DMS, "DMSGW_TOKEN": TOKEN, "DMS_PASSPHRASE": PASSPHRASE, "DMSGW_LISTEN": "127.0.0.1:0"}
+    config = load_config(env=env)
     assert config.passphrase is not None
     assert config.passphrase.get_secret_value() == PASSPHRASE
     described = config.describe()

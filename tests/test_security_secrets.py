@@ -154,6 +154,7 @@ async def served(
             "DMSGW_KEY_DIR": str(key_dir),
             "DMS_PASSPHRASE": PASSPHRASE,
             "DMSGW_TOKEN": TOKEN,
+            "DMSGW_LISTEN": "127.0.0.1:0",  # on TCP, where the plugin API asks for the token
         }
     )
     metrics = Metrics()
