@@ -51,15 +51,14 @@ def schema_version(db: sqlite3.Connection) -> int:
 def migrate(db: sqlite3.Connection, path: Path) -> int:
     """Bring the file open in ``db`` (autocommit) to :data:`STATE_SCHEMA`, in one
     transaction; return the version it had. A newer file is refused and left untouched."""
+    found = schema_version(db)
+    _refuse_newer(found, path)
+    if found == STATE_SCHEMA:
+        return found  # the usual start: no write lock taken
     db.execute("BEGIN IMMEDIATE")  # two gateways opening one file migrate it once
     try:
         found = schema_version(db)
-        if found > STATE_SCHEMA:
-            raise NewerStateError(
-                f"the state file {path} was written by a newer dmsgw (state schema {found}; "
-                f"this release reads up to {STATE_SCHEMA}): run that release or a newer one, "
-                "or give this one another state_path; the file is left as it is"
-            )
+        _refuse_newer(found, path)
         for step in _MIGRATIONS[found:]:
             step(db)
         db.execute(f"PRAGMA user_version = {STATE_SCHEMA}")
@@ -68,3 +67,12 @@ def migrate(db: sqlite3.Connection, path: Path) -> int:
         db.execute("ROLLBACK")
         raise
     return found
+
+
+def _refuse_newer(found: int, path: Path) -> None:
+    if found > STATE_SCHEMA:
+        raise NewerStateError(
+            f"the state file {path} was written by a newer dmsgw (state schema {found}; "
+            f"this release reads up to {STATE_SCHEMA}): run that release or a newer one, "
+            "or give this one another state_path; the file is left as it is"
+        )
