@@ -145,9 +145,12 @@ class DmsConnection:
             await self._devnet.stop()
 
 
-async def connect_dms(config: GatewayConfig, loop: asyncio.AbstractEventLoop) -> DmsConnection:
+async def connect_dms(
+    config: GatewayConfig, loop: asyncio.AbstractEventLoop, devnet: Devnet | None = None
+) -> DmsConnection:
     """The configured DMS under the configured key and capabilities; without a DMS URL, an
-    embedded devnet started for this run, which grants the gateway's key ``/dms/node``."""
+    embedded devnet started for this run (``devnet``, else a default one), which grants the
+    gateway's key ``/dms/node``."""
     passphrase = config.passphrase.get_secret_value() if config.passphrase else None
     if not config.embedded_devnet:
         name, key = load_key(config.key_name, config.key_dir, passphrase)
@@ -155,7 +158,7 @@ async def connect_dms(config: GatewayConfig, loop: asyncio.AbstractEventLoop) ->
             config.cap_context, name, key, config.cap_dir, system_clock
         )
         return DmsConnection.open(str(config.dms_url), key, capabilities, loop=loop)
-    devnet = Devnet()
+    devnet = devnet or Devnet()
     await devnet.start()
     key = _embedded_key(config, passphrase)
     grant = devnet.grant(DID.from_public_key(key.public_key()), ["/dms/node"])
@@ -185,12 +188,17 @@ def snapshot_by(clock: Clock) -> Snapshot:
 
 
 async def start_backend(
-    config: GatewayConfig, *, metrics: Metrics, clock: Clock = system_clock
+    config: GatewayConfig,
+    *,
+    metrics: Metrics,
+    clock: Clock = system_clock,
+    devnet: Devnet | None = None,
 ) -> Gateway:
     """Build and start the gateway described by ``config`` and return it: the plugin server's
-    backend. ``clock`` times the gateway's background passes."""
+    backend. ``clock`` times the gateway's background passes; ``devnet`` is the embedded
+    devnet to start when ``config`` names no DMS (a default one when ``None``)."""
     loop = asyncio.get_running_loop()
-    dms = await connect_dms(config, loop)
+    dms = await connect_dms(config, loop, devnet)
     dms.on_version = functools.partial(_show_version, _dms_info(metrics))
     try:
         await dms.learn_version_or_defer()
@@ -198,7 +206,7 @@ async def start_backend(
         await dms.close()
         raise
     catalog = GpuCatalog()
-    resources = ResourceActor.start(dms.invoke, catalog=catalog, loop=loop)
+    resources = ResourceActor.start(dms.invoke, catalog=catalog, clock=clock, loop=loop)
     capacity = Capacity(
         resources, pods_capacity=config.pods_capacity, gpu_prefix=config.gpu_resource_prefix
     )
@@ -217,7 +225,9 @@ async def start_backend(
     )
     gateway = Gateway(parts)
     await gateway.start()
-    gateway.pod_report = PodReport(gateway.pods, UsageBook(dms.client.invoke), clock=clock)
+    gateway.pod_report = PodReport(
+        gateway.pods, UsageBook(dms.client.invoke), clock=clock, waiting=gateway.admission.waiting
+    )
     dms.client.observer = DmsCalls(metrics).observe
     _export_metrics(metrics, gateway, dms.client.security.capabilities)
     gateway.start_orphan_collection()
@@ -242,6 +252,16 @@ def _export_metrics(metrics: Metrics, gateway: Gateway, capabilities: Capability
     metrics.gauge("pods", "Pods the gateway tracks").set_function(
         functools.partial(len, gateway.snapshots)
     )
+    admission = gateway.admission
+    metrics.gauge("pods_waiting_for_capacity", "Pods waiting for DMS capacity").set_function(
+        admission.__len__
+    )
+    metrics.gauge(
+        "capacity_wait_oldest_seconds", "How long the pod waiting longest for DMS capacity has"
+    ).set_function(admission.oldest_wait_s)
+    metrics.gauge(
+        "deployments_under_way", "Deployments admitted and not yet running or ended"
+    ).set_function(admission.deploying)
     metrics.gauge(
         "grant_expiry_seconds",
         "Seconds until the gateway's grant from the DMS runs out (negative: it has; NaN: none)",
