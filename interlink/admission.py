@@ -41,12 +41,17 @@ Order = tuple[int, int, str]
 """A pod's place in line: ``(-priority, created_ns, uid)``, smallest first."""
 
 
+DEFAULT_MAX_DEPLOYING = 32
+"""Deployments under way at once by default (``dmsgw serve --max-deploying``)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class AdmissionPolicy:
-    """How many deployments may be under way at once, and how often waiting pods look at the
-    peers again when nothing the gateway did freed capacity (others may have)."""
+    """How many deployments may be under way at once (admitted, not yet seen running or
+    ended), and how often waiting pods look at the peers again when nothing the gateway did
+    freed capacity (others may have)."""
 
-    max_deploying: int = 16
+    max_deploying: int = DEFAULT_MAX_DEPLOYING
     recheck_s: float = 5.0
 
 

@@ -52,7 +52,8 @@ class _Entry:
     def say(self, wait: Wait) -> None:
         if wait != self.wait:
             self.wait = wait
-            self.tell(wait)
+            with contextlib.suppress(Exception):  # its pod's actor may have just stopped
+                self.tell(wait)
 
 
 @dataclasses.dataclass

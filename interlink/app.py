@@ -29,6 +29,7 @@ from ..keys.trust import provider_from_private_key
 from ..keys.ucan.context import CapabilityContext
 from ..transport.rest import DMSError, RestTransport, TransportError
 from ..transport.security import SecurityContext
+from .admission import AdmissionPolicy
 from .config import GatewayConfig
 from .gateway import Gateway, GatewayParts
 from .heap import FREEZE_EVERY
@@ -222,6 +223,7 @@ async def start_backend(
         close_dms=dms.close,
         freeze_every=FREEZE_EVERY,
         polls_per_s=config.polls_per_s,
+        admission=AdmissionPolicy(max_deploying=config.max_deploying),
     )
     gateway = Gateway(parts)
     await gateway.start()

@@ -34,6 +34,10 @@ PEER_CONCURRENCY = 32
 own calls keep the other half while a ping gathers."""
 
 
+OFFERED_TTL_S = 300.0
+"""How long what a peer offers the network (``resources/onboarded``) is taken as known."""
+
+
 class DMSUnreachableError(DmsgwError):
     """The local DMS did not answer: nothing can be offloaded now."""
 
@@ -90,6 +94,7 @@ class ResourceActor(AsyncActor):
         self._slots = asyncio.Semaphore(concurrency)
         self._clock = clock
         self._cached: Gathering | None = None
+        self._offered: dict[str, tuple[int, Resources]] = {}  # peer -> (asked at, its offer)
 
     async def free_resources(self) -> list[PeerResources]:
         """The free resources of the local DMS and its reachable peers (cached)."""
@@ -124,26 +129,33 @@ class ResourceActor(AsyncActor):
         return [a for a in answers if a is not None]
 
     async def _free_of(self, peer_id: str, local: bool) -> PeerResources | None:
+        to = None if local else peer_id
         async with self._slots:
             try:
-                reply = await self._invoke(
-                    RESOURCES_FREE,
-                    to=None if local else peer_id,
-                    timeout_s=self._peer_timeout_s,
+                reply, offered = await asyncio.gather(
+                    self._invoke(RESOURCES_FREE, to=to, timeout_s=self._peer_timeout_s),
+                    self._offered_by(peer_id, to),
                 )
             except DmsgwError as exc:
                 log.info("free resources of %s unknown: %s", peer_id, exc)
                 return None
-            try:
-                offered = await self._invoke(
-                    RESOURCES_ONBOARDED,
-                    to=None if local else peer_id,
-                    timeout_s=self._peer_timeout_s,
-                )
-            except DmsgwError as exc:
-                log.info("onboarded resources of %s unknown: %s", peer_id, exc)
-                return PeerResources(peer_id, reply.resources)
-        return PeerResources(peer_id, reply.resources, offered.resources)
+        return PeerResources(peer_id, reply.resources, offered)
+
+    async def _offered_by(self, peer_id: str, to: str | None) -> Resources | None:
+        """What the peer offers the network (``None``: it did not say), asked at most once
+        per :data:`OFFERED_TTL_S`: it changes only when its owner onboards again, and asking
+        with every gathering would double what a gathering costs the DMS."""
+        now = self._clock()
+        known = self._offered.get(peer_id)
+        if known is not None and now - known[0] < OFFERED_TTL_S * NS_PER_SECOND:
+            return known[1]
+        try:
+            reply = await self._invoke(RESOURCES_ONBOARDED, to=to, timeout_s=self._peer_timeout_s)
+        except DmsgwError as exc:
+            log.info("onboarded resources of %s unknown: %s", peer_id, exc)
+            return None
+        self._offered[peer_id] = (now, reply.resources)
+        return reply.resources
 
 
 class Capacity:

@@ -20,6 +20,7 @@ from dmsgw.behaviors.resources import CPU, GPU, RAM, Disk, Resources
 from dmsgw.behaviors.status import AllocationManifest, EnsembleManifest
 from dmsgw.cli.pods import table
 from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.errors import DmsgwError
 from dmsgw.interlink.admission import (
     Wait,
     never_fits,
@@ -27,6 +28,7 @@ from dmsgw.interlink.admission import (
     refused_for_capacity,
     shortfall,
 )
+from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.pod_record import POD_UID_KEY, Phase
 from dmsgw.interlink.pod_report import PodReport
@@ -348,3 +350,9 @@ def test_without_a_reason_an_unplaced_deployment_is_a_refusal() -> None:
 
 def test_a_wait_is_its_reason_and_message() -> None:
     assert json.dumps(Wait(WAITING_FOR_CAPACITY, "m")) == '["WaitingForCapacity", "m"]'
+
+
+def test_the_bound_on_deployments_under_way_is_configured() -> None:
+    assert load_config(env={"DMSGW_MAX_DEPLOYING": "3"}).max_deploying == 3
+    with pytest.raises(DmsgwError, match=r"max_deploying .*greater than or equal to 1"):
+        load_config(env={"DMSGW_MAX_DEPLOYING": "0"})
