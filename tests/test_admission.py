@@ -91,6 +91,15 @@ async def _told(gateway: Gateway, *numbers: int) -> None:
     )
 
 
+async def _one_runs_two_wait(gateway: Gateway, dms: FakeDMS, *waiting: int) -> None:
+    """Pod 1 runs on the one core; the pods ``waiting``, created in that order, wait."""
+    await create(gateway, _spec(1))
+    await until(lambda: len(dms.live(uid(1))) == 1, "pod 1 runs")
+    for n in waiting:
+        await create(gateway, _spec(n))
+    await _told(gateway, *waiting)
+
+
 def _shown_running(gateway: Gateway, n: int) -> bool:
     shown = gateway.snapshots.get(uid(n))
     return shown is not None and shown.containers[0].state.running is not None
@@ -149,11 +158,7 @@ async def test_the_wait_shows_on_the_operator_view_and_in_dmsgw_pods(
     are what ``/metrics`` exports."""
     gateway = await _gateway(dms, tmp_path, clock)
     try:
-        await create(gateway, _spec(1))
-        await until(lambda: len(dms.live(uid(1))) == 1, "pod 1 runs")
-        await create(gateway, _spec(2))
-        await create(gateway, _spec(3))
-        await _told(gateway, 2, 3)
+        await _one_runs_two_wait(gateway, dms, 2, 3)
         clock.advance(30)
         assert (len(gateway.admission), gateway.admission.deploying()) == (2, 0)
         assert 30 <= gateway.admission.oldest_wait_s() < 31
@@ -226,11 +231,7 @@ async def test_the_queue_survives_a_restart_in_its_order_and_nothing_deploys_twi
     their order as the core frees; each pod is deployed once in all."""
     first = await _gateway(dms, tmp_path, clock)
     try:
-        await create(first, _spec(1))
-        await until(lambda: len(dms.live(uid(1))) == 1, "pod 1 runs")
-        await create(first, _spec(3))
-        await create(first, _spec(2))
-        await _told(first, 2, 3)
+        await _one_runs_two_wait(first, dms, 3, 2)
     finally:
         await first.close()
     second = await _gateway(dms, tmp_path, clock)
