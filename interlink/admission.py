@@ -143,7 +143,8 @@ def placement(demand: Demand, frees: Sequence[Resources]) -> list[int] | None:
 
 
 def _cores(value: float) -> str:
-    return format_float32(value)
+    text = format_float32(value)
+    return f"{text} core" if text == "1" else f"{text} cores"
 
 
 def shortfall(want: Resources, have: Sequence[Resources], what: str) -> str:
@@ -155,7 +156,7 @@ def shortfall(want: Resources, have: Sequence[Resources], what: str) -> str:
     parts = []
     best_cores = max(h.cpu.cores for h in have)
     if want.cpu.cores > best_cores:
-        parts.append(f"{_cores(want.cpu.cores)} cores requested, {_cores(best_cores)} {what}")
+        parts.append(f"{_cores(want.cpu.cores)} requested, {format_float32(best_cores)} {what}")
     for name, wanted, best in (
         ("memory", want.ram.size, max(h.ram.size for h in have)),
         ("disk", want.disk.size, max(h.disk.size for h in have)),

@@ -131,7 +131,7 @@ async def test_pods_beyond_capacity_wait_and_run_in_priority_then_creation_order
         head = await _waiting_entry(gateway, 4)
         assert head == {
             "reason": WAITING_FOR_CAPACITY,
-            "message": "waiting for DMS capacity: 1 cores requested, 0 free on the best of 1 peer",
+            "message": "waiting for DMS capacity: 1 core requested, 0 free on the best of 1 peer",
         }
         assert await _waiting_entry(gateway, 3) == {
             "reason": WAITING_FOR_CAPACITY,
@@ -322,7 +322,7 @@ def test_never_fits_only_when_every_peer_says_what_it_offers() -> None:
         ),
         (
             "failed to commit resources: error committing for n1: commit resources for "
-            "ensemble allocID: x: insufficient resources: cpu.cores: 1 cores requested, "
+            "ensemble allocID: x: insufficient resources: cpu.cores: 1 core requested, "
             "0 cores available: failed to create deployment",
             True,
         ),
