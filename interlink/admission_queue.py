@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class _Entry:
+    """A pod in line: its place, what it asks, since when, and how it hears why it waits."""
+
     uid: str
     order: Order
     demand: Demand
@@ -119,7 +121,8 @@ class AdmissionQueue:
 
     def hold(self, uid: str, demand: Demand) -> None:
         """Count the deployment of ``uid`` as under way without waiting (a gateway that
-        restarted resumes it)."""
+        restarted resumes it; on no peer in particular, so the peers' next gathering is
+        what tells where it went)."""
         self._holds.setdefault(uid, _Hold(demand, ()))
 
     def settled(self, uid: str) -> None:
@@ -293,4 +296,5 @@ class AdmissionQueue:
 
 
 def _offered(peers: Iterable[PeerResources]) -> list[Resources | None]:
+    """What each peer offers the network (``None``: it did not say)."""
     return [p.onboarded for p in peers]
