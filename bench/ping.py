@@ -42,7 +42,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from dmsgw.behaviors.catalog import PEERS_LIST, PEERS_SELF, RESOURCES_FREE, Behavior
+from dmsgw.behaviors.catalog import (
+    PEERS_LIST,
+    PEERS_SELF,
+    RESOURCES_FREE,
+    RESOURCES_ONBOARDED,
+    Behavior,
+)
 from dmsgw.behaviors.node_resources import ResourcesResponse
 from dmsgw.behaviors.peers import PeerAddrInfoResponse, PeersListResponse
 from dmsgw.behaviors.resources import CPU, GPU, RAM, Disk, Resources
@@ -112,6 +118,9 @@ class FakeNetwork:
             return PeersListResponse(peers=self.peer_ids)
         if behavior is RESOURCES_FREE:
             return await self._resources_free(to or "self")
+        if behavior is RESOURCES_ONBOARDED:  # what a peer offers: asked once per 5 minutes
+            await asyncio.sleep(self.latency_s)
+            return self._free[to or "self"]
         raise AssertionError(f"the bench's fake DMS does not answer {behavior.name}")
 
     async def _resources_free(self, peer: str) -> ResourcesResponse:

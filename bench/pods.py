@@ -119,6 +119,7 @@ from dmsgw.behaviors.deployment import (
 )
 from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.clock import system_clock
+from dmsgw.interlink.admission import AdmissionPolicy
 from dmsgw.interlink.bodies import RetrievedPodData
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import (
@@ -399,6 +400,9 @@ def _gateway(
         loop=loop,
         policy=policy,
         freeze_every=FREEZE_EVERY,  # as `dmsgw serve` runs it
+        # The stand-in takes every deployment at once and reports it running at its first
+        # poll: no DMS to shield from a flood, so every pod is admitted as it comes.
+        admission=AdmissionPolicy(max_deploying=pods),
     )
     return Gateway(parts)
 

@@ -167,9 +167,25 @@ def table(pods: Sequence[dict[str, Any]]) -> str:
     """The rows under their headers, in columns as kubectl aligns them (three spaces)."""
     rows = [COLUMNS, *(row(p) for p in pods)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    return "\n".join(
+    text = "\n".join(
         "   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
     )
+    return text + waiting(pods)
+
+
+def waiting(pods: Sequence[dict[str, Any]]) -> str:
+    """Below the table, the pods waiting for DMS capacity in the order they will be admitted
+    (their place in line, name and why), or nothing when none waits."""
+    waits = sorted(
+        ((p["waiting"], p) for p in pods if isinstance(p.get("waiting"), dict)),
+        key=lambda wp: wp[0].get("position") if isinstance(wp[0].get("position"), int) else 0,
+    )
+    lines = [
+        f"  {w.get('position', '?')}  {p.get('namespace', '')}/{p.get('name', '')}  "
+        f"since {w.get('since', '')}: {w.get('message', '')}"
+        for w, p in waits
+    ]
+    return "\n\nWaiting for DMS capacity, in order:\n" + "\n".join(lines) if lines else ""
 
 
 def watch(

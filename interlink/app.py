@@ -36,6 +36,7 @@ from ..keys.trust import provider_from_private_key
 from ..keys.ucan.context import CapabilityContext
 from ..transport.rest import DMSError, RestTransport, TransportError
 from ..transport.security import SecurityContext
+from .admission import AdmissionPolicy
 from .config import GatewayConfig
 from .gateway import Gateway, GatewayParts
 from .heap import FREEZE_EVERY
@@ -176,9 +177,12 @@ class DmsConnection:
             await self._devnet.stop()
 
 
-async def connect_dms(config: GatewayConfig, loop: asyncio.AbstractEventLoop) -> DmsConnection:
-    """The configured DMS under the configured key and capabilities; with ``devnet``, an
-    embedded devnet started for this run, which grants the gateway's key ``/dms/node``."""
+async def connect_dms(
+    config: GatewayConfig, loop: asyncio.AbstractEventLoop, devnet: Devnet | None = None
+) -> DmsConnection:
+    """The configured DMS under the configured key and capabilities; with ``devnet`` chosen, an
+    embedded devnet started for this run (``devnet``, else a default one), which grants the
+    gateway's key ``/dms/node``."""
     passphrase = config.passphrase.get_secret_value() if config.passphrase else None
     if not config.embedded_devnet:
         name, key = load_key(config.key_name, config.key_dir, passphrase)
@@ -186,7 +190,7 @@ async def connect_dms(config: GatewayConfig, loop: asyncio.AbstractEventLoop) ->
             config.cap_context, name, key, config.cap_dir, system_clock
         )
         return DmsConnection.open(str(config.dms_url), key, capabilities, loop=loop)
-    devnet = Devnet()
+    devnet = devnet or Devnet()
     await devnet.start()
     key = _embedded_key(config, passphrase)
     grant = devnet.grant(DID.from_public_key(key.public_key()), ["/dms/node"])
@@ -216,17 +220,22 @@ def snapshot_by(clock: Clock) -> Snapshot:
 
 
 async def start_backend(
-    config: GatewayConfig, *, metrics: Metrics, clock: Clock = system_clock
+    config: GatewayConfig,
+    *,
+    metrics: Metrics,
+    clock: Clock = system_clock,
+    devnet: Devnet | None = None,
 ) -> Gateway:
     """Build and start the gateway described by ``config`` and return it: the plugin server's
-    backend. ``clock`` times the gateway's background passes."""
+    backend. ``clock`` times the gateway's background passes; ``devnet`` is the embedded
+    devnet to start when ``config`` names no DMS (a default one when ``None``)."""
     loop = asyncio.get_running_loop()
     store = PodStore(config.state_path)
     binding = StateBinding(store)
     try:
         if config.embedded_devnet:
             binding.check(EMBEDDED_DEVNET)  # before a devnet is started for nothing
-        dms = await connect_dms(config, loop)
+        dms = await connect_dms(config, loop, devnet)
     except BaseException:
         await store.close()
         raise
@@ -273,6 +282,7 @@ async def _assemble(
         close_dms=dms.close,
         freeze_every=FREEZE_EVERY,
         polls_per_s=config.polls_per_s,
+        admission=AdmissionPolicy(max_deploying=config.max_deploying),
     )
     gateway = Gateway(parts)
     dms.on_identity = functools.partial(_give_up_on_another_dms, binding, gateway.gave_up)
@@ -282,6 +292,7 @@ async def _assemble(
         UsageBook(dms.client.invoke),
         clock=clock,
         stale_since=capacity.silent_since,
+        waiting=gateway.admission.waiting,
     )
     dms.client.observer = DmsCalls(metrics).observe
     _export_metrics(metrics, gateway, dms.client.security.capabilities)
@@ -320,6 +331,16 @@ def _export_metrics(metrics: Metrics, gateway: Gateway, capabilities: Capability
     metrics.gauge("pods", "Pods the gateway tracks").set_function(
         functools.partial(len, gateway.snapshots)
     )
+    admission = gateway.admission
+    metrics.gauge("pods_waiting_for_capacity", "Pods waiting for DMS capacity").set_function(
+        admission.__len__
+    )
+    metrics.gauge(
+        "capacity_wait_oldest_seconds", "How long the pod waiting longest for DMS capacity has"
+    ).set_function(admission.oldest_wait_s)
+    metrics.gauge(
+        "deployments_under_way", "Deployments admitted and not yet running or ended"
+    ).set_function(admission.deploying)
     metrics.gauge(
         "grant_expiry_seconds",
         "Seconds until the gateway's grant from the DMS runs out (negative: it has; NaN: none)",

@@ -50,6 +50,7 @@ from pydantic_core import ErrorDetails
 
 from ..behaviors.devnet_record import state_dir
 from ..errors import DmsgwError
+from .admission import DEFAULT_MAX_DEPLOYING
 from .config_file import ConfigFileError, read_config_file
 from .poll_pace import DEFAULT_POLLS_PER_S
 from .server import (
@@ -179,6 +180,13 @@ SETTINGS: tuple[Setting, ...] = (
         f"that in 5 s, each is polled less often (default {DEFAULT_POLLS_PER_S:g})",
     ),
     Setting(
+        "max_deploying",
+        "--max-deploying",
+        "N",
+        "deployments under way at once; more pods wait Pending for their turn "
+        f"(default {DEFAULT_MAX_DEPLOYING})",
+    ),
+    Setting(
         "gpu_resource_prefix",
         "--gpu-resource-prefix",
         "PREFIX",
@@ -280,6 +288,7 @@ class GatewayConfig(BaseModel):
     dms_log_dir: Path | None = None
     pods_capacity: int = Field(default=DEFAULT_PODS_CAPACITY, ge=1, le=1_000_000)
     polls_per_s: float = Field(default=DEFAULT_POLLS_PER_S, gt=0, le=1_000_000)
+    max_deploying: int = Field(default=DEFAULT_MAX_DEPLOYING, ge=1, le=1_000_000)
     gpu_resource_prefix: Literal["nunet.gpu.", "nunet.io/gpu."] = "nunet.gpu."
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"

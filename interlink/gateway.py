@@ -36,6 +36,7 @@ from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
+from .admission_queue import AdmissionPolicy, AdmissionQueue
 from .bodies import (
     CreateStruct,
     LogStruct,
@@ -119,6 +120,7 @@ class GatewayParts:
     sets :data:`~dmsgw.interlink.heap.FREEZE_EVERY`); 0 never freezes."""
     polls_per_s: float = DEFAULT_POLLS_PER_S
     """Status polls of the DMS a second, all followed pods together (:class:`PollPace`)."""
+    admission: AdmissionPolicy = dataclasses.field(default_factory=AdmissionPolicy)
 
 
 class Gateway:
@@ -162,6 +164,7 @@ class Gateway:
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
         self._supervisor_proxy = self._supervisor.proxy()
         self._orphans: asyncio.Task[None] | None = None
+        self.admission = AdmissionQueue(parts.capacity.gathering, parts.admission, parts.clock)
 
     # --- start-up and shutdown ------------------------------------------------------------
 
@@ -223,6 +226,7 @@ class Gateway:
             self._orphans.cancel()
             # a pass cut short must end before the store it writes to closes
             await asyncio.gather(self._orphans, return_exceptions=True)
+        await self.admission.close()
         await self.parts.capacity.close()
         await self._stop_pods()
         await asyncio.get_running_loop().run_in_executor(None, self._supervisor.stop)
@@ -323,6 +327,7 @@ class Gateway:
                 heap=self._heap,
                 pace=self._pace,
                 turns=self._turns,
+                admission=self.admission,
                 loop=parts.loop,
                 exit_hook=hook,
             )
@@ -569,17 +574,14 @@ class Gateway:
 
 
 def _first_attempt(uid: str, data: RetrievedPodData, created_ns: int) -> PodRecord:
-    """A new pod's record: its first deployment attempt, written before the actor makes it.
-    The actor deploys it as it resumes any attempt under way (an ensemble the DMS already
-    holds for it is found, never deployed twice); a record written ``pending`` first had the
-    actor write the attempt again at once, one write more for each create."""
+    """A new pod's record: its first attempt, waiting for DMS capacity (its actor queues it)."""
     return PodRecord(
         uid=uid,
         namespace=data.pod.metadata.namespace,
         name=data.pod.metadata.name,
         jid=job_id(uid),
         request=data.to_json(),
-        phase=Phase.DEPLOYING,
+        phase=Phase.QUEUED,
         attempt=1,
         created_ns=created_ns,
     )

@@ -460,6 +460,9 @@ class PodSpec(K8sModel):
     service_account_name: str = ""
     automount_service_account_token: bool | None = None
     image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list)
+    priority: Int32 | None = None
+    """Set by Kubernetes from the pod's ``priorityClassName``: higher waits for DMS capacity
+    ahead of lower (:mod:`~dmsgw.interlink.admission`)."""
 
 
 class ContainerStateWaiting(K8sModel):

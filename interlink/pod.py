@@ -30,11 +30,14 @@ from ..behaviors.node import Invoke
 from ..behaviors.status import DeploymentStatus
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from . import k8s
+from .admission import WAITING, Order, order_of, refused_for_capacity
+from .admission_queue import AdmissionQueue
 from .bodies import PodStatus
 from .container_runs import Runs
 from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY, describe
 from .heap import NO_FREEZER, HeapFreezer
 from .pod_follower import (
+    Admitted,
     BackedOff,
     Deployed,
     DeployFailed,
@@ -42,6 +45,7 @@ from .pod_follower import (
     Lost,
     Observed,
     PodFollower,
+    Queued,
     ShutDown,
 )
 from .pod_record import (
@@ -60,7 +64,7 @@ from .pod_record import (
     shown_by,
     stored,
 )
-from .pod_status import CRASH_LOOP
+from .pod_status import CRASH_LOOP, WAITING_FOR_CAPACITY
 from .poll_pace import PollPace
 from .snapshots import Snapshots
 from .store import PodStore
@@ -95,10 +99,12 @@ class PodActor(AsyncActor):
         rng: random.Random | None = None,
         heap: HeapFreezer = NO_FREEZER,
         pace: PollPace | None = None,
+        admission: AdmissionQueue | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.record = record
+        self._admission = admission  # None: a pod alone, which deploys at once
         self._store = store
         self._snapshot = snapshot
         self._snapshots = snapshots
@@ -129,6 +135,8 @@ class PodActor(AsyncActor):
         record = self.record
         if record.phase == Phase.PENDING:  # recorded by a gateway that wrote no first attempt
             await self._next_attempt()
+        elif record.phase == Phase.QUEUED:  # back in line, in its place
+            self._run(self._follower.queue(record.attempt, self._order))
         elif record.phase == Phase.DEPLOYING:
             self._run(self._follower.deploy(record.attempt))
         elif record.phase == Phase.BACKOFF:  # the ended (or still running) ensemble stops first
@@ -144,6 +152,18 @@ class PodActor(AsyncActor):
 
     async def on_stop(self) -> None:
         await self._cancel()
+        self._release()  # a restarted actor takes its place again from its record
+
+    def _release(self) -> None:
+        """The pod holds no DMS capacity any more: the admission queue may give it out."""
+        if self._admission is not None:
+            self._admission.release(self.record.uid)
+
+    @functools.cached_property
+    def _order(self) -> Order:
+        """The pod's place in the admission queue: its priority, then its creation."""
+        record = self.record
+        return order_of(request_data(record).pod.spec.priority, record.created_ns, record.uid)
 
     def _run(self, work: Coroutine[Any, Any, None] | asyncio.Future[None]) -> None:
         self._task = asyncio.ensure_future(work)
@@ -167,6 +187,7 @@ class PodActor(AsyncActor):
             on_poll=self._heap.polled,
             pace=self._pace,
             turns=self._turns,
+            admission=self._admission,
         )
 
     def _task_done(self, task: asyncio.Future[None]) -> None:
@@ -216,6 +237,7 @@ class PodActor(AsyncActor):
         if self.record.phase == Phase.DELETING:
             return
         await self._cancel()
+        self._release()
         self.record.phase = Phase.DELETING
         await self._save()
         self._run(self._follower.shut_down(self.record.ensemble_id, self.record.attempt))
@@ -223,7 +245,11 @@ class PodActor(AsyncActor):
     # --- messages from the follower ---------------------------------------------------
 
     async def on_receive(self, message: Any) -> Any:
-        if isinstance(message, Deployed):
+        if isinstance(message, Queued):
+            self._on_queued(message)
+        elif isinstance(message, Admitted):
+            await self._on_admitted(message)
+        elif isinstance(message, Deployed):
             await self._on_deployed(message)
         elif isinstance(message, DeployFailed):
             await self._on_deploy_failed(message)
@@ -253,8 +279,30 @@ class PodActor(AsyncActor):
         await self._save()
         self._run(self._follower.follow(message.ensemble_id, dict(self.record.runs)))
 
+    def _on_queued(self, message: Queued) -> None:
+        """Why the pod waits changed: shown at once, not stored (a restart tells it again)."""
+        record = self.record
+        if record.phase != Phase.QUEUED or message.attempt != record.attempt:
+            return
+        record.reason, record.message = message.wait
+        self._publish()
+
+    async def _on_admitted(self, message: Admitted) -> None:
+        record = self.record
+        if record.phase != Phase.QUEUED or message.attempt != record.attempt:
+            return
+        record.phase = Phase.DEPLOYING
+        record.reason = record.message = ""
+        await self._save()
+        self._run(self._follower.deploy(record.attempt))
+
     async def _on_deploy_failed(self, message: DeployFailed) -> None:
-        if self.record.phase != Phase.DEPLOYING or message.attempt != self.record.attempt:
+        phase = self.record.phase
+        if phase not in (Phase.QUEUED, Phase.DEPLOYING) or message.attempt != self.record.attempt:
+            return
+        self._release()
+        if phase == Phase.DEPLOYING and refused_for_capacity(message.message):
+            await self._wait_again(message.message)
             return
         self.record.phase = Phase.TERMINAL
         self.record.reason = "ProviderFailed"
@@ -266,6 +314,15 @@ class PodActor(AsyncActor):
         if self.record.phase != Phase.RUNNING:
             return
         record = self.record
+        if message.status == DeploymentStatus.RUNNING and self._admission is not None:
+            self._admission.settled(record.uid)
+        elif message.status in TERMINAL_DMS:
+            self._release()
+            error, manifest = message.reply.error, message.manifest
+            placed = message.status != DeploymentStatus.FAILED or record.running_ns
+            if not placed and refused_for_capacity(error, manifest):
+                await self._wait_again(error or "no DMS peer took it (no bid, or no room)")
+                return
         before = _followed(record)
         record.dms_status = message.status.go_name
         observed = kept_reply(message.reply)
@@ -327,6 +384,7 @@ class PodActor(AsyncActor):
         record = self.record
         if record.phase != Phase.RUNNING or message.ensemble_id != record.ensemble_id:
             return
+        self._release()
         record.finished_ns = self._clock()
         record.dms_status = DeploymentStatus.FAILED.go_name
         lost = f"the DMS no longer knows deployment {message.ensemble_id} ({message.error})"
@@ -365,6 +423,7 @@ class PodActor(AsyncActor):
     async def _on_ended(self, message: Ended) -> None:
         if self.record.phase != Phase.ENDING or message.ensemble_id != self.record.ensemble_id:
             return
+        self._release()
         self.record.phase = Phase.TERMINAL
         await self._save()
 
@@ -373,11 +432,25 @@ class PodActor(AsyncActor):
             return
         await self._next_attempt()
 
-    async def _next_attempt(self) -> None:
-        """Record the next deployment attempt (persisted before it is made), then make it."""
+    async def _wait_again(self, refusal: str) -> None:
+        """The DMS refused the attempt for lack of capacity (no bid, a failed commit): the
+        pod waits in line again, in its place, with a new attempt (not a restart)."""
+        log.info(
+            "pod %s: the DMS refused it for lack of capacity (%s); waiting",
+            self.record.uid,
+            refusal,
+        )
+        await self._next_attempt(f"the DMS refused the last attempt: {refusal}")
+
+    async def _next_attempt(self, why: str = "") -> None:
+        """Record the next deployment attempt (persisted before it is made), waiting in the
+        admission queue for DMS capacity, then make it when admitted."""
         record = self.record
+        self._release()  # what the previous attempt held (a stopped ensemble) is free
         record.attempt += 1
-        record.phase = Phase.DEPLOYING
+        record.phase = Phase.QUEUED  # shown waiting once the queue says why (or ``why``)
+        record.reason = WAITING_FOR_CAPACITY if why else ""
+        record.message = f"{WAITING}: {why}" if why else ""
         record.previous_ensemble_id = record.ensemble_id or record.previous_ensemble_id
         record.ensemble_id = ""
         record.runs = {
@@ -386,7 +459,7 @@ class PodActor(AsyncActor):
         # What the DMS said of the ended ensemble is not the next one's state.
         record.dms_status, record.observed = "", {}
         await self._save()
-        self._run(self._follower.deploy(record.attempt))
+        self._run(self._follower.queue(record.attempt, self._order))
 
     async def _on_shut_down(self) -> None:
         await self._store.delete(self.record.uid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import math
 import random
@@ -41,6 +42,8 @@ from ..clock import Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
+from .admission import Order, Wait, demand_of
+from .admission_queue import AdmissionQueue
 from .container_runs import Runs
 from .endpoints import endpoints_of, has_ports, placement_of
 from .following import Following, allocation_state, reads_log, runs_now
@@ -87,6 +90,21 @@ class Deployed:
 class DeployFailed:
     attempt: int
     message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Queued:
+    """Why ``attempt`` waits in the admission queue changed."""
+
+    attempt: int
+    wait: Wait
+
+
+@dataclasses.dataclass(frozen=True)
+class Admitted:
+    """``attempt`` left the admission queue: it may deploy."""
+
+    attempt: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +175,7 @@ class PodFollower:
 
     # One per pod, kept as long as the pod: no __dict__ (10,000 pods are the target).
     __slots__ = (
+        "_admission",
         "_clock",
         "_inflight",
         "_invoke",
@@ -185,8 +204,10 @@ class PodFollower:
         on_poll: Callable[[], None] = lambda: None,
         pace: PollPace | None = None,
         turns: Turns | None = None,
+        admission: AdmissionQueue | None = None,
     ) -> None:
         self._uid = uid
+        self._admission = admission  # None: every attempt deploys at once
         self._turns = turns
         """The gate its pod's actor passes (shared by a gateway's pods): a translation and a
         poll's reading of its reply pass it too (:meth:`_take_turn`)."""
@@ -201,15 +222,35 @@ class PodFollower:
         self._report = report
         self._inflight: asyncio.Future[NewDeploymentResponse] | None = None  # deployment/new
 
-    async def deploy(self, attempt: int) -> None:
-        """Deploy ``attempt`` (the actor recorded it): report it :class:`Deployed` or
-        :class:`DeployFailed`; transient DMS failures are retried with backoff."""
+    async def queue(self, attempt: int, order: Order) -> None:
+        """Wait in the admission queue at ``order`` with ``attempt``'s ensemble, reporting
+        each change of why (:class:`Queued`), then :class:`Admitted`; a pod that does not
+        translate is :class:`DeployFailed` at once."""
         await self._take_turn()
         try:
             ensemble = await self._ensemble(attempt)
         except DmsgwError as exc:
             self._report(DeployFailed(attempt, str(exc)))
             return
+        if self._admission is not None:
+            tell = functools.partial(self._queued, attempt)
+            await self._admission.wait(self._uid, order, demand_of(ensemble), tell)
+        self._report(Admitted(attempt))
+
+    def _queued(self, attempt: int, wait: Wait) -> None:
+        self._report(Queued(attempt, wait))
+
+    async def deploy(self, attempt: int) -> None:
+        """Deploy ``attempt`` (the actor recorded it, admitted): report it :class:`Deployed`
+        or :class:`DeployFailed`; transient DMS failures are retried with backoff."""
+        await self._take_turn()
+        try:
+            ensemble = await self._ensemble(attempt)
+        except DmsgwError as exc:
+            self._report(DeployFailed(attempt, str(exc)))
+            return
+        if self._admission is not None:  # held already, unless a restart resumes it
+            self._admission.hold(self._uid, demand_of(ensemble))
         tries = 0
         while True:
             existing = await self._find_existing(attempt)

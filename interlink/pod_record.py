@@ -24,7 +24,7 @@ from ..behaviors.status import DeploymentStatus, EnsembleManifest
 from ..clock import NS_PER_SECOND
 from .bodies import PodStatus, RetrievedPodData
 from .container_runs import Runs
-from .pod_status import LiveAllocation, container_statuses, pod_status
+from .pod_status import LiveAllocation, container_statuses, pod_status, waiting_statuses
 from .snapshots import Shown
 from .translate import METADATA_GENERATION, METADATA_POD_UID
 
@@ -41,6 +41,7 @@ class Phase:
     """Where a pod is in its life (stored as text)."""
 
     PENDING = "pending"  # recorded, no attempt yet (a create now records its first at once)
+    QUEUED = "queued"  # ``attempt`` waits for DMS capacity (reason, message: why)
     DEPLOYING = "deploying"  # deployment/new under way for ``attempt``
     RUNNING = "running"  # an ensemble exists; following it
     BACKOFF = "backoff"  # ended; waiting to redeploy (restartPolicy)
@@ -250,6 +251,7 @@ def shown_by(record: PodRecord) -> bytes:
         record.runs,
         record.restarts,
         record.message,
+        record.reason if record.phase == Phase.QUEUED else "",
         final,
         record.finished_ns if final else 0,
     )
@@ -264,6 +266,9 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
     containers = (*pod.spec.init_containers, *pod.spec.containers)
     runs = {c.name: Runs.from_map(record.runs.get(c.name)) for c in containers}
     seen = {name: own.observation(record.restarts) for name, own in runs.items()}
+    if record.phase == Phase.QUEUED and record.reason:  # not told to wait: as if deploying
+        waiting = waiting_statuses(pod, record.reason, record.message, seen)
+        return pod_status(pod, record.jid, waiting)
     manifest = (
         EnsembleManifest.from_json(json.dumps(record.observed["manifest"]))
         if record.observed.get("manifest")

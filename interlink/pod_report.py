@@ -10,13 +10,14 @@ hold no series objects between scrapes. Series of usage the DMS did not report a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..keys.ucan.token import format_second
+from .admission import Waiting
 from .pod_record import Phase, PodRecord
 from .pod_view import PodFacts, pod_phase, pod_view, stats_summary
 from .snapshots import Shown
@@ -47,8 +48,10 @@ class PodReport:
         node_name: str = "dmsgw",
         clock: Clock = system_clock,
         stale_since: Callable[[], int | None] = lambda: None,
+        waiting: Callable[[], Mapping[str, Waiting]] = dict,
     ) -> None:
         self._pods = pods
+        self._waiting = waiting  # the pods waiting for DMS capacity, by UID
         self.usage = usage
         self._node_name = node_name
         self._started_ns = clock()
@@ -67,8 +70,9 @@ class PodReport:
         """Every pod (or only those whose containers run) with its usage, by namespace and
         name."""
         pods = sorted(self._pods(), key=_by_name)
+        waiting = self._waiting()
         return [
-            PodFacts(r, s.status() if s else None, self.usage.of(r.uid))
+            PodFacts(r, s.status() if s else None, self.usage.of(r.uid), waiting.get(r.uid))
             for r, s in pods
             if not running or (s is not None and s.phase == "Running")
         ]
@@ -86,7 +90,10 @@ class PodReport:
             return None
         record, shown = max(named, key=lambda p: p[0].created_ns)
         snapshot = shown.status() if shown else None
-        return self._marked(pod_view(PodFacts(record, snapshot, self.usage.of(record.uid))))
+        waiting = self._waiting().get(record.uid)
+        return self._marked(
+            pod_view(PodFacts(record, snapshot, self.usage.of(record.uid), waiting))
+        )
 
     def _marked(self, view: dict[str, Any]) -> dict[str, Any]:
         """``view`` marked stale while the DMS is silent."""

@@ -72,6 +72,10 @@ FAILED_EXIT_CODE = 1
 """Exit code of a failed allocation whose real code is unknown (the DMS does not report it)."""
 CRASH_LOOP = "CrashLoopBackOff"
 """The waiting reason of a container that ended and runs again (its last state says how)."""
+WAITING_FOR_CAPACITY = "WaitingForCapacity"
+"""The waiting reason of the containers of a pod waiting for DMS capacity."""
+UNSCHEDULABLE = "Unschedulable"
+"""The waiting reason of the containers of a pod that no DMS peer could ever hold."""
 _STOPPED_EXIT_CODE = 143
 """Exit code of an allocation the DMS stopped, when its real code is unknown (SIGTERM)."""
 
@@ -366,6 +370,22 @@ def _not_run(failed: str, over: bool, error: str) -> _State:
     if not over:
         return _State(_waiting("PodInitializing", message))
     return _State(terminated_state(NOT_RUN_EXIT_CODE, message=message))
+
+
+def waiting_statuses(
+    pod: k8s.Pod, reason: str, message: str, observations: Mapping[str, ContainerObservation]
+) -> PodContainerStatuses:
+    """Every container of ``pod`` waiting with ``reason`` and ``message``, with its runs so far
+    (``observations`` by name): a pod waiting for DMS capacity
+    (:mod:`~dmsgw.interlink.admission`), which no DMS holds now."""
+    state = _State(_waiting(reason, message))
+
+    def statuses(containers: list[k8s.Container]) -> list[k8s.ContainerStatus]:
+        return [
+            _status(c, state, observations.get(c.name, ContainerObservation())) for c in containers
+        ]
+
+    return PodContainerStatuses(statuses(pod.spec.init_containers), statuses(pod.spec.containers))
 
 
 def pod_status(pod: k8s.Pod, job_id: str, statuses: PodContainerStatuses) -> interlink.PodStatus:

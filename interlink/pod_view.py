@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from ..clock import NS_PER_SECOND
+from .admission import Waiting
 from .apimachinery import format_time
 from .bodies import PodStatus
 from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY
@@ -46,6 +47,7 @@ class PodFacts(NamedTuple):
     record: PodRecord
     snapshot: PodStatus | None
     usage: Mapping[str, ContainerUsage]
+    waiting: Waiting | None = None  # its place in the admission queue, while it waits
 
 
 def pod_phase(record: PodRecord, containers: str) -> str:
@@ -115,7 +117,7 @@ def _container(
 
 def pod_view(facts: PodFacts) -> dict[str, Any]:
     """One pod's JSON object (see the module)."""
-    record, snapshot, usage = facts
+    record, snapshot, usage, _ = facts
     inits = snapshot.init_containers if snapshot else []
     mains = snapshot.containers if snapshot else []
     node, peer = _placement(record)
@@ -138,7 +140,19 @@ def pod_view(facts: PodFacts) -> dict[str, Any]:
     total = _pod_usage(mains, usage)
     if total is not None:
         view["usage"] = usage_json(total)
+    if facts.waiting is not None:
+        view["waiting"] = _waiting_json(facts.waiting)
     return view
+
+
+def _waiting_json(waiting: Waiting) -> dict[str, Any]:
+    """A pod's wait for DMS capacity: its place in line (1: next), since when, and why."""
+    return {
+        "position": waiting.position,
+        "since": _start(waiting.since_ns),
+        "reason": waiting.wait.reason,
+        "message": waiting.wait.message,
+    }
 
 
 def _start(ns: int) -> str:
@@ -147,7 +161,7 @@ def _start(ns: int) -> str:
 
 def _summary_pod(facts: PodFacts) -> dict[str, Any]:
     """``statsapi.PodStats`` of a running pod: its measured containers, and the pod's sums."""
-    record, snapshot, usage = facts
+    record, snapshot, usage, _ = facts
     statuses = snapshot.containers if snapshot else []
     containers = []
     for status in statuses:

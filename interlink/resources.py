@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..actors.aio import AsyncActor, AsyncActorRef
-from ..behaviors.catalog import PEERS_LIST, PEERS_SELF, RESOURCES_FREE
+from ..behaviors.catalog import PEERS_LIST, PEERS_SELF, RESOURCES_FREE, RESOURCES_ONBOARDED
 from ..behaviors.node import Invoke
 from ..behaviors.resources import GPU, Resources
 from ..clock import NS_PER_SECOND, Clock, system_clock
@@ -34,16 +34,28 @@ PEER_CONCURRENCY = 32
 own calls keep the other half while a ping gathers."""
 
 
+OFFERED_TTL_S = 300.0
+"""How long what a peer offers the network (``resources/onboarded``) is taken as known."""
+
+
 class DMSUnreachableError(DmsgwError):
     """The local DMS did not answer: nothing can be offloaded now."""
 
 
 @dataclasses.dataclass(frozen=True)
 class PeerResources:
-    """One reachable peer's free resources."""
+    """One reachable peer's free resources, and what it offers the network in all
+    (``None``: it did not say), which tells a pod that can never run there from one that
+    waits (:mod:`~dmsgw.interlink.admission`)."""
 
     peer_id: str
     free: Resources
+    onboarded: Resources | None = None
+
+
+Gathering = tuple[int, list[PeerResources]]
+"""The peers' resources and when their gathering began (the clock's ns): anything the DMS
+did before then is in them."""
 
 
 class GpuCatalog:
@@ -81,18 +93,30 @@ class ResourceActor(AsyncActor):
         self._peer_timeout_s = peer_timeout_s
         self._slots = asyncio.Semaphore(concurrency)
         self._clock = clock
-        self._cached: tuple[int, list[PeerResources]] | None = None
+        self._cached: Gathering | None = None
+        self._offered: dict[str, tuple[int, Resources]] = {}  # peer -> (asked at, its offer)
 
     async def free_resources(self) -> list[PeerResources]:
         """The free resources of the local DMS and its reachable peers (cached)."""
+        return (await self.gathering())[1]
+
+    async def gathering(self, since_ns: int | None = None) -> Gathering:
+        """The peers' resources as last gathered, gathered again when that is older than the
+        actor's time to live or did not begin after ``since_ns`` (the admission queue asks for
+        one that knows of a deployment that ended)."""
         now = self._clock()
-        if self._cached is not None and now - self._cached[0] < self._ttl_ns:
-            return self._cached[1]
+        cached = self._cached
+        if (
+            cached is not None
+            and now - cached[0] < self._ttl_ns
+            and (since_ns is None or cached[0] > since_ns)
+        ):
+            return cached
         peers = await self._gather()
-        self._cached = (self._clock(), peers)
+        self._cached = (now, peers)
         if self._catalog is not None:
             self._catalog.learn(peers)
-        return peers
+        return self._cached
 
     async def _gather(self) -> list[PeerResources]:
         try:
@@ -105,17 +129,33 @@ class ResourceActor(AsyncActor):
         return [a for a in answers if a is not None]
 
     async def _free_of(self, peer_id: str, local: bool) -> PeerResources | None:
+        to = None if local else peer_id
         async with self._slots:
             try:
-                reply = await self._invoke(
-                    RESOURCES_FREE,
-                    to=None if local else peer_id,
-                    timeout_s=self._peer_timeout_s,
+                reply, offered = await asyncio.gather(
+                    self._invoke(RESOURCES_FREE, to=to, timeout_s=self._peer_timeout_s),
+                    self._offered_by(peer_id, to),
                 )
             except DmsgwError as exc:
                 log.info("free resources of %s unknown: %s", peer_id, exc)
                 return None
-        return PeerResources(peer_id, reply.resources)
+        return PeerResources(peer_id, reply.resources, offered)
+
+    async def _offered_by(self, peer_id: str, to: str | None) -> Resources | None:
+        """What the peer offers the network (``None``: it did not say), asked at most once
+        per :data:`OFFERED_TTL_S`: it changes only when its owner onboards again, and asking
+        with every gathering would double what a gathering costs the DMS."""
+        now = self._clock()
+        known = self._offered.get(peer_id)
+        if known is not None and now - known[0] < OFFERED_TTL_S * NS_PER_SECOND:
+            return known[1]
+        try:
+            reply = await self._invoke(RESOURCES_ONBOARDED, to=to, timeout_s=self._peer_timeout_s)
+        except DmsgwError as exc:
+            log.info("onboarded resources of %s unknown: %s", peer_id, exc)
+            return None
+        self._offered[peer_id] = (now, reply.resources)
+        return reply.resources
 
 
 class Capacity:
@@ -199,6 +239,12 @@ class Capacity:
         catalog."""
         peers: list[PeerResources] = await self._resources.proxy().free_resources()
         return peers
+
+    async def gathering(self, since_ns: int | None = None) -> Gathering:
+        """The peers' resources and when they were gathered (see
+        :meth:`ResourceActor.gathering`)."""
+        gathered: Gathering = await self._resources.proxy().gathering(since_ns)
+        return gathered
 
     async def close(self) -> None:
         if self._resources.stop():

@@ -32,11 +32,13 @@ from dmsgw.behaviors.deployment import (
 from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.behaviors.node_resources import ResourcesResponse
 from dmsgw.behaviors.peers import PeerAddrInfoResponse, PeersListResponse
-from dmsgw.behaviors.resources import Resources
+from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.behaviors.status import AllocationInfo, EnsembleManifest
 from dmsgw.clock import FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
+from dmsgw.devnet.resources import total
+from dmsgw.interlink.admission import minus
 from dmsgw.interlink.bodies import RetrievedPodData
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
@@ -58,6 +60,8 @@ FAST = PodPolicy(poll_min_s=0.02, poll_max_s=0.1, retry_min_s=0.02, restart_min_
 WAIT_S = 10.0
 """How long a test waits for the gateway to get somewhere before it fails (bounded)."""
 PEER = "12D3KooWFakePeer"
+ROOMY = Resources(cpu=CPU(cores=1024.0), ram=RAM(size=1 << 44), disk=Disk(size=1 << 46))
+"""The fake's free resources unless a test says otherwise: room for every pod of a test."""
 PODS_CAPACITY = 10
 
 
@@ -67,6 +71,7 @@ class FakeDeployment:
     metadata: dict[str, str]
     containers: tuple[str, ...]
     status: str = "Running"
+    holds: Resources = dataclasses.field(default_factory=Resources)
 
 
 class FakeDMS:
@@ -75,7 +80,13 @@ class FakeDMS:
 
     def __init__(self, logs: Path, free: Resources | None = None) -> None:
         self.deployments: dict[str, FakeDeployment] = {}
-        self.free = free or Resources()
+        self.free = free or ROOMY
+        self.onboarded: Resources | None = None
+        """What ``resources/onboarded`` reports (``None``: as much as is free). When set,
+        the running deployments hold their resources of it, and ``free`` is what is left."""
+        self.refuse = 0
+        """How many of the next deployments fail at once unplaced, as where the DMS found no
+        room (its status says ``Failed`` and nothing more; its manifest lists no allocation)."""
         self.reachable = True
         self.unknown_deployment = f"failed to get deployment: {NOT_FOUND}"
         """What ``status`` and ``manifest`` answer for a deployment the DMS does not know
@@ -96,6 +107,11 @@ class FakeDMS:
             for d in self.deployments.values()
             if d.status == "Running" and (uid is None or d.metadata.get(POD_UID_KEY) == uid)
         ]
+
+    def _free(self) -> Resources:
+        if self.onboarded is None:
+            return self.free
+        return minus(self.onboarded, total(d.holds for d in self.live()))
 
     def forget(self, ensemble_id: str) -> None:
         """The DMS loses the deployment (restarted without it)."""
@@ -126,12 +142,20 @@ class FakeDMS:
         if name == "peers/list":
             return PeersListResponse(peers=(PEER,))
         if name == "resources/free":
-            return ResourcesResponse(resources=self.free)
+            return ResourcesResponse(resources=self._free())
+        if name == "resources/onboarded":
+            return ResourcesResponse(resources=self.onboarded or self.free)
         if name == "deployment/new":
             v1 = payload.ensemble.v1
             ensemble = FakeDeployment(
-                f"ens-{next(self._ids)}", dict(v1.metadata or {}), tuple(v1.allocations or ())
+                f"ens-{next(self._ids)}",
+                dict(v1.metadata or {}),
+                tuple(v1.allocations or ()),
+                holds=total(a.resources for a in (v1.allocations or {}).values()),
             )
+            if self.refuse:
+                self.refuse -= 1
+                ensemble.status = "Failed"
             self.deployments[ensemble.id] = ensemble
             return NewDeploymentResponse(status="OK", ensemble_id=ensemble.id)
         if name == "deployment/list":
@@ -218,7 +242,8 @@ async def gateway_on(
             store=store or PodStore(state),
             translate=translate,
             snapshot=lambda record: snapshot_of(record, now_ns=clock()),
-            capacity=capacity or Capacity(ResourceActor.start(dms), pods_capacity=PODS_CAPACITY),
+            capacity=capacity
+            or Capacity(ResourceActor.start(dms, clock=clock), pods_capacity=PODS_CAPACITY),
             loop=asyncio.get_running_loop(),
             policy=FAST,
             clock=clock,

@@ -268,8 +268,8 @@ async def test_a_resumed_pod_saves_only_what_changed(tmp_path: Path, clock: Fixe
 
 async def test_a_create_writes_its_first_attempt_at_once(tmp_path: Path, clock: FixedClock) -> None:
     """A create records the pod's first deployment attempt, which the actor then makes:
-    three writes to Running (the attempt, deployed, its first status), not a pending record
-    that the actor wrote again as the attempt at once."""
+    four writes to Running (the attempt in line for capacity, admitted, deployed, its first
+    status), not a pending record that the actor wrote again as the attempt at once."""
     await _written_until_running(tmp_path, clock, create_it=True)
 
 
@@ -294,7 +294,8 @@ async def test_a_pending_pod_an_earlier_gateway_recorded_is_deployed(
 
 async def _written_until_running(tmp_path: Path, clock: FixedClock, *, create_it: bool) -> None:
     """A gateway on the store under ``tmp_path`` (creating pod 1 first, or resuming it) writes
-    the first attempt, then its deployment and first status: three writes, one deployment."""
+    the first attempt, its admission, then its deployment and first status: four writes, one
+    deployment."""
     dms = FakeDMS(tmp_path / "logs")
     store = _CountingStore(tmp_path / "state")
     gateway = await gateway_on(
@@ -306,8 +307,8 @@ async def _written_until_running(tmp_path: Path, clock: FixedClock, *, create_it
         await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
     finally:
         await gateway.close()
-    assert store.phases == [Phase.DEPLOYING, Phase.RUNNING, Phase.RUNNING]
-    assert store.attempts == [1, 1, 1]
+    assert store.phases == [Phase.QUEUED, Phase.DEPLOYING, Phase.RUNNING, Phase.RUNNING]
+    assert store.attempts == [1, 1, 1, 1]
     assert dms.asked["deployment/new"] == 1
 
 
