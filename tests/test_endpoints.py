@@ -45,17 +45,8 @@ from dmsgw.interlink.pod_report import PodReport
 from dmsgw.interlink.server import Health, Metrics, PluginServer, Pods, operator_app
 from dmsgw.interlink.translate.wrapper import UNWRAPPED_ANNOTATION
 from dmsgw.interlink.usage import UsageBook
-from tests.gateway_fakes import (
-    FAST,
-    WAIT_S,
-    FakeDMS,
-    create,
-    gateway_config,
-    gateway_on,
-    pod,
-    uid,
-    until,
-)
+from tests.gateway_fakes import FAST, WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
+from tests.test_gateway_passes import _gateway_config
 from tests.test_plugin_server import FakeBackend, loopback_options, start_serve
 
 Client = TestClient[Any, Any]
@@ -408,7 +399,7 @@ class Serving:
 async def serving(tmp_path: Path, **devnet_options: Any) -> AsyncIterator[Serving]:
     devnet = Devnet(seed="endpoints", **devnet_options)
     await devnet.start()
-    config = gateway_config(devnet, tmp_path / "gw", seed=170)
+    config = _gateway_config(devnet, tmp_path / "gw", seed=170)
     gateway = await start_backend(config, metrics=Metrics(process=False))
     gateway.parts.policy = FAST
     plugin = TestClient(

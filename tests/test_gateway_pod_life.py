@@ -44,18 +44,8 @@ from dmsgw.interlink.server import (
 from dmsgw.interlink.store import PodStore
 from dmsgw.interlink.translation import Translator
 from dmsgw.transport.rest import DMSError, DMSErrorKind, DMSTimeoutError, TransportError
-from tests.gateway_fakes import (
-    FAST,
-    WAIT_S,
-    FakeDMS,
-    create,
-    gateway_config,
-    gateway_on,
-    pod,
-    poll,
-    uid,
-    until,
-)
+from tests.gateway_fakes import FAST, WAIT_S, FakeDMS, create, gateway_on, pod, poll, uid, until
+from tests.test_gateway_passes import _gateway_config
 
 OWNER = "did:key:the-gateway"
 P100 = GPU(vendor="NVIDIA", model="Tesla P100-PCIE-16GB", vram=16 << 30)
@@ -242,7 +232,7 @@ async def test_a_pod_whose_devnet_deployment_vanished_fails_and_its_logs_are_404
     monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "1024")
     devnet = Devnet(seed="lost-deployment")
     await devnet.start()
-    config = gateway_config(devnet, tmp_path / "gw", seed=140)
+    config = _gateway_config(devnet, tmp_path / "gw", seed=140)
     gateway = await start_backend(config, metrics=Metrics(process=False))
     gateway.parts.policy = FAST
     server = PluginServer(gateway, config.server_options(), Metrics(process=False))
