@@ -380,3 +380,28 @@ async def test_a_devnet_dms_that_stops_and_comes_back_leaves_the_pod_running(
         if backend is not None:
             await backend.close()
         await devnet.stop()
+
+
+class SlowBackend:
+    """A backend whose ping waits on a DMS that is slow to answer."""
+
+    def __init__(self) -> None:
+        self.answer = asyncio.Event()
+
+    async def ping(self) -> PingResponse:
+        await self.answer.wait()
+        return PingResponse(status="ok", taints=[])
+
+
+async def test_readiness_answers_within_a_probes_second_when_the_dms_is_slow() -> None:
+    """The kubelet gives a readiness probe 1 s by default: a ping still gathering after
+    half of it is a degraded node, not a gateway to take out of its Service."""
+    health = Health(ping_timeout_s=0.01)
+    backend = SlowBackend()
+    health.serving(backend)  # type: ignore[arg-type]
+    report = await health.report()
+    assert report["ready"] and report["degraded"] == (
+        "degraded: the backend's ping took over 0.01 s"
+    )
+    backend.answer.set()
+    assert "degraded" not in await health.report()
