@@ -35,12 +35,10 @@ from dmsgw.behaviors.peers import PeerAddrInfoResponse, PeersListResponse
 from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.behaviors.status import AllocationInfo, EnsembleManifest
 from dmsgw.clock import FixedClock
-from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
 from dmsgw.devnet.resources import total
 from dmsgw.interlink.admission import minus
 from dmsgw.interlink.bodies import RetrievedPodData
-from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
 from dmsgw.interlink.parsing import parse_create_body, read_status_body
 from dmsgw.interlink.pod_record import POD_UID_KEY, PodPolicy, snapshot_of
@@ -48,12 +46,6 @@ from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 from dmsgw.interlink.translation import Translate
-from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
-from dmsgw.keys.did import DID
-from dmsgw.keys.keystore import KeyStore
-from dmsgw.keys.trust import provider_from_private_key
-from dmsgw.keys.ucan import CapabilityContext
-from dmsgw.keys.ucan.store import save_context
 from dmsgw.transport.rest import TransportError
 
 FAST = PodPolicy(poll_min_s=0.02, poll_max_s=0.1, retry_min_s=0.02, restart_min_s=0.02)
@@ -253,31 +245,6 @@ async def gateway_on(
     )
     await gateway.start()
     return gateway
-
-
-def gateway_config(devnet: Devnet, tmp: Path, seed: int, *, grant_s: float | None = None) -> Any:
-    """Key and capability files for a gateway of its own on ``devnet`` (its grant lasting
-    ``grant_s``, by default the devnet's year), and its config."""
-    key = Ed25519PrivKey(bytes(range(seed, seed + 32)))
-    keys, caps = tmp / "key", tmp / "cap"
-    KeyStore(keys).save("gw", marshal_private_key(key), "pw")
-    caps.mkdir(parents=True)
-    lasting = {} if grant_s is None else {"duration_s": grant_s}
-    grant = devnet.grant(DID.from_public_key(key.public_key()), ["/dms/node"], **lasting)
-    save_context(
-        CapabilityContext(provider_from_private_key(key), name="gw", provide=grant), directory=caps
-    )
-    return load_config(
-        env={
-            "DMS_PASSPHRASE": "pw",
-            "DMSGW_DMS_URL": devnet.urls[0],
-            "DMSGW_KEY_NAME": "gw",
-            "DMSGW_KEY_DIR": str(keys),
-            "DMSGW_CAP_CONTEXT": "gw",
-            "DMSGW_CAP_DIR": str(caps),
-            "DMSGW_STATE_PATH": str(tmp / "state.sqlite3"),
-        }
-    )
 
 
 def pod(uid: str, *, policy: str = "Never", **container: Any) -> dict[str, Any]:

@@ -25,22 +25,20 @@ from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.interlink import gateway as gateway_module
 from dmsgw.interlink.app import start_backend
+from dmsgw.interlink.config import load_config
 from dmsgw.interlink.gateway import ROOT_BACKOFF, Gateway
 from dmsgw.interlink.parsing import parse_create_body
 from dmsgw.interlink.pod import _TaskCrashed
 from dmsgw.interlink.pod_record import POD_UID_KEY, Phase
 from dmsgw.interlink.recovery import ORPHAN_GRACE_S, OWNER_KEY
 from dmsgw.interlink.server import Metrics
-from tests.gateway_fakes import (
-    FakeDMS,
-    create,
-    gateway_config,
-    gateway_on,
-    pod,
-    poll,
-    uid,
-    until,
-)
+from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
+from dmsgw.keys.did import DID
+from dmsgw.keys.keystore import KeyStore
+from dmsgw.keys.trust import provider_from_private_key
+from dmsgw.keys.ucan import CapabilityContext
+from dmsgw.keys.ucan.store import save_context
+from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, poll, uid, until
 
 GRACE = ORPHAN_GRACE_S
 ONE = "did:key:gateway-one"
@@ -246,6 +244,31 @@ def _ensemble_request(metadata: dict[str, str]) -> Any:
 # --- two real gateways over the embedded devnet ---------------------------------------------
 
 
+def _gateway_config(devnet: Devnet, tmp: Path, seed: int, *, grant_s: float | None = None) -> Any:
+    """Key and capability files for a gateway of its own on ``devnet`` (its grant lasting
+    ``grant_s``, by default the devnet's year), and its config."""
+    key = Ed25519PrivKey(bytes(range(seed, seed + 32)))
+    keys, caps = tmp / "key", tmp / "cap"
+    KeyStore(keys).save("gw", marshal_private_key(key), "pw")
+    caps.mkdir(parents=True)
+    lasting = {} if grant_s is None else {"duration_s": grant_s}
+    grant = devnet.grant(DID.from_public_key(key.public_key()), ["/dms/node"], **lasting)
+    save_context(
+        CapabilityContext(provider_from_private_key(key), name="gw", provide=grant), directory=caps
+    )
+    return load_config(
+        env={
+            "DMS_PASSPHRASE": "pw",
+            "DMSGW_DMS_URL": devnet.urls[0],
+            "DMSGW_KEY_NAME": "gw",
+            "DMSGW_KEY_DIR": str(keys),
+            "DMSGW_CAP_CONTEXT": "gw",
+            "DMSGW_CAP_DIR": str(caps),
+            "DMSGW_STATE_PATH": str(tmp / "state.sqlite3"),
+        }
+    )
+
+
 async def test_two_gateways_on_one_devnet_keep_each_others_pods(
     tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -255,7 +278,7 @@ async def test_two_gateways_on_one_devnet_keep_each_others_pods(
     backends = []
     try:
         for n in (1, 2):
-            config = gateway_config(devnet, tmp_path / f"gw{n}", seed=100 + n)
+            config = _gateway_config(devnet, tmp_path / f"gw{n}", seed=100 + n)
             backends.append(await start_backend(config, metrics=Metrics(), clock=clock))
         specs = [pod(uid(n), command=["sh", "-c", "exec sleep 60"]) for n in (1, 2)]
         for backend, spec in zip(backends, specs, strict=True):

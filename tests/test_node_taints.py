@@ -47,7 +47,8 @@ from dmsgw.interlink.server.operator_port import Health
 from dmsgw.interlink.usage import UsageBook
 from dmsgw.keys.ucan.token import format_second
 from dmsgw.transport.rest import TransportError
-from tests.gateway_fakes import FakeDMS, gateway_config, gateway_on, pod, uid, until
+from tests.gateway_fakes import FakeDMS, gateway_on, pod, uid, until
+from tests.test_gateway_passes import _gateway_config
 
 START_NS = 1_700_000_000 * NS_PER_SECOND
 ROOMY = Resources(cpu=CPU(cores=4.0), ram=RAM(size=8 << 30))
@@ -340,7 +341,7 @@ async def test_a_devnet_dms_that_stops_and_comes_back_leaves_the_pod_running(
     await devnet.start()
     backend = None
     try:
-        config = gateway_config(devnet, tmp_path / "gw", seed=60, grant_s=GRANT_MARGIN_S / 2)
+        config = _gateway_config(devnet, tmp_path / "gw", seed=60, grant_s=GRANT_MARGIN_S / 2)
         backend = await start_backend(config, metrics=Metrics(), clock=clock)
         plugin = await aiohttp_client(
             PluginServer(backend, ServerOptions(), Metrics(process=False)).app()
@@ -379,3 +380,28 @@ async def test_a_devnet_dms_that_stops_and_comes_back_leaves_the_pod_running(
         if backend is not None:
             await backend.close()
         await devnet.stop()
+
+
+class SlowBackend:
+    """A backend whose ping waits on a DMS that is slow to answer."""
+
+    def __init__(self) -> None:
+        self.answer = asyncio.Event()
+
+    async def ping(self) -> PingResponse:
+        await self.answer.wait()
+        return PingResponse(status="ok", taints=[])
+
+
+async def test_readiness_answers_within_a_probes_second_when_the_dms_is_slow() -> None:
+    """The kubelet gives a readiness probe 1 s by default: a ping still gathering after
+    half of it is a degraded node, not a gateway to take out of its Service."""
+    health = Health(ping_timeout_s=0.01)
+    backend = SlowBackend()
+    health.serving(backend)  # type: ignore[arg-type]
+    report = await health.report()
+    assert report["ready"] and report["degraded"] == (
+        "degraded: the backend's ping took over 0.01 s"
+    )
+    backend.answer.set()
+    assert "degraded" not in await health.report()
