@@ -189,7 +189,8 @@ class AdmissionQueue:
         while self._waiting or self._aside or self._wake.is_set():
             if not self._wake.is_set():
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self.policy.recheck_s)
+                    async with asyncio.timeout(self.policy.recheck_s):
+                        await self._wake.wait()
                 except TimeoutError:
                     self._freed_ns = self._clock()
             self._wake.clear()

@@ -354,6 +354,6 @@ def test_a_wait_is_its_reason_and_message() -> None:
 
 
 def test_the_bound_on_deployments_under_way_is_configured() -> None:
-    assert load_config(env={"DMSGW_MAX_DEPLOYING": "3"}).max_deploying == 3
+    assert load_config(env={"DMSGW_DEVNET": "1", "DMSGW_MAX_DEPLOYING": "3"}).max_deploying == 3
     with pytest.raises(DmsgwError, match=r"max_deploying .*greater than or equal to 1"):
-        load_config(env={"DMSGW_MAX_DEPLOYING": "0"})
+        load_config(env={"DMSGW_DEVNET": "1", "DMSGW_MAX_DEPLOYING": "0"})

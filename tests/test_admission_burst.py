@@ -73,7 +73,8 @@ def _pod(n: int) -> dict[str, Any]:
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, Metrics]]:
-    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")})
+    env = {"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
+    config = load_config(env=env)
     devnet = Devnet(1, seed=f"burst-{tmp_path.name}", profiles=(SMALL,), timeouts=TEST_TIMEOUTS)
     metrics = Metrics(process=False)
     backend = await start_backend(config, metrics=metrics, devnet=devnet)

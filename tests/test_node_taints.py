@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST, Behavior
-from dmsgw.behaviors.resources import CPU, RAM, Resources
+from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock, system_clock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.interlink.app import start_backend
@@ -51,7 +51,7 @@ from tests.gateway_fakes import FakeDMS, gateway_on, pod, uid, until
 from tests.test_gateway_passes import _gateway_config
 
 START_NS = 1_700_000_000 * NS_PER_SECOND
-ROOMY = Resources(cpu=CPU(cores=4.0), ram=RAM(size=8 << 30))
+ROOMY = Resources(cpu=CPU(cores=4.0), ram=RAM(size=8 << 30), disk=Disk(size=64 << 30))
 FULL = Resources(cpu=CPU(cores=0.0), ram=RAM(size=8 << 30))
 ROOMY_BUT_NO_RAM = Resources(cpu=CPU(cores=4.0))
 HOUR_NS = 3600 * NS_PER_SECOND
