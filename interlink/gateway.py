@@ -36,13 +36,8 @@ from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
-from .bodies import (
-    CreateStruct,
-    LogStruct,
-    PingResponse,
-    PodStatus,
-    RetrievedPodData,
-)
+from .bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
+from .deployment_board import DeploymentBoard
 from .heap import HeapFreezer
 from .logs import fetched_logs, read_logs
 from .parsing import PluginRequestError, PodRef, in_turns
@@ -129,6 +124,7 @@ class Gateway:
         self.parts = parts
         self._heap = HeapFreezer(parts.freeze_every)
         self._pace = PollPace(parts.polls_per_s)
+        self.board = DeploymentBoard(parts.invoke, parts.owner, every_s=parts.policy.poll_max_s)
         self.registry = Registry()
         self.snapshots = Snapshots()
         self._records: ShardedDict[str, PodRecord] = ShardedDict()
@@ -224,6 +220,7 @@ class Gateway:
             # a pass cut short must end before the store it writes to closes
             await asyncio.gather(self._orphans, return_exceptions=True)
         await self.parts.capacity.close()
+        await self.board.close()
         await self._stop_pods()
         await asyncio.get_running_loop().run_in_executor(None, self._supervisor.stop)
         await self.parts.store.close()
@@ -322,6 +319,7 @@ class Gateway:
                 rng=self._jitter,
                 heap=self._heap,
                 pace=self._pace,
+                board=self.board,
                 turns=self._turns,
                 loop=parts.loop,
                 exit_hook=hook,

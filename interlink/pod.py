@@ -32,6 +32,7 @@ from ..clock import NS_PER_SECOND, Clock, system_clock
 from . import k8s
 from .bodies import PodStatus
 from .container_runs import Runs
+from .deployment_board import DeploymentBoard
 from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY, describe
 from .heap import NO_FREEZER, HeapFreezer
 from .pod_follower import (
@@ -95,6 +96,7 @@ class PodActor(AsyncActor):
         rng: random.Random | None = None,
         heap: HeapFreezer = NO_FREEZER,
         pace: PollPace | None = None,
+        board: DeploymentBoard | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -111,6 +113,7 @@ class PodActor(AsyncActor):
         self._heap = heap
         """Told when the actor has started, and (by its follower) of each status poll."""
         self._pace = pace  # how often all followed pods poll together (the follower's)
+        self._board = board  # where its follow parks once settled (the follower's)
         self._follower: PodFollower  # made on start (see _new_follower)
         self._task: asyncio.Future[None] | None = None
         """The follower's work under way: a task, or the steps of a follow (decision 58)."""
@@ -167,6 +170,7 @@ class PodActor(AsyncActor):
             on_poll=self._heap.polled,
             pace=self._pace,
             turns=self._turns,
+            board=self._board,
         )
 
     def _task_done(self, task: asyncio.Future[None]) -> None:

@@ -42,8 +42,9 @@ from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
 from .container_runs import Runs
+from .deployment_board import DeploymentBoard, Listed
 from .endpoints import endpoints_of, has_ports, placement_of
-from .following import Following, allocation_state, reads_log, runs_now
+from .following import Following, allocation_state, reads_log, runs_now, settled
 from .logs import STDERR_LOG, fetched_logs, new_lines
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .poll_pace import PollPace
@@ -119,9 +120,19 @@ class Ended:
 class _Follow:
     """A follow's step: a poll. The first reads what the polls need of the pod (a parse of
     its request): a gateway resuming 10,000 pods parsed them all as it started their actors,
-    1.4 s, where the first polls spread them over the longest wait."""
+    1.4 s, where the first polls spread them over the longest wait. A follow whose deployment
+    has settled parks on the gateway's board instead of polling (:meth:`woken`), and counts
+    toward the pace only while it polls."""
 
-    __slots__ = ("_ensemble_id", "_follower", "_following", "_resumed", "_runs_so_far")
+    __slots__ = (
+        "_ensemble_id",
+        "_follower",
+        "_following",
+        "_parked",
+        "_resumed",
+        "_runs_so_far",
+        "steps",
+    )
 
     def __init__(
         self,
@@ -136,6 +147,8 @@ class _Follow:
         self._runs_so_far = runs_so_far
         self._resumed = resumed
         self._following: Following | None = None
+        self._parked = False
+        self.steps: Steps | None = None  # the steps it is; let go when they end (ended)
 
     async def __call__(self) -> float | None:
         if self._following is None:
@@ -143,7 +156,27 @@ class _Follow:
                 self._ensemble_id, self._runs_so_far, resumed=self._resumed
             )
             self._runs_so_far = {}
-        return await self._follower.poll(self._following)
+        wait = await self._follower.poll(self._following)
+        if wait is None or not self._follower.parks(self._following):
+            return wait
+        self._parked = True
+        self._follower.park(self._following, self)
+        return math.inf  # until woken
+
+    def woken(self, listed: Listed | None) -> None:
+        """The board's listing shows the deployment changed (``listed``): poll now."""
+        if self._following is not None:
+            self._following.listed = listed
+        self._parked = False
+        self._follower.rejoined()
+        if self.steps is not None:
+            self.steps.wake()
+
+    def ended(self) -> None:
+        """The follow is over (or cancelled): off the board, or out of the pace."""
+        parked, self._parked = self._parked, False
+        self._follower.stopped(self._ensemble_id, parked=parked)
+        self.steps = None
 
 
 Report = Callable[[Any], None]
@@ -157,6 +190,7 @@ class PodFollower:
 
     # One per pod, kept as long as the pod: no __dict__ (10,000 pods are the target).
     __slots__ = (
+        "_board",
         "_clock",
         "_inflight",
         "_invoke",
@@ -185,8 +219,12 @@ class PodFollower:
         on_poll: Callable[[], None] = lambda: None,
         pace: PollPace | None = None,
         turns: Turns | None = None,
+        board: DeploymentBoard | None = None,
     ) -> None:
         self._uid = uid
+        self._board = board
+        """The gateway's listing of many deployments a period: a settled follow parks on it
+        (``None``: every follow polls its deployment, as alone)."""
         self._turns = turns
         """The gate its pod's actor passes (shared by a gateway's pods): a translation and a
         poll's reading of its reply pass it too (:meth:`_take_turn`)."""
@@ -330,7 +368,33 @@ class PodFollower:
         self._pace.join()
         first_wait_s = self._rng.uniform(0.0, self._longest_wait()) if resumed else 0.0
         step = _Follow(self, ensemble_id, runs_so_far, resumed=resumed)
-        return Steps(step, first_wait_s=first_wait_s, on_end=self._pace.leave)
+        step.steps = Steps(step, first_wait_s=first_wait_s, on_end=step.ended)
+        return step.steps
+
+    def parks(self, f: Following) -> bool:
+        """Whether the follow of ``f`` parks on the board after the poll just made: it has a
+        board, its deployment has :func:`settled`, and its polls found nothing new for as
+        long as the longest wait (a deployment on its way somewhere keeps being polled)."""
+        return self._board is not None and f.interval >= self._longest_wait() and settled(f)
+
+    def park(self, f: Following, follow: _Follow) -> None:
+        """Park ``follow`` on the board until the listing shows ``f``'s deployment other
+        than it did before the last poll (``f.listed``); it leaves the pace meanwhile."""
+        assert self._board is not None  # parks() said so
+        self._pace.leave()
+        self._board.park(f.ensemble_id, f.listed, follow)
+
+    def rejoined(self) -> None:
+        """A follow woken from the board polls again: it joins the pace."""
+        self._pace.join()
+
+    def stopped(self, ensemble_id: str, *, parked: bool) -> None:
+        """The follow of ``ensemble_id`` ended (its pod was deleted, say): off the board if
+        it was ``parked`` there, out of the pace otherwise."""
+        if not parked:
+            self._pace.leave()
+        elif self._board is not None:
+            self._board.unpark(ensemble_id)
 
     def following(
         self, ensemble_id: str, runs_so_far: Mapping[str, Any], *, resumed: bool = False
