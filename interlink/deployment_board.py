@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from ..behaviors.catalog import DEPLOYMENT_LIST
@@ -44,11 +45,11 @@ class Parked(Protocol):
 
 class DeploymentBoard:
     """The parked follows of a gateway's pods, woken by what one ``deployment/list`` a period
-    shows (see the module docstring). ``every_s`` is the period (0: listed only when
-    :meth:`list_once` is awaited); ``owner`` the gateway's owner label (``""``: every
-    deployment of the DMS is listed)."""
+    shows (see the module docstring). ``every_s`` says the period, read at each (0: listed
+    only when :meth:`list_once` is awaited); ``owner`` is the gateway's owner label (``""``:
+    every deployment of the DMS is listed)."""
 
-    def __init__(self, invoke: Invoke, owner: str, *, every_s: float) -> None:
+    def __init__(self, invoke: Invoke, owner: str, *, every_s: Callable[[], float]) -> None:
         self._invoke = invoke
         self._request = DeploymentListRequest(metadata={OWNER_KEY: owner} if owner else None)
         self._every_s = every_s
@@ -67,7 +68,7 @@ class DeploymentBoard:
         """Wake ``follow`` once a listing shows ``ensemble_id`` other than ``listed`` (at the
         next listing, for ``None``: it learns what the listing shows)."""
         self._parked[ensemble_id] = (listed, follow)
-        if self._every_s > 0 and not self._closed and (self._task is None or self._task.done()):
+        if self._every_s() > 0 and not self._closed and (self._task is None or self._task.done()):
             self._task = asyncio.ensure_future(self._run())
 
     def unpark(self, ensemble_id: str) -> None:
@@ -77,7 +78,7 @@ class DeploymentBoard:
     async def _run(self) -> None:
         """List every period while any follow is parked."""
         while self._parked:
-            await asyncio.sleep(self._every_s)
+            await asyncio.sleep(self._every_s())
             await self.list_once()
 
     async def list_once(self) -> None:

@@ -124,7 +124,7 @@ class Gateway:
         self.parts = parts
         self._heap = HeapFreezer(parts.freeze_every)
         self._pace = PollPace(parts.polls_per_s)
-        self.board = DeploymentBoard(parts.invoke, parts.owner, every_s=parts.policy.poll_max_s)
+        self.board = DeploymentBoard(parts.invoke, parts.owner, every_s=self._list_every_s)
         self.registry = Registry()
         self.snapshots = Snapshots()
         self._records: ShardedDict[str, PodRecord] = ShardedDict()
@@ -158,6 +158,10 @@ class Gateway:
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
         self._supervisor_proxy = self._supervisor.proxy()
         self._orphans: asyncio.Task[None] | None = None
+
+    def _list_every_s(self) -> float:
+        """The board lists as often as a settled pod would poll (the policy's longest wait)."""
+        return self.parts.policy.poll_max_s
 
     # --- start-up and shutdown ------------------------------------------------------------
 

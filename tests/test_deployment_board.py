@@ -117,7 +117,7 @@ class _Pages:
 
 async def test_the_board_reads_every_page_and_wakes_only_what_changed() -> None:
     dms = _Pages({f"e{n}": "Running" for n in range(5)})
-    board = DeploymentBoard(dms, "owner", every_s=0)
+    board = DeploymentBoard(dms, "owner", every_s=lambda: 0.0)
     follows = {f"e{n}": _Follow() for n in range(5)}
     for ident, follow in follows.items():
         board.park(ident, None, follow)  # parked without a listing: told at the next
@@ -143,7 +143,7 @@ async def test_the_board_reads_every_page_and_wakes_only_what_changed() -> None:
 
 async def test_an_unanswered_listing_wakes_none_and_an_unparked_follow_is_not_woken() -> None:
     dms = _Pages({"e1": "Running", "e2": "Running"})
-    board = DeploymentBoard(dms, "", every_s=0)
+    board = DeploymentBoard(dms, "", every_s=lambda: 0.0)
     one, two = _Follow(), _Follow()
     board.park("e1", ("Failed", ""), one)
     board.park("e2", ("Failed", ""), two)
