@@ -230,7 +230,7 @@ async def _profiled(project: Any, rounds: int) -> None:
     await _timed(rounds, project)
     profiler.disable()
     stats = pstats.Stats(profiler)
-    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats(os.environ.get("SORT", "tottime")).print_stats(int(os.environ.get("ROWS", "40")))
 
 
 if __name__ == "__main__":
