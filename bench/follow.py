@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -66,7 +67,7 @@ from dmsgw.devnet.handlers_deployment import Deployments
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
 from dmsgw.interlink.heap import FREEZE_EVERY
 from dmsgw.interlink.parsing import parse_create_body
-from dmsgw.interlink.pod_record import POD_UID_KEY, snapshot_of
+from dmsgw.interlink.pod_record import DEFAULT_POLICY, POD_UID_KEY, PodPolicy, snapshot_of
 from dmsgw.interlink.recovery import OWNER_KEY
 from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.store import PodStore
@@ -228,7 +229,9 @@ async def _until(done: Any, what: str, limit_s: float) -> float:
     return time.perf_counter() - start
 
 
-async def _run(url: str, dms_pid: int, pods: int, seconds: float, batch: int) -> None:
+async def _run(
+    url: str, dms_pid: int, pods: int, seconds: float, batch: int, policy: PodPolicy
+) -> None:
     loop = asyncio.get_running_loop()
     dms = _client(url)
     client = dms._runtime.client  # the NodeClient the gateway calls the DMS through
@@ -243,6 +246,7 @@ async def _run(url: str, dms_pid: int, pods: int, seconds: float, batch: int) ->
                 capacity=Capacity(ResourceActor.start(invoke, loop=loop), pods_capacity=pods * 2),
                 loop=loop,
                 owner=client.security.did.uri,
+                policy=policy,
                 freeze_every=FREEZE_EVERY,
             )
         )
@@ -329,7 +333,7 @@ async def _wait_healthy(url: str) -> None:
     raise SystemExit(f"the DMS stand-in at {url} did not come up")
 
 
-async def main(pods: int, seconds: float, batch: int) -> None:
+async def main(pods: int, seconds: float, batch: int, policy: PodPolicy) -> None:
     port = _free_port()
     child = multiprocessing.get_context("spawn").Process(target=_serve_dms, args=(port,))
     child.start()
@@ -338,7 +342,7 @@ async def main(pods: int, seconds: float, batch: int) -> None:
     try:
         await _wait_healthy(url)
         assert child.pid is not None
-        await _run(url, child.pid, pods, seconds, batch)
+        await _run(url, child.pid, pods, seconds, batch, policy)
     finally:
         child.terminate()
         child.join()
@@ -349,5 +353,15 @@ if __name__ == "__main__":
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=20.0, help="of steady state")
     parser.add_argument("--batch", type=int, default=32, help="creates in flight")
+    parser.add_argument(
+        "--poll-max-s",
+        type=float,
+        default=DEFAULT_POLICY.poll_max_s,
+        help="the policy's longest wait, and so the listing period (shorter: a quick trial)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.pods, args.seconds, args.batch))
+    wait = args.poll_max_s
+    policy = dataclasses.replace(
+        DEFAULT_POLICY, poll_max_s=wait, poll_min_s=min(DEFAULT_POLICY.poll_min_s, wait)
+    )
+    asyncio.run(main(args.pods, args.seconds, args.batch, policy))

@@ -42,6 +42,7 @@ from typing import Any
 import aiohttp
 
 import dmsgw
+from dmsgw.behaviors.catalog import PEERS_SELF
 from dmsgw.devnet.devnet import Devnet, node_key
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
@@ -73,11 +74,13 @@ class _Floor:
         self.security = security
         expire = time.time_ns() + 3600 * 10**9
         token = ctx.provide(dms.did, security.id, dms.id, expire, [BEHAVIOR])
+        self.token = token
         source = env.Handle(security.id, security.did, env.Address(dms.addr.host, f"user-{_MARK}"))
         msg = env.message(
             source, dms, BEHAVIOR, reply_to=f"/private/user/{_MARK}", expire=_EXP, nonce=_MARK
         )
         self.template = dataclasses.replace(msg, cap=token).signature_data()
+        self.last = b""  # the last reply's bytes
         self.raw_key = KEY._key  # the bare cryptography key
         self.dms_pub = dms_public_key(dms)
 
@@ -92,6 +95,7 @@ class _Floor:
         headers = {"Content-Type": "application/json"}
         async with self.session.post(self.url, data=body, headers=headers) as resp:
             data = await resp.read()
+        self.last = data
         reply = json.loads(data)
         sig = base64.b64decode(reply.pop("sig"))
         if reply["opt"]["exp"] < time.time_ns():
@@ -221,6 +225,76 @@ async def _measure(url: str, rounds: int, concurrency: int, profile: bool) -> No
         f"sequential: {1 / statistics.fmean(project_s):,.0f} calls/s; {rounds} concurrent "
         f"({concurrency} connections at most): {concurrent_rate:,.0f} calls/s"
     )
+    _breakdown(floor, f_cpu, p_cpu)
+
+
+def _per_call(step: Any, rounds: int = 2000) -> float:
+    """A step's CPU time (this thread's), seconds a call."""
+    start = time.thread_time()
+    for _ in range(rounds):
+        step()
+    return (time.thread_time() - start) / rounds
+
+
+def _breakdown(floor: _Floor, f_cpu: float, p_cpu: float) -> None:
+    """Where one call's client CPU goes: each step of the project's path timed alone (this
+    thread's CPU), the floor's own steps, and the rest by difference."""
+    security, dms = floor.security, env.Handle.from_public_key(node_key(SEED, 0).public_key())
+    token = floor.token
+    box: dict[str, Any] = {}
+
+    def build() -> None:
+        nonce = security.nonce()
+        source = env.Handle(security.id, security.did, env.Address(dms.addr.host, f"user-{nonce}"))
+        msg = env.message(source, dms, BEHAVIOR, reply_to=f"/private/user/{nonce}", nonce=nonce)
+        box["msg"] = dataclasses.replace(msg, cap=token)
+
+    build()
+    encode = _per_call(lambda: box["msg"].signature_data())
+    sign_only = _per_call(lambda: KEY.sign(box["msg"].signature_data())) - encode
+    signed = env.signed(box["msg"], KEY)
+    wire = _per_call(lambda: env.wire(signed))  # the entry used once: then a full encoding
+    reply = env.decode(floor.last)
+    now = time.time_ns()
+    rows = {
+        "build (nonce, handles, message, token attached)": _per_call(build),
+        "encode the signed bytes (Go JSON)": encode,
+        "sign (Ed25519)": sign_only,
+        "the POST body (from the signed bytes)": _per_call(
+            lambda: env.wire(env.signed(box["msg"], KEY))
+        )
+        - encode
+        - sign_only,
+        "decode the reply envelope": _per_call(lambda: env.decode(floor.last)),
+        "re-encode the reply's signed bytes": _per_call(reply.signature_data),
+        "verify the reply (expiry + Ed25519)": _per_call(lambda: env.verify(reply, now))
+        - _per_call(reply.signature_data),
+        "decode the typed reply": _per_call(lambda: PEERS_SELF.decode_reply(reply.msg or b"null")),
+    }
+    del wire
+    steps = sum(rows.values())
+    floor_steps = _per_call(lambda: _floor_steps(floor, floor.last))
+    post = f_cpu - floor_steps
+    rows["POST + read (aiohttp, the event loop; the floor's CPU less its own steps)"] = post
+    rows["the rest: facade, actor hop, grant check, reply checks (by difference)"] = (
+        p_cpu - steps - post
+    )
+    print("where one call's client CPU goes (project path):")
+    for what, seconds in rows.items():
+        print(f"  {what:74} {seconds * 1e6:7.1f} µs")
+    print(f"  {'total (the measured client CPU a call)':74} {p_cpu * 1e6:7.1f} µs")
+
+
+def _floor_steps(floor: _Floor, data: bytes) -> None:
+    """The floor's own work but the POST: the template, the signature, the reply's checks."""
+    nonce = str(floor.security.nonce()).encode()
+    signed = floor.template.replace(b"987654321987654321", nonce)
+    floor.raw_key.sign(signed)
+    reply = json.loads(data)
+    sig = base64.b64decode(reply.pop("sig"))
+    signed = env.SIGNATURE_PREFIX + json.dumps(reply, separators=(",", ":")).encode()
+    floor.dms_pub.verify(sig, signed)
+    json.loads(base64.b64decode(reply["msg"]))
 
 
 async def _profiled(project: Any, rounds: int) -> None:
@@ -230,7 +304,9 @@ async def _profiled(project: Any, rounds: int) -> None:
     await _timed(rounds, project)
     profiler.disable()
     stats = pstats.Stats(profiler)
-    stats.sort_stats(os.environ.get("SORT", "tottime")).print_stats(int(os.environ.get("ROWS", "40")))
+    stats.sort_stats(os.environ.get("SORT", "tottime")).print_stats(
+        int(os.environ.get("ROWS", "40"))
+    )
 
 
 if __name__ == "__main__":

@@ -373,9 +373,11 @@ class PodFollower:
 
     def parks(self, f: Following) -> bool:
         """Whether the follow of ``f`` parks on the board after the poll just made: it has a
-        board, its deployment has :func:`settled`, and its polls found nothing new for as
-        long as the longest wait (a deployment on its way somewhere keeps being polled)."""
-        return self._board is not None and f.interval >= self._longest_wait() and settled(f)
+        board, its deployment has :func:`settled`, and the poll found nothing new (its wait
+        grew past the shortest): a deployment on its way somewhere keeps being polled, and one
+        that settled parks at once (polled on up to the longest wait, pods created together
+        flooded the DMS as they settled)."""
+        return self._board is not None and f.interval > self._policy.poll_min_s and settled(f)
 
     def park(self, f: Following, follow: _Follow) -> None:
         """Park ``follow`` on the board until the listing shows ``f``'s deployment other
