@@ -71,9 +71,12 @@ class DeploymentBoard:
         if self._every_s() > 0 and not self._closed and (self._task is None or self._task.done()):
             self._task = asyncio.ensure_future(self._run())
 
-    def unpark(self, ensemble_id: str) -> None:
-        """The follow of ``ensemble_id`` ended while parked: it is woken no more."""
-        self._parked.pop(ensemble_id, None)
+    def unpark(self, ensemble_id: str, follow: Parked) -> None:
+        """``follow`` of ``ensemble_id`` ended while parked: it is woken no more (another
+        follow parked since for the same deployment, a restarted pod actor's, stays)."""
+        parked = self._parked.get(ensemble_id)
+        if parked is not None and parked[1] is follow:
+            del self._parked[ensemble_id]
 
     async def _run(self) -> None:
         """List every period while any follow is parked."""

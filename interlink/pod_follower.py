@@ -175,7 +175,7 @@ class _Follow:
     def ended(self) -> None:
         """The follow is over (or cancelled): off the board, or out of the pace."""
         parked, self._parked = self._parked, False
-        self._follower.stopped(self._ensemble_id, parked=parked)
+        self._follower.stopped(self._ensemble_id, self if parked else None)
         self.steps = None
 
 
@@ -390,13 +390,13 @@ class PodFollower:
         """A follow woken from the board polls again: it joins the pace."""
         self._pace.join()
 
-    def stopped(self, ensemble_id: str, *, parked: bool) -> None:
+    def stopped(self, ensemble_id: str, parked: _Follow | None) -> None:
         """The follow of ``ensemble_id`` ended (its pod was deleted, say): off the board if
         it was ``parked`` there, out of the pace otherwise."""
-        if not parked:
+        if parked is None:
             self._pace.leave()
         elif self._board is not None:
-            self._board.unpark(ensemble_id)
+            self._board.unpark(ensemble_id, parked)
 
     def following(
         self, ensemble_id: str, runs_so_far: Mapping[str, Any], *, resumed: bool = False

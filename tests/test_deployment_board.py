@@ -10,6 +10,7 @@ from typing import Any
 
 from dmsgw.behaviors.deployment import DeploymentInfo, DeploymentListResponse
 from dmsgw.clock import FixedClock
+from dmsgw.interlink import k8s
 from dmsgw.interlink.deployment_board import DeploymentBoard, Listed
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.pod_record import POD_UID_KEY
@@ -150,7 +151,23 @@ async def test_an_unanswered_listing_wakes_none_and_an_unparked_follow_is_not_wo
     dms.fail = True
     await board.list_once()
     assert (one.heard, two.heard, board.parked) == ([], [], 2)
-    board.unpark("e2")
+    board.unpark("e2", one)  # not the follow parked for e2: stays
+    assert board.parked == 2
+    board.unpark("e2", two)
     dms.fail = False
     await board.list_once()
     assert (len(one.heard), two.heard, board.parked) == (1, [], 0)
+
+
+async def test_a_parked_pod_deleted_leaves_the_board_and_its_ensemble_is_shut_down(
+    tmp_path: Path,
+) -> None:
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await _settled_gateway(tmp_path, dms)
+    try:
+        await gateway.delete(k8s.Pod.model_validate(pod(uid(0), command=["sleep", "1000"])))
+        await until(lambda: gateway.board.parked == PODS - 1, "the deleted pod's follow unparked")
+        await until(lambda: not dms.live(uid(0)), "its ensemble shut down")
+        assert len(dms.live()) == PODS - 1
+    finally:
+        await gateway.close()
