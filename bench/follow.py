@@ -273,7 +273,7 @@ async def _measure(
     created_s = time.perf_counter() - start
     print(f"creates: {pods} pods in {created_s:.1f} s ({pods / created_s:,.0f}/s)")
     board = gateway.board
-    limit = 120 + pods / 20
+    limit = 120 + pods / 10
     settled_s = await _until(lambda: board.parked == pods, "every follow parked", limit)
     listings = board.listings  # parked once before any listing: told, asked once, parked again
     await _until(lambda: board.listings > listings + 1 and board.parked == pods, "re-park", limit)

@@ -16,7 +16,9 @@ key, its payload parsed as plain JSON. It attaches one invoke token made beforeh
 client keeps its tokens until they near their end, so signing one per call would be work the
 project does not do). It skips what only the project does: the facade, the actor that holds
 the nonce counter and token cache, encoding through the Go-JSON struct encoder, the checks of
-the reply's addressing, the typed reply. The project is ``dms.peers.self()``.
+the reply's addressing, the typed reply. The project is ``NodeClient.invoke(PEERS_SELF)``,
+the one way the gateway calls the DMS; the REPL's facade (``dms.peers.self()``) adds a task a
+call on top, reported apart.
 
     .venv/bin/python bench/invoke.py [--rounds 2000] [--concurrency 32] [--profile]
 
@@ -185,8 +187,10 @@ async def _measure(url: str, rounds: int, concurrency: int, profile: bool) -> No
     async with aiohttp.ClientSession(connector=connector) as session:
         floor = _Floor(url, env.Handle.from_public_key(dms_key.public_key()), ctx, session)
 
+        client = dms._runtime.client  # the NodeClient behind the facade, as the gateway's
+
         async def project() -> None:
-            await dms.peers.self()
+            await client.invoke(PEERS_SELF)
 
         await _timed(200, floor)  # warm up both paths (connections, caches)
         await _timed(200, project)
@@ -207,6 +211,8 @@ async def _measure(url: str, rounds: int, concurrency: int, profile: bool) -> No
         start = time.perf_counter()
         await asyncio.gather(*(project() for _ in range(rounds)))
         concurrent_rate = rounds / (time.perf_counter() - start)
+    hop = await _hop_cpu(client)
+    layers = await _layers_cpu(client, dms)
     await dms.aclose()
 
     calls = len(floor_s)
@@ -225,7 +231,12 @@ async def _measure(url: str, rounds: int, concurrency: int, profile: bool) -> No
         f"sequential: {1 / statistics.fmean(project_s):,.0f} calls/s; {rounds} concurrent "
         f"({concurrency} connections at most): {concurrent_rate:,.0f} calls/s"
     )
-    _breakdown(floor, f_cpu, p_cpu)
+    _breakdown(floor, f_cpu, p_cpu, client, hop)
+    print(
+        "by layer, process CPU a call (measured apart, after the run): the facade "
+        f"{layers['facade'] * 1e6:.0f} µs, NodeClient.invoke {layers['client'] * 1e6:.0f} µs, "
+        f"the transport alone (POST, read, decode the envelope) {layers['transport'] * 1e6:.0f} µs"
+    )
 
 
 def _per_call(step: Any, rounds: int = 2000) -> float:
@@ -236,7 +247,37 @@ def _per_call(step: Any, rounds: int = 2000) -> float:
     return (time.thread_time() - start) / rounds
 
 
-def _breakdown(floor: _Floor, f_cpu: float, p_cpu: float) -> None:
+async def _layers_cpu(client: Any, dms: Any, rounds: int = 400) -> dict[str, float]:
+    """The process CPU a call of each layer from the top down: the facade, the client
+    (``NodeClient.invoke``), the transport alone (``RestTransport.invoke`` of envelopes the
+    client's actor signed beforehand), seconds a call."""
+    used = {}
+    start = time.process_time()
+    for _ in range(rounds):
+        await dms.peers.self()
+    used["facade"] = (time.process_time() - start) / rounds
+    start = time.process_time()
+    for _ in range(rounds):
+        await client.invoke(PEERS_SELF)
+    used["client"] = (time.process_time() - start) / rounds
+    requests = [await client.actor.proxy().prepare_invoke(PEERS_SELF) for _ in range(rounds)]
+    start = time.process_time()
+    for request in requests:
+        await client.transport.invoke(request)
+    used["transport"] = (time.process_time() - start) / rounds
+    return used
+
+
+async def _hop_cpu(client: Any, rounds: int = 1000) -> float:
+    """The process CPU of one trivial ask of the client's actor (a task and two turns of the
+    loop), seconds a call."""
+    start = time.process_time()
+    for _ in range(rounds):
+        await client.actor.proxy().dms_handle()
+    return (time.process_time() - start) / rounds
+
+
+def _breakdown(floor: _Floor, f_cpu: float, p_cpu: float, client: Any, hop: float) -> None:
     """Where one call's client CPU goes: each step of the project's path timed alone (this
     thread's CPU), the floor's own steps, and the rest by difference."""
     security, dms = floor.security, env.Handle.from_public_key(node_key(SEED, 0).public_key())
@@ -272,11 +313,15 @@ def _breakdown(floor: _Floor, f_cpu: float, p_cpu: float) -> None:
         "decode the typed reply": _per_call(lambda: PEERS_SELF.decode_reply(reply.msg or b"null")),
     }
     del wire
+    rows["the grant check before sending (refuse what no grant covers)"] = _per_call(
+        lambda: client._refuse_ungranted(PEERS_SELF)
+    )
+    rows["the ask of the client's actor (a trivial one: a task, two turns of the loop)"] = hop
     steps = sum(rows.values())
     floor_steps = _per_call(lambda: _floor_steps(floor, floor.last))
     post = f_cpu - floor_steps
     rows["POST + read (aiohttp, the event loop; the floor's CPU less its own steps)"] = post
-    rows["the rest: facade, actor hop, grant check, reply checks (by difference)"] = (
+    rows["the rest: the client's other steps, the loop's turns, cold caches (difference)"] = (
         p_cpu - steps - post
     )
     print("where one call's client CPU goes (project path):")
