@@ -58,6 +58,10 @@ LOST_AFTER = 3
 """How many status polls in a row must find the deployment unknown before the pod counts it
 lost: one answer could come from a DMS that is restarting and has not restored it yet."""
 
+STARTING_WAIT_S = 1.0
+"""The longest wait between two polls of a deployment on its way to running (or the policy's
+longest, if shorter; stretched by the pace): a wait grown to the policy's longest while it
+deployed found it running seconds late, and a pod created is watched as it starts."""
 MARKER_READ_LIMIT = 1 << 20
 """At most this much of a container's new stderr is read for the wrapper's markers at once
 (a container that wrote more between two reads may have runs go uncounted)."""
@@ -373,11 +377,17 @@ class PodFollower:
 
     def parks(self, f: Following) -> bool:
         """Whether the follow of ``f`` parks on the board after the poll just made: it has a
-        board, its deployment has :func:`settled`, and the poll found nothing new (its wait
-        grew past the shortest): a deployment on its way somewhere keeps being polled, and one
+        board, its deployment runs and has :func:`settled`, and the poll found nothing new
+        (its wait grew past the shortest): a deployment on its way keeps being polled, and one
         that settled parks at once (polled on up to the longest wait, pods created together
         flooded the DMS as they settled)."""
-        return self._board is not None and f.interval > self._policy.poll_min_s and settled(f)
+        return (
+            self._board is not None
+            and f.interval > self._policy.poll_min_s
+            and f.last is not None
+            and f.last[0] == DeploymentStatus.RUNNING
+            and settled(f)
+        )
 
     def park(self, f: Following, follow: _Follow) -> None:
         """Park ``follow`` on the board until the listing shows ``f``'s deployment other
@@ -473,8 +483,11 @@ class PodFollower:
             f.last, f.runs = key, now
             if ended:
                 return None
-        else:
+        elif status == DeploymentStatus.RUNNING or ended:
             f.interval = min(f.interval * 1.5, self._longest_wait())
+        else:  # on its way to running: seen soon after it gets there, as it is created
+            starting = min(STARTING_WAIT_S, self._policy.poll_max_s)
+            f.interval = min(f.interval * 1.5, self._pace.stretched(starting))
         return f.interval
 
     def _unanswered(self, f: Following, exc: DmsgwError) -> float | None:

@@ -5,18 +5,25 @@ listing shows changed are asked about."""
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 from pathlib import Path
 from typing import Any
 
-from dmsgw.behaviors.deployment import DeploymentInfo, DeploymentListResponse
+from dmsgw.behaviors.deployment import (
+    DeploymentInfo,
+    DeploymentListResponse,
+    DeploymentStatusResponse,
+)
 from dmsgw.clock import FixedClock
 from dmsgw.interlink import k8s
 from dmsgw.interlink.deployment_board import DeploymentBoard, Listed
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import POD_UID_KEY
+from dmsgw.interlink.pod_follower import STARTING_WAIT_S, PodFollower
+from dmsgw.interlink.pod_record import POD_UID_KEY, PodPolicy
 from dmsgw.transport.rest import TransportError
 
-from .gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
+from .gateway_fakes import FakeDMS, create, gateway_on, plain_translation, pod, uid, until
 
 PODS = 12
 
@@ -171,3 +178,30 @@ async def test_a_parked_pod_deleted_leaves_the_board_and_its_ensemble_is_shut_do
         assert len(dms.live()) == PODS - 1
     finally:
         await gateway.close()
+
+
+class _Provisioning:
+    """A DMS whose deployment is still provisioning, poll after poll."""
+
+    async def __call__(self, behavior: Any, payload: Any = None, **_: Any) -> Any:
+        return DeploymentStatusResponse(status="Provisioning")
+
+
+async def test_a_deployment_on_its_way_to_running_is_polled_at_least_every_second() -> None:
+    record_uid = uid(7)
+    body = json.dumps({"pod": pod(record_uid), "container": [{"name": "main"}]}).encode()
+    follower = PodFollower(
+        record_uid,
+        body,
+        invoke=_Provisioning(),
+        translate=plain_translation,
+        policy=PodPolicy(),  # the defaults: 0.5 s growing to 5 s once running
+        rng=random.Random(1),
+        report=lambda _: None,
+        board=DeploymentBoard(_Provisioning(), "", every_s=lambda: 0.0),
+    )
+    f = follower.following("ens-1", {})
+    waits = [await follower.poll(f) for _ in range(8)]
+    assert waits[0] == PodPolicy().poll_min_s
+    assert max(w for w in waits if w is not None) == STARTING_WAIT_S  # not the running 5 s
+    assert not follower.parks(f)  # not running: never parked
