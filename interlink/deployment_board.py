@@ -20,16 +20,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable
 from typing import Protocol
 
 from ..behaviors.catalog import DEPLOYMENT_LIST
 from ..behaviors.deployment import DeploymentListRequest
 from ..behaviors.node import Invoke
+from ..behaviors.status import DeploymentStatus
 from ..errors import DmsgwError
 from .recovery import OWNER_KEY
 
 log = logging.getLogger(__name__)
+
+STARTING_EVERY_S = 0.5
+"""The listing period while a deployment on its way to running is parked: a pod created is
+seen running within it, and the deployments starting together cost one listing for all."""
 
 Listed = tuple[str, str]
 """A deployment as a listing shows it: its status name and when it was last updated (``""``
@@ -53,7 +59,10 @@ class DeploymentBoard:
         self._invoke = invoke
         self._request = DeploymentListRequest(metadata={OWNER_KEY: owner} if owner else None)
         self._every_s = every_s
-        self._parked: dict[str, tuple[Listed | None, Parked]] = {}
+        self._parked: dict[str, tuple[Listed | None, Parked, str]] = {}
+        self._starting = 0  # parked follows of deployments on their way to running
+        self._soon = asyncio.Event()  # one of those parked while the board waited long
+        self._listed_at = -math.inf  # the loop's time of the last listing
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.listings = 0
@@ -64,10 +73,18 @@ class DeploymentBoard:
         """How many follows are parked now."""
         return len(self._parked)
 
-    def park(self, ensemble_id: str, listed: Listed | None, follow: Parked) -> None:
+    def park(
+        self, ensemble_id: str, listed: Listed | None, follow: Parked, *, starting: str = ""
+    ) -> None:
         """Wake ``follow`` once a listing shows ``ensemble_id`` other than ``listed`` (at the
-        next listing, for ``None``: it learns what the listing shows)."""
-        self._parked[ensemble_id] = (listed, follow)
+        next listing, for ``None``: it learns what the listing shows); or, for a deployment
+        ``starting`` (its status now, on its way to running), once it shows another status.
+        While any such is parked the board lists every :data:`STARTING_EVERY_S`."""
+        self._forget(ensemble_id)
+        self._parked[ensemble_id] = (listed, follow, starting)
+        if starting:
+            self._starting += 1
+            self._soon.set()
         if self._every_s() > 0 and not self._closed and (self._task is None or self._task.done()):
             self._task = asyncio.ensure_future(self._run())
 
@@ -76,12 +93,30 @@ class DeploymentBoard:
         follow parked since for the same deployment, a restarted pod actor's, stays)."""
         parked = self._parked.get(ensemble_id)
         if parked is not None and parked[1] is follow:
-            del self._parked[ensemble_id]
+            self._forget(ensemble_id)
+
+    def _forget(self, ensemble_id: str) -> None:
+        parked = self._parked.pop(ensemble_id, None)
+        if parked is not None and parked[2]:
+            self._starting -= 1
+
+    def _period(self) -> float:
+        every = self._every_s()
+        return min(every, STARTING_EVERY_S) if self._starting else every
 
     async def _run(self) -> None:
-        """List every period while any follow is parked."""
+        """List every period while any follow is parked: sooner once a deployment on its way
+        to running parks, but never sooner than its period after the last listing."""
+        loop = asyncio.get_running_loop()
         while self._parked:
-            await asyncio.sleep(self._every_s())
+            self._soon.clear()
+            with contextlib.suppress(TimeoutError):
+                left = self._listed_at + self._period() - loop.time()
+                await asyncio.wait_for(self._soon.wait(), max(left, 0.0))
+            left = self._listed_at + self._period() - loop.time()
+            if left > 0:
+                await asyncio.sleep(left)
+            self._listed_at = loop.time()
             await self.list_once()
 
     async def list_once(self) -> None:
@@ -95,11 +130,11 @@ class DeploymentBoard:
             return
         changed = [
             (ensemble_id, follow)
-            for ensemble_id, (listed, follow) in self._parked.items()
-            if listed is None or listing.get(ensemble_id) != listed
+            for ensemble_id, (listed, follow, starting) in self._parked.items()
+            if _changed(listing.get(ensemble_id), listed, starting)
         ]
         for ensemble_id, follow in changed:
-            del self._parked[ensemble_id]
+            self._forget(ensemble_id)
             follow.woken(listing.get(ensemble_id))
 
     async def _listing(self) -> dict[str, Listed] | None:
@@ -127,3 +162,11 @@ class DeploymentBoard:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def _changed(now: Listed | None, listed: Listed | None, starting: str) -> bool:
+    """Whether a follow parked with ``listed`` (or ``starting``: its status then) is woken by
+    what the listing shows now (``None``: no longer listed)."""
+    if starting:
+        return now is None or DeploymentStatus.parse(now[0]) != DeploymentStatus.parse(starting)
+    return listed is None or now != listed

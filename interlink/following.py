@@ -148,16 +148,21 @@ def settled(f: Following) -> bool:
     wrapper runs probes (their outcomes change no DMS status), one is unhealthy (the DMS may
     restart it between two listings: its markers are the only trace), a log went unread, an
     init container may run unseen, the placement is unread or the last poll went unanswered."""
-    states = {name: state for name, state in f.seen.items() if state is not None}
     return (
         f.last is not None
         and not f.probed
         and not f.placement_due
         and f.unknown == 0
-        and len(states) == len(f.containers)
-        and all(state[1] != _UNHEALTHY for state in states.values())
-        and not _initializing(f.inits, f.runs, states)
+        and not starts_unseen(f)
+        and all(state is None or state[1] != _UNHEALTHY for state in f.seen.values())
     )
+
+
+def starts_unseen(f: Following) -> bool:
+    """Whether an init container of ``f``'s deployment may be running unseen: only its log's
+    markers tell, so its follow keeps polling (:func:`reads_log`)."""
+    states = {name: state for name, state in f.seen.items() if state is not None}
+    return len(states) != len(f.containers) or bool(_initializing(f.inits, f.runs, states))
 
 
 def allocation_state(

@@ -44,7 +44,14 @@ from . import k8s
 from .container_runs import Runs
 from .deployment_board import DeploymentBoard, Listed
 from .endpoints import endpoints_of, has_ports, placement_of
-from .following import Following, allocation_state, reads_log, runs_now, settled
+from .following import (
+    Following,
+    allocation_state,
+    reads_log,
+    runs_now,
+    settled,
+    starts_unseen,
+)
 from .logs import STDERR_LOG, fetched_logs, new_lines
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .poll_pace import PollPace
@@ -377,24 +384,27 @@ class PodFollower:
 
     def parks(self, f: Following) -> bool:
         """Whether the follow of ``f`` parks on the board after the poll just made: it has a
-        board, its deployment runs and has :func:`settled`, and the poll found nothing new
-        (its wait grew past the shortest): a deployment on its way keeps being polled, and one
-        that settled parks at once (polled on up to the longest wait, pods created together
-        flooded the DMS as they settled)."""
-        return (
-            self._board is not None
-            and f.interval > self._policy.poll_min_s
-            and f.last is not None
-            and f.last[0] == DeploymentStatus.RUNNING
-            and settled(f)
-        )
+        board, and its deployment either runs, has :func:`settled` and the poll found nothing
+        new (its wait grew past the shortest; polled on up to the longest wait, pods created
+        together flooded the DMS as they settled), or is on its way to running with no init
+        container that may run unseen (the board lists often while such a one is parked, and
+        wakes it when its status changes: its polls, one a pod a second, slowed the DMS's
+        own deploying)."""
+        if self._board is None or f.last is None or f.unknown:
+            return False
+        if f.last[0] == DeploymentStatus.RUNNING:
+            return f.interval > self._policy.poll_min_s and settled(f)
+        return f.last[0] not in TERMINAL_DMS and not starts_unseen(f)
 
     def park(self, f: Following, follow: _Follow) -> None:
         """Park ``follow`` on the board until the listing shows ``f``'s deployment other
         than it did before the last poll (``f.listed``); it leaves the pace meanwhile."""
         assert self._board is not None  # parks() said so
         self._pace.leave()
-        self._board.park(f.ensemble_id, f.listed, follow)
+        assert f.last is not None  # parks() said so
+        status = f.last[0]
+        starting = "" if status == DeploymentStatus.RUNNING else status.go_name
+        self._board.park(f.ensemble_id, f.listed, follow, starting=starting)
 
     def rejoined(self) -> None:
         """A follow woken from the board polls again: it joins the pace."""

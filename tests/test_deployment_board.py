@@ -13,8 +13,10 @@ from typing import Any
 from dmsgw.behaviors.deployment import (
     DeploymentInfo,
     DeploymentListResponse,
+    DeploymentManifestResponse,
     DeploymentStatusResponse,
 )
+from dmsgw.behaviors.status import EnsembleManifest
 from dmsgw.clock import FixedClock
 from dmsgw.interlink import k8s
 from dmsgw.interlink.deployment_board import DeploymentBoard, Listed
@@ -181,27 +183,57 @@ async def test_a_parked_pod_deleted_leaves_the_board_and_its_ensemble_is_shut_do
 
 
 class _Provisioning:
-    """A DMS whose deployment is still provisioning, poll after poll."""
+    """A DMS whose deployment is still provisioning, poll after poll, until ``status`` says
+    otherwise; its listing shows the same."""
+
+    def __init__(self) -> None:
+        self.status = "Provisioning"
+        self.polls = 0
 
     async def __call__(self, behavior: Any, payload: Any = None, **_: Any) -> Any:
-        return DeploymentStatusResponse(status="Provisioning")
+        if behavior.name.endswith("/list"):
+            info = DeploymentInfo(orchestrator_id="ens-1", status=self.status)
+            return DeploymentListResponse(deployments=(info,), total=1)
+        if behavior.name.endswith("/manifest"):
+            return DeploymentManifestResponse(manifest=EnsembleManifest())
+        self.polls += 1
+        return DeploymentStatusResponse(status=self.status)
 
 
-async def test_a_deployment_on_its_way_to_running_is_polled_at_least_every_second() -> None:
+def _starting_follower(dms: _Provisioning, board: DeploymentBoard | None) -> PodFollower:
     record_uid = uid(7)
     body = json.dumps({"pod": pod(record_uid), "container": [{"name": "main"}]}).encode()
-    follower = PodFollower(
+    return PodFollower(
         record_uid,
         body,
-        invoke=_Provisioning(),
+        invoke=dms,
         translate=plain_translation,
         policy=PodPolicy(),  # the defaults: 0.5 s growing to 5 s once running
         rng=random.Random(1),
         report=lambda _: None,
-        board=DeploymentBoard(_Provisioning(), "", every_s=lambda: 0.0),
+        board=board,
     )
+
+
+async def test_alone_a_deployment_on_its_way_to_running_is_polled_at_least_every_second() -> None:
+    follower = _starting_follower(_Provisioning(), None)
     f = follower.following("ens-1", {})
     waits = [await follower.poll(f) for _ in range(8)]
     assert waits[0] == PodPolicy().poll_min_s
     assert max(w for w in waits if w is not None) == STARTING_WAIT_S  # not the running 5 s
-    assert not follower.parks(f)  # not running: never parked
+
+
+async def test_deployments_on_their_way_to_running_park_and_are_woken_when_they_run() -> None:
+    dms = _Provisioning()
+    board = DeploymentBoard(dms, "", every_s=lambda: 0.0)
+    follower = _starting_follower(dms, board)
+    steps = follower.follow("ens-1", {})
+    await until(lambda: board.parked == 1, "the starting follow parked")
+    assert dms.polls == 1
+    for _ in range(3):
+        await board.list_once()  # still provisioning: not woken
+    assert (dms.polls, board.parked) == (1, 1)
+    dms.status = "Running"
+    await board.list_once()
+    await until(lambda: dms.polls == 2, "the follow woken to poll")
+    steps.cancel()
