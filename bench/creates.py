@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import os
 import statistics
 import tempfile
@@ -35,7 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from follow import _body, _client, _free_port, _translate, _wait_healthy  # the same pods
+from dms_process import dms_process
+from follow import _body, _client, _translate  # the same pods
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_NEW, DEPLOYMENT_SHUTDOWN
 from dmsgw.behaviors.deployment import (
@@ -171,16 +171,8 @@ def _report(floor: list[float], project: list[float], pods: int) -> None:
 
 
 async def main(pods: int) -> None:
-    port = _free_port()
-    child = multiprocessing.get_context("spawn").Process(target=_serve_devnet, args=(port,))
-    child.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await _wait_healthy(url)
+    async with dms_process(_serve_devnet) as (url, _):
         await _run(url, pods)
-    finally:
-        child.terminate()
-        child.join()
 
 
 if __name__ == "__main__":

@@ -39,18 +39,14 @@ import asyncio
 import collections
 import dataclasses
 import json
-import multiprocessing
 import os
-import signal
-import socket
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import aiohttp
+from dms_process import dms_process
 
 import dmsgw
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
@@ -315,37 +311,9 @@ async def _measure(
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def _wait_healthy(url: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(400):
-            try:
-                async with session.get(url + "/health") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.05)  # the child is still starting
-    raise SystemExit(f"the DMS stand-in at {url} did not come up")
-
-
 async def main(pods: int, seconds: float, batch: int, policy: PodPolicy) -> None:
-    port = _free_port()
-    child = multiprocessing.get_context("spawn").Process(target=_serve_dms, args=(port,))
-    child.start()
-    url = f"http://127.0.0.1:{port}"
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the child is ended all the same
-    try:
-        await _wait_healthy(url)
-        assert child.pid is not None
-        await _run(url, child.pid, pods, seconds, batch, policy)
-    finally:
-        child.terminate()
-        child.join()
+    async with dms_process(_serve_dms) as (url, pid):
+        await _run(url, pid, pods, seconds, batch, policy)
 
 
 if __name__ == "__main__":

@@ -33,15 +33,14 @@ import base64
 import cProfile
 import dataclasses
 import json
-import multiprocessing
 import os
 import pstats
-import socket
 import statistics
 import time
 from typing import Any
 
 import aiohttp
+from dms_process import dms_process
 
 import dmsgw
 from dmsgw.behaviors.catalog import PEERS_SELF
@@ -133,35 +132,9 @@ def _serve_devnet(port: int) -> None:
     asyncio.run(forever())
 
 
-async def _wait_healthy(url: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(200):
-            try:
-                async with session.get(url + "/health") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.05)  # the child is still starting
-    raise SystemExit(f"the devnet at {url} did not come up")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def main(rounds: int, concurrency: int, profile: bool) -> None:
-    port = _free_port()
-    child = multiprocessing.get_context("spawn").Process(target=_serve_devnet, args=(port,))
-    child.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await _wait_healthy(url)
+    async with dms_process(_serve_devnet) as (url, _):
         await _measure(url, rounds, concurrency, profile)
-    finally:
-        child.terminate()
-        child.join()
 
 
 async def _measure(url: str, rounds: int, concurrency: int, profile: bool) -> None:

@@ -42,6 +42,7 @@ class Following:
     unknown: int = 0  # status polls in a row that found the deployment unknown to the DMS
     placement_due: bool = True  # the running manifest is read once it runs, until read
     listed: tuple[str, str] | None = None  # the deployment in the board's listing before a poll
+    quiet: bool = False  # the last poll found nothing new (or only what a resumed pod showed)
 
     @classmethod
     def of(

@@ -385,15 +385,15 @@ class PodFollower:
     def parks(self, f: Following) -> bool:
         """Whether the follow of ``f`` parks on the board after the poll just made: it has a
         board, and its deployment either runs, has :func:`settled` and the poll found nothing
-        new (its wait grew past the shortest; polled on up to the longest wait, pods created
-        together flooded the DMS as they settled), or is on its way to running with no init
+        new (``f.quiet``; polled on up to the longest wait, pods created together flooded the
+        DMS as they settled), or is on its way to running with no init
         container that may run unseen (the board lists often while such a one is parked, and
         wakes it when its status changes: its polls, one a pod a second, slowed the DMS's
         own deploying)."""
         if self._board is None or f.last is None or f.unknown:
             return False
         if f.last[0] == DeploymentStatus.RUNNING:
-            return f.interval > self._policy.poll_min_s and settled(f)
+            return f.quiet and settled(f)
         return f.last[0] not in TERMINAL_DMS and not starts_unseen(f)
 
     def park(self, f: Following, follow: _Follow) -> None:
@@ -490,11 +490,11 @@ class PodFollower:
             # resumed pods made 2,000 polls a second where 1,000 were due).
             first_of_resumed = f.resumed and f.last is None
             f.interval = self._longest_wait() if first_of_resumed else self._policy.poll_min_s
-            f.last, f.runs = key, now
+            f.last, f.runs, f.quiet = key, now, first_of_resumed
             if ended:
                 return None
         elif status == DeploymentStatus.RUNNING or ended:
-            f.interval = min(f.interval * 1.5, self._longest_wait())
+            f.interval, f.quiet = min(f.interval * 1.5, self._longest_wait()), True
         else:  # on its way to running: seen soon after it gets there, as it is created
             starting = min(STARTING_WAIT_S, self._policy.poll_max_s)
             f.interval = min(f.interval * 1.5, self._pace.stretched(starting))
