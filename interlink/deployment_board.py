@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
@@ -33,6 +34,10 @@ from .recovery import OWNER_KEY
 
 log = logging.getLogger(__name__)
 
+PAGE = 1000
+"""Deployments a listing asks for at a time (a DMS without paging answers them all): each
+reply stays a bounded piece of work for both sides; one reply of every deployment went
+unanswered within the request's timeout on a busy machine (``bench/README.md``)."""
 STARTING_EVERY_S = 0.5
 """The listing period while a deployment on its way to running is parked: a pod created is
 seen running within it, and the deployments starting together cost one listing for all."""
@@ -57,7 +62,9 @@ class DeploymentBoard:
 
     def __init__(self, invoke: Invoke, owner: str, *, every_s: Callable[[], float]) -> None:
         self._invoke = invoke
-        self._request = DeploymentListRequest(metadata={OWNER_KEY: owner} if owner else None)
+        self._request = DeploymentListRequest(
+            metadata={OWNER_KEY: owner} if owner else None, limit=PAGE
+        )
         self._every_s = every_s
         self._parked: dict[str, tuple[Listed | None, Parked, str]] = {}
         self._starting = 0  # parked follows of deployments on their way to running
@@ -152,7 +159,7 @@ class DeploymentBoard:
                 found[d.orchestrator_id] = (d.status, d.updated_at)
             if not page.has_more or page.next_offset <= request.offset:
                 return found
-            request = DeploymentListRequest(metadata=request.metadata, offset=page.next_offset)
+            request = dataclasses.replace(request, offset=page.next_offset)
 
     async def close(self) -> None:
         """Stop listing (the gateway closes)."""
