@@ -44,14 +44,7 @@ from . import k8s
 from .container_runs import Runs
 from .deployment_board import DeploymentBoard, Listed
 from .endpoints import endpoints_of, has_ports, placement_of
-from .following import (
-    Following,
-    allocation_state,
-    reads_log,
-    runs_now,
-    settled,
-    starts_unseen,
-)
+from .following import Following, allocation_state, reads_log, runs_now, settled, starts_unseen
 from .logs import STDERR_LOG, fetched_logs, new_lines
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .poll_pace import PollPace
@@ -66,9 +59,8 @@ LOST_AFTER = 3
 lost: one answer could come from a DMS that is restarting and has not restored it yet."""
 
 STARTING_WAIT_S = 1.0
-"""The longest wait between two polls of a deployment on its way to running (or the policy's
-longest, if shorter; stretched by the pace): a wait grown to the policy's longest while it
-deployed found it running seconds late, and a pod created is watched as it starts."""
+"""The longest wait between two polls of a deployment on its way to running, when no board
+watches it (or the policy's longest, if shorter): a pod created is seen running soon."""
 MARKER_READ_LIMIT = 1 << 20
 """At most this much of a container's new stderr is read for the wrapper's markers at once
 (a container that wrote more between two reads may have runs go uncounted)."""
@@ -383,13 +375,9 @@ class PodFollower:
         return step.steps
 
     def parks(self, f: Following) -> bool:
-        """Whether the follow of ``f`` parks on the board after the poll just made: it has a
-        board, and its deployment either runs, has :func:`settled` and the poll found nothing
-        new (``f.quiet``; polled on up to the longest wait, pods created together flooded the
-        DMS as they settled), or is on its way to running with no init
-        container that may run unseen (the board lists often while such a one is parked, and
-        wakes it when its status changes: its polls, one a pod a second, slowed the DMS's
-        own deploying)."""
+        """Whether the follow of ``f`` parks on the board after this poll (decision 79): its
+        deployment runs, has :func:`settled` and the poll found nothing new, or it is on its
+        way to running with no init container that may run unseen."""
         if self._board is None or f.last is None or f.unknown:
             return False
         if f.last[0] == DeploymentStatus.RUNNING:
@@ -399,15 +387,14 @@ class PodFollower:
     def park(self, f: Following, follow: _Follow) -> None:
         """Park ``follow`` on the board until the listing shows ``f``'s deployment other
         than it did before the last poll (``f.listed``); it leaves the pace meanwhile."""
-        assert self._board is not None  # parks() said so
+        assert self._board is not None and f.last is not None  # parks() said so
         self._pace.leave()
-        assert f.last is not None  # parks() said so
         status = f.last[0]
         starting = "" if status == DeploymentStatus.RUNNING else status.go_name
         self._board.park(f.ensemble_id, f.listed, follow, starting=starting)
 
     def rejoined(self) -> None:
-        """A follow woken from the board polls again: it joins the pace."""
+        """A follow woken from the board polls again (it joins the pace)."""
         self._pace.join()
 
     def stopped(self, ensemble_id: str, parked: _Follow | None) -> None:
