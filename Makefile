@@ -56,6 +56,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/crypto.py
 	$(BIN)/python bench/devnet_start.py
 	$(BIN)/python bench/invoke.py
+	$(BIN)/python bench/creates.py
+	$(BIN)/python bench/follow.py
 	$(BIN)/python bench/pods.py
 	$(BIN)/python bench/ping.py
 	$(BIN)/python bench/cli.py

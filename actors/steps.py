@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .wheel import WheelTimer, wheel_of
 
 Step = Callable[[], Coroutine[Any, Any, "float | None"]]
-"""One step of the work: the seconds to wait before the next, or ``None`` once it is over."""
+"""One step of the work: the seconds to wait before the next (``math.inf``: until
+:meth:`Steps.wake`), or ``None`` once it is over."""
 
 
 class Steps(asyncio.Future[None]):
@@ -50,13 +52,24 @@ class Steps(asyncio.Future[None]):
         self._wait(first_wait_s)
 
     def _wait(self, seconds: float) -> None:
-        """The next step, after ``seconds`` on the loop's wheel (at once, for none): not on
-        a timer of the loop's own, of which a gateway would hold one a pod (see
-        :mod:`dmsgw.actors.wheel`)."""
+        """The next step, after ``seconds`` on the loop's wheel (at once, for none; never by
+        itself, for ``math.inf``): not on a timer of the loop's own, of which a gateway would
+        hold one a pod (see :mod:`dmsgw.actors.wheel`)."""
+        if seconds == math.inf:
+            return  # parked: only wake() moves it on
         if seconds > 0:
             self._timer = wheel_of(self.get_loop()).call_later(seconds, self._next)
         else:
             self._next()
+
+    def wake(self) -> None:
+        """Run the next step now, whatever wait the last one asked for; nothing while a step
+        runs or once the steps are over. What a step parked on ``math.inf`` waits for."""
+        if self.done() or self._task is not None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._next()
 
     def _next(self) -> None:
         self._timer = None

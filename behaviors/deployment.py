@@ -16,6 +16,7 @@ from ..gojson import (
     BOOL,
     INT64,
     STRING,
+    GoDecodeError,
     GoStruct,
     MapOf,
     Ptr,
@@ -161,7 +162,13 @@ class DeploymentListResponse(GoStruct):
 
     @classmethod
     def from_json(cls, data: bytes | str) -> Self:
-        """Also accepts the v0.5 reply (a map of ID to status name), sorted by ID."""
+        """Also accepts the v0.5 reply (a map of ID to status name), sorted by ID. The newest
+        shape is decoded first, parsing the reply once: a listing of many deployments is what
+        a gateway following its pods reads every few seconds."""
+        try:
+            return unmarshal(cls, data)
+        except GoDecodeError:
+            pass  # the v0.5 map (an object where the newest has a list), or not a reply
         raw = decode_plain(data)
         if isinstance(raw, dict) and any(
             key.casefold() == "deployments" and isinstance(value, dict)

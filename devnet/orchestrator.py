@@ -128,10 +128,16 @@ class Orchestrator:
         log.info("deployment %s: %s -> %s", self.id, self.status.go_name, status.go_name)
         self.status = status
         self.history.append(status)
-        self.updated_ns = self.node.clock()
+        self._touch()
         if status in (DeploymentStatus.COMPLETED, DeploymentStatus.FAILED):
             self.completed_ns = self.updated_ns
         self.changes.notify()
+
+    def _touch(self) -> None:
+        """The deployment changed (its status or an allocation's): ``updated_at`` moves on,
+        by a nanosecond at least (a stopped test clock included), as a listing is how a
+        client following many deployments learns which changed."""
+        self.updated_ns = max(self.node.clock(), self.updated_ns + 1)
 
     @property
     def placed(self) -> Mapping[str, Placed]:
@@ -397,7 +403,7 @@ class Orchestrator:
         a.status = status
         if status in (AllocationStatus.COMPLETED, AllocationStatus.FAILED):
             a.exit_code, a.error = update.exit_code, update.error
-        self.updated_ns = self.node.clock()
+        self._touch()
         self.changes.notify()
         if status == AllocationStatus.FAILED and self.status == DeploymentStatus.RUNNING:
             self.supervisor.recover(a, self._allocations)

@@ -41,6 +41,8 @@ class Following:
     end_reads_left: int = END_READ_TRIES
     unknown: int = 0  # status polls in a row that found the deployment unknown to the DMS
     placement_due: bool = True  # the running manifest is read once it runs, until read
+    listed: tuple[str, str] | None = None  # the deployment in the board's listing before a poll
+    quiet: bool = False  # the last poll found nothing new (or only what a resumed pod showed)
 
     @classmethod
     def of(
@@ -138,6 +140,30 @@ def reads_log(
     started = state[0] not in _NOT_STARTED
     changed = state != f.seen.get(name) or state[1] == _UNHEALTHY or name in f.probed
     return ended or (started and changed) or name == _initializing(f.inits, f.runs, states)
+
+
+def settled(f: Following) -> bool:
+    """Whether only a change that the DMS's ``deployment/list`` shows can bring news of
+    ``f``'s deployment, so that its follow may park on the gateway's board
+    (:mod:`~dmsgw.interlink.deployment_board`) instead of polling. Not while a container's
+    wrapper runs probes (their outcomes change no DMS status), one is unhealthy (the DMS may
+    restart it between two listings: its markers are the only trace), a log went unread, an
+    init container may run unseen, the placement is unread or the last poll went unanswered."""
+    return (
+        f.last is not None
+        and not f.probed
+        and not f.placement_due
+        and f.unknown == 0
+        and not starts_unseen(f)
+        and all(state is None or state[1] != _UNHEALTHY for state in f.seen.values())
+    )
+
+
+def starts_unseen(f: Following) -> bool:
+    """Whether an init container of ``f``'s deployment may be running unseen: only its log's
+    markers tell, so its follow keeps polling (:func:`reads_log`)."""
+    states = {name: state for name, state in f.seen.items() if state is not None}
+    return len(states) != len(f.containers) or bool(_initializing(f.inits, f.runs, states))
 
 
 def allocation_state(

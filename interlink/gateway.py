@@ -37,13 +37,8 @@ from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
 from .admission_queue import AdmissionPolicy, AdmissionQueue
-from .bodies import (
-    CreateStruct,
-    LogStruct,
-    PingResponse,
-    PodStatus,
-    RetrievedPodData,
-)
+from .bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
+from .deployment_board import DeploymentBoard
 from .heap import HeapFreezer
 from .logs import fetched_logs, read_logs
 from .parsing import PluginRequestError, PodRef, in_turns
@@ -124,13 +119,13 @@ class GatewayParts:
 
 
 class Gateway:
-    """The plugin backend (create, delete, status, ping, logs, close) over supervised pod
-    actors."""
+    """The plugin backend (create, delete, status, ping, logs, close) over pod actors."""
 
     def __init__(self, parts: GatewayParts) -> None:
         self.parts = parts
         self._heap = HeapFreezer(parts.freeze_every)
         self._pace = PollPace(parts.polls_per_s)
+        self.board = DeploymentBoard(parts.invoke, parts.owner, every_s=self._list_every_s)
         self.registry = Registry()
         self.snapshots = Snapshots()
         self._records: ShardedDict[str, PodRecord] = ShardedDict()
@@ -165,6 +160,10 @@ class Gateway:
         self._supervisor_proxy = self._supervisor.proxy()
         self._orphans: asyncio.Task[None] | None = None
         self.admission = AdmissionQueue(parts.capacity.gathering, parts.admission, parts.clock)
+
+    def _list_every_s(self) -> float:
+        """The board lists as often as a settled pod would poll (the policy's longest wait)."""
+        return self.parts.policy.poll_max_s
 
     # --- start-up and shutdown ------------------------------------------------------------
 
@@ -228,6 +227,7 @@ class Gateway:
             await asyncio.gather(self._orphans, return_exceptions=True)
         await self.admission.close()
         await self.parts.capacity.close()
+        await self.board.close()
         await self._stop_pods()
         await asyncio.get_running_loop().run_in_executor(None, self._supervisor.stop)
         await self.parts.store.close()
@@ -326,6 +326,7 @@ class Gateway:
                 rng=self._jitter,
                 heap=self._heap,
                 pace=self._pace,
+                board=self.board,
                 turns=self._turns,
                 admission=self.admission,
                 loop=parts.loop,

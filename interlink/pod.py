@@ -34,9 +34,9 @@ from .admission import WAITING, Order, order_of, refused_for_capacity
 from .admission_queue import AdmissionQueue
 from .bodies import PodStatus
 from .container_runs import Runs
+from .deployment_board import DeploymentBoard
 from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY, describe
-from .heap import NO_FREEZER, HeapFreezer
-from .pod_follower import (
+from .follow_reports import (
     Admitted,
     BackedOff,
     Deployed,
@@ -44,10 +44,11 @@ from .pod_follower import (
     Ended,
     Lost,
     Observed,
-    PodFollower,
     Queued,
     ShutDown,
 )
+from .heap import NO_FREEZER, HeapFreezer
+from .pod_follower import PodFollower
 from .pod_record import (
     DEFAULT_POLICY,
     DEPLOYMENT_LOST,
@@ -100,6 +101,7 @@ class PodActor(AsyncActor):
         heap: HeapFreezer = NO_FREEZER,
         pace: PollPace | None = None,
         admission: AdmissionQueue | None = None,
+        board: DeploymentBoard | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -117,6 +119,7 @@ class PodActor(AsyncActor):
         self._heap = heap
         """Told when the actor has started, and (by its follower) of each status poll."""
         self._pace = pace  # how often all followed pods poll together (the follower's)
+        self._board = board  # where its follow parks once settled (the follower's)
         self._follower: PodFollower  # made on start (see _new_follower)
         self._task: asyncio.Future[None] | None = None
         """The follower's work under way: a task, or the steps of a follow (decision 58)."""
@@ -188,6 +191,7 @@ class PodActor(AsyncActor):
             pace=self._pace,
             turns=self._turns,
             admission=self._admission,
+            board=self._board,
         )
 
     def _task_done(self, task: asyncio.Future[None]) -> None:

@@ -9,7 +9,6 @@ actor as a message, and the actor alone changes the record (decision 8).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import math
@@ -31,7 +30,6 @@ from ..behaviors.deployment import (
     DeploymentManifestRequest,
     DeploymentShutdownRequest,
     DeploymentStatusRequest,
-    DeploymentStatusResponse,
     NewDeploymentRequest,
     NewDeploymentResponse,
 )
@@ -45,8 +43,20 @@ from . import k8s
 from .admission import Order, Wait, demand_of
 from .admission_queue import AdmissionQueue
 from .container_runs import Runs
+from .deployment_board import DeploymentBoard, Listed
 from .endpoints import endpoints_of, has_ports, placement_of
-from .following import Following, allocation_state, reads_log, runs_now
+from .follow_reports import (
+    Admitted,
+    BackedOff,
+    Deployed,
+    DeployFailed,
+    Ended,
+    Lost,
+    Observed,
+    Queued,
+    ShutDown,
+)
+from .following import Following, allocation_state, reads_log, runs_now, settled, starts_unseen
 from .logs import STDERR_LOG, fetched_logs, new_lines
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .poll_pace import PollPace
@@ -60,86 +70,30 @@ LOST_AFTER = 3
 """How many status polls in a row must find the deployment unknown before the pod counts it
 lost: one answer could come from a DMS that is restarting and has not restored it yet."""
 
+STARTING_WAIT_S = 1.0
+"""The longest wait between two polls of a deployment on its way to running, when no board
+watches it (or the policy's longest, if shorter): a pod created is seen running soon."""
 MARKER_READ_LIMIT = 1 << 20
 """At most this much of a container's new stderr is read for the wrapper's markers at once
 (a container that wrote more between two reads may have runs go uncounted)."""
 
 
-# --- what the follower reports to its actor ------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Observed:
-    """The deployment's status, an allocation's or a container's runs changed."""
-
-    status: DeploymentStatus
-    reply: DeploymentStatusResponse
-    manifest: Any = None  # fetched when the deployment ends: how each allocation ended
-    runs: Mapping[str, Runs] = dataclasses.field(default_factory=dict)
-    endpoints: list[dict[str, Any]] | None = None  # once running: see :mod:`.endpoints`
-    placement: dict[str, str] | None = None  # from a manifest read: node and peer
-
-
-@dataclasses.dataclass(frozen=True)
-class Deployed:
-    attempt: int
-    ensemble_id: str
-
-
-@dataclasses.dataclass(frozen=True)
-class DeployFailed:
-    attempt: int
-    message: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Queued:
-    """Why ``attempt`` waits in the admission queue changed."""
-
-    attempt: int
-    wait: Wait
-
-
-@dataclasses.dataclass(frozen=True)
-class Admitted:
-    """``attempt`` left the admission queue: it may deploy."""
-
-    attempt: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Lost:
-    """The DMS no longer knows the followed deployment (``error`` is its last answer)."""
-
-    ensemble_id: str
-    error: str
-
-
-@dataclasses.dataclass(frozen=True)
-class BackedOff:
-    """The back-off after ``attempt`` is over (its ensemble stopped): the next may deploy."""
-
-    attempt: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ShutDown:
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class Ended:
-    """The ensemble of a pod that has ended for good is shut down (or ended by itself)."""
-
-    ensemble_id: str
-
-
 class _Follow:
     """A follow's step: a poll. The first reads what the polls need of the pod (a parse of
     its request): a gateway resuming 10,000 pods parsed them all as it started their actors,
-    1.4 s, where the first polls spread them over the longest wait."""
+    1.4 s, where the first polls spread them over the longest wait. A follow whose deployment
+    has settled parks on the gateway's board instead of polling (:meth:`woken`), and counts
+    toward the pace only while it polls."""
 
-    __slots__ = ("_ensemble_id", "_follower", "_following", "_resumed", "_runs_so_far")
+    __slots__ = (
+        "_ensemble_id",
+        "_follower",
+        "_following",
+        "_parked",
+        "_resumed",
+        "_runs_so_far",
+        "steps",
+    )
 
     def __init__(
         self,
@@ -154,6 +108,8 @@ class _Follow:
         self._runs_so_far = runs_so_far
         self._resumed = resumed
         self._following: Following | None = None
+        self._parked = False
+        self.steps: Steps | None = None  # the steps it is; let go when they end (ended)
 
     async def __call__(self) -> float | None:
         if self._following is None:
@@ -161,7 +117,27 @@ class _Follow:
                 self._ensemble_id, self._runs_so_far, resumed=self._resumed
             )
             self._runs_so_far = {}
-        return await self._follower.poll(self._following)
+        wait = await self._follower.poll(self._following)
+        if wait is None or not self._follower.parks(self._following):
+            return wait
+        self._parked = True
+        self._follower.park(self._following, self)
+        return math.inf  # until woken
+
+    def woken(self, listed: Listed | None) -> None:
+        """The board's listing shows the deployment changed (``listed``): poll now."""
+        if self._following is not None:
+            self._following.listed = listed
+        self._parked = False
+        self._follower.rejoined()
+        if self.steps is not None:
+            self.steps.wake()
+
+    def ended(self) -> None:
+        """The follow is over (or cancelled): off the board, or out of the pace."""
+        parked, self._parked = self._parked, False
+        self._follower.stopped(self._ensemble_id, self if parked else None)
+        self.steps = None
 
 
 Report = Callable[[Any], None]
@@ -176,6 +152,7 @@ class PodFollower:
     # One per pod, kept as long as the pod: no __dict__ (10,000 pods are the target).
     __slots__ = (
         "_admission",
+        "_board",
         "_clock",
         "_inflight",
         "_invoke",
@@ -205,9 +182,13 @@ class PodFollower:
         pace: PollPace | None = None,
         turns: Turns | None = None,
         admission: AdmissionQueue | None = None,
+        board: DeploymentBoard | None = None,
     ) -> None:
         self._uid = uid
         self._admission = admission  # None: every attempt deploys at once
+        self._board = board
+        """The gateway's listing of many deployments a period: a settled follow parks on it
+        (``None``: every follow polls its deployment, as alone)."""
         self._turns = turns
         """The gate its pod's actor passes (shared by a gateway's pods): a translation and a
         poll's reading of its reply pass it too (:meth:`_take_turn`)."""
@@ -371,7 +352,39 @@ class PodFollower:
         self._pace.join()
         first_wait_s = self._rng.uniform(0.0, self._longest_wait()) if resumed else 0.0
         step = _Follow(self, ensemble_id, runs_so_far, resumed=resumed)
-        return Steps(step, first_wait_s=first_wait_s, on_end=self._pace.leave)
+        step.steps = Steps(step, first_wait_s=first_wait_s, on_end=step.ended)
+        return step.steps
+
+    def parks(self, f: Following) -> bool:
+        """Whether the follow of ``f`` parks on the board after this poll (decision 79): its
+        deployment runs, has :func:`settled` and the poll found nothing new, or it is on its
+        way to running with no init container that may run unseen."""
+        if self._board is None or f.last is None or f.unknown:
+            return False
+        if f.last[0] == DeploymentStatus.RUNNING:
+            return f.quiet and settled(f)
+        return f.last[0] not in TERMINAL_DMS and not starts_unseen(f)
+
+    def park(self, f: Following, follow: _Follow) -> None:
+        """Park ``follow`` on the board until the listing shows ``f``'s deployment other
+        than it did before the last poll (``f.listed``); it leaves the pace meanwhile."""
+        assert self._board is not None and f.last is not None  # parks() said so
+        self._pace.leave()
+        status = f.last[0]
+        starting = "" if status == DeploymentStatus.RUNNING else status.go_name
+        self._board.park(f.ensemble_id, f.listed, follow, starting=starting)
+
+    def rejoined(self) -> None:
+        """A follow woken from the board polls again (it joins the pace)."""
+        self._pace.join()
+
+    def stopped(self, ensemble_id: str, parked: _Follow | None) -> None:
+        """The follow of ``ensemble_id`` ended (its pod was deleted, say): off the board if
+        it was ``parked`` there, out of the pace otherwise."""
+        if parked is None:
+            self._pace.leave()
+        elif self._board is not None:
+            self._board.unpark(ensemble_id, parked)
 
     def following(
         self, ensemble_id: str, runs_so_far: Mapping[str, Any], *, resumed: bool = False
@@ -445,11 +458,14 @@ class PodFollower:
             # resumed pods made 2,000 polls a second where 1,000 were due).
             first_of_resumed = f.resumed and f.last is None
             f.interval = self._longest_wait() if first_of_resumed else self._policy.poll_min_s
-            f.last, f.runs = key, now
+            f.last, f.runs, f.quiet = key, now, first_of_resumed
             if ended:
                 return None
-        else:
-            f.interval = min(f.interval * 1.5, self._longest_wait())
+        elif status == DeploymentStatus.RUNNING or ended:
+            f.interval, f.quiet = min(f.interval * 1.5, self._longest_wait()), True
+        else:  # on its way to running: seen soon after it gets there, as it is created
+            starting = min(STARTING_WAIT_S, self._policy.poll_max_s)
+            f.interval = min(f.interval * 1.5, self._pace.stretched(starting))
         return f.interval
 
     def _unanswered(self, f: Following, exc: DmsgwError) -> float | None:

@@ -86,6 +86,7 @@ class FakeDMS:
         self.manifest = EnsembleManifest()
         """What ``manifest`` answers for a deployment it knows."""
         self.asked: Counter[str] = Counter()  # behavior (without /dms/node/) -> times asked
+        self.asked_about: Counter[str] = Counter()  # ensemble ID -> status/manifest/logs asked
         self._ids = itertools.count(1)
         logs.mkdir(parents=True, exist_ok=True)
         (logs / "stdout.log").write_text("hello\n")
@@ -167,6 +168,7 @@ class FakeDMS:
     def _about_one(self, name: str, payload: Any) -> Any:
         ident = getattr(payload, "id", "") or getattr(payload, "ensemble_id", "")
         found = self.deployments.get(ident)
+        self.asked_about[ident] += 1
         if name == "deployment/status":
             if found is None:
                 return DeploymentStatusResponse(error=self.unknown_deployment)

@@ -20,7 +20,9 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
     [
         ("crypto.py", ["--seconds", "0.02"], "worst ratio"),
         ("devnet_start.py", ["--rounds", "1", "--nodes", "2"], ""),
-        ("invoke.py", ["--rounds", "20", "--concurrency", "4"], "ratio p50"),
+        ("invoke.py", ["--rounds", "20", "--concurrency", "4"], "ratio: client CPU"),
+        ("follow.py", ["--pods", "6", "--seconds", "0.5", "--poll-max-s", "0.2"], "steady state"),
+        ("creates.py", ["--pods", "2"], "p50 ratio"),
         ("cli.py", ["--rounds", "1"], "dmsgw invoke (agent, again)"),
         (
             "pods.py",

@@ -633,7 +633,10 @@ async def test_the_running_manifest_is_read_once_for_every_pod(
     try:
         spec = pod(uid(5), policy="Always", command=["sleep", "60"], ports=ports)
         await create(gateway, spec)
-        await until(lambda: dms.asked["deployment/status"] >= 5, "five status polls")
+        await until(lambda: gateway.board.parked == 1, "the follow parked (decision 79)")
+        await gateway.board.list_once()  # parked before any listing: woken to poll once more
+        await until(lambda: gateway.board.parked == 1, "the follow parked again")
+        assert dms.asked["deployment/status"] >= 3
         assert dms.asked["deployment/manifest"] == 1
         view = _view(gateway, "default", "p-0005")
         assert (view["node"], view["peer"]) == ("pod", PEER)

@@ -139,3 +139,16 @@ def test_any_single_byte_mutation_is_rejected_or_changes_nothing(pos: int, delta
         return
     assert received.signature_data() == original.signature_data()
     assert received.sig == original.sig
+
+
+@pytest.mark.parametrize("cap", [None, b"\x00tokens<&>"])
+def test_the_wire_bytes_of_a_signed_envelope_are_its_go_json(cap: bytes | None) -> None:
+    request = dataclasses.replace(
+        env.message(_gateway_handle(), DMS, "/dms/node/peers/list", {"a": "<&>"}, clock=NOW),
+        cap=cap,
+    )
+    signed = env.sign(request, GW_KEY)
+    assert env.wire(signed) == marshal(signed)  # from the bytes it signed
+    assert env.wire(signed) == marshal(signed)  # once let go: encoded again, the same
+    other = dataclasses.replace(signed, be="/dms/node/peers/self")  # not the one signed
+    assert env.wire(other) == marshal(other)

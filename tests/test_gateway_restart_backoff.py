@@ -17,8 +17,8 @@ import pytest
 from dmsgw.clock import NS_PER_SECOND
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS
 from dmsgw.interlink.container_runs import Runs
+from dmsgw.interlink.follow_reports import BackedOff
 from dmsgw.interlink.pod import PodActor, _latest_runs
-from dmsgw.interlink.pod_follower import BackedOff
 from dmsgw.interlink.pod_record import Phase, PodPolicy, PodRecord, snapshot_of
 from dmsgw.interlink.translate import allocation_key
 from tests.test_gateway_e2e import plugin

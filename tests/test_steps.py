@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from typing import Any
 
 import pytest
@@ -137,3 +138,30 @@ async def test_cancelled_before_the_next_step_begins_it_ends_at_once() -> None:
     with pytest.raises(asyncio.CancelledError):
         await steps
     assert (steps.cancelled(), ended) == (True, ["ended"])
+
+
+async def test_a_step_parked_on_inf_waits_for_wake_and_sets_no_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    delays: list[float] = []
+    _timers_fire_at_once(monkeypatch, delays)
+    script = _Script(math.inf, 3.0, None)
+    steps = Steps(script.step, on_end=script.on_end)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert (script.waits, delays, steps.done()) == ([3.0, None], [], False)
+    assert len(asyncio.all_tasks()) == 1  # parked: no task, no timer
+    steps.wake()
+    assert await steps is None
+    assert (delays, script.ended) == ([3.0], 1)
+    steps.wake()  # over: nothing happens
+
+
+async def test_wake_cuts_a_timed_wait_short_and_is_ignored_while_a_step_runs() -> None:
+    script = _Script(3600.0, None)
+    steps = Steps(script.step)
+    steps.wake()  # the first step's task runs already: ignored
+    await asyncio.sleep(0)
+    assert script.waits == [None]
+    steps.wake()  # waits an hour: woken now
+    assert await steps is None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..gojson import marshal
+from . import envelope as env
 from .envelope import Envelope
 from .rest import API_PREFIX, RestTransport
 
@@ -31,7 +31,7 @@ class MemoryTransport(RestTransport):
     async def _request(
         self, method: str, path: str, envelope: Envelope | None, what: str
     ) -> tuple[int, bytes]:
-        body = marshal(envelope) if envelope is not None else None
+        body = env.wire(envelope) if envelope is not None else None
         return await self._endpoint.call(method, API_PREFIX + path, body)
 
     async def close(self) -> None:

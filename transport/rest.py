@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from ..errors import DmsgwError
-from ..gojson import GoDecodeError, marshal
+from ..gojson import GoDecodeError
 from . import envelope as env
 from .envelope import Envelope, Handle
 from .preflight import Verdict
@@ -189,7 +189,7 @@ class RestTransport:
         self, method: str, path: str, envelope: Envelope | None, what: str
     ) -> tuple[int, bytes]:
         url = self.base_url + API_PREFIX + path
-        data = marshal(envelope) if envelope is not None else None
+        data = env.wire(envelope) if envelope is not None else None
         headers = {"Content-Type": "application/json"} if data is not None else None
         async with self._slots:
             try:

@@ -60,7 +60,7 @@ class SecurityContext:
     def sign(self, msg: Envelope) -> Envelope:
         if msg.from_.id != self.id:
             raise env.BadSenderError()
-        return dataclasses.replace(msg, sig=self.private_key.sign(msg.signature_data()))
+        return env.signed(msg, self.private_key)
 
     def verify(self, msg: Envelope) -> None:
         env.verify(msg, self.clock())

@@ -1,0 +1,335 @@
+"""Following live pods as ``dmsgw serve`` does: the gateway's CPU while ``--pods`` pods run and
+nothing changes, through the gateway's own DMS client, against a DMS stand-in in its own process.
+
+The gateway is the real one (``Gateway``, pod actors under the supervisor, the store on a
+temporary SQLite file, the real translator and snapshots, the default policy and pace) and it
+calls the DMS through its own client: envelopes, invoke tokens, REST, reply verification. The
+DMS stand-in is one embedded-devnet node in its own process: every request goes through the
+devnet's receive path (the REST API, the envelope decoded and its signature verified, the
+capability tokens consumed and required, the behavior dispatched, the reply signed), and the
+deployment behaviors are the devnet's own handlers (``list``, ``status``, ``manifest``,
+``logs``, ``shutdown``), whose ``list`` filters, sorts and writes every deployment it holds,
+as a DMS's does. What the stand-in skips: ``deployment/new`` records a deployment that runs at
+once (one allocation, ``running``) instead of bidding and starting a process, so that 10,000
+pods can run on one machine; and a listing filtered by one pod's UID (each create's check
+that its pod was not deployed already) is answered from an index, where a DMS scans every
+deployment (against a scan, 32 creates in flight timed out from ~2,000 deployments on this
+machine: the creates' figures here are not a DMS's).
+
+1. ``--pods`` pods are created (``--batch`` creates in flight, as interLink's workers send
+   them) and followed until every follow has settled and parked on the gateway's board
+   (decision 79): pods/s and the time until then.
+2. The steady state, ``--seconds`` long: the gateway process's CPU (``time.process_time``:
+   the gateway and this bench's idle driver, nothing of the DMS's), the DMS's (its process's
+   ``/proc`` times), the DMS calls made by behavior, the longest ``deployment/list`` round
+   trip, and so how old a status can be (the listing period plus one listing). The floor is
+   the least a gateway can do to know every pod's status that often: one ``deployment/list``
+   a period through the same client, measured alone over the same window (its CPU).
+
+    .venv/bin/python bench/follow.py [--pods 2000] [--seconds 20] [--batch 32]
+
+Targets (issue 28): 10,000 pods Running and unchanging, every status no older than 10 s:
+the gateway uses <= 5% of one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import dataclasses
+import json
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from dms_process import dms_process
+
+import dmsgw
+from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
+from dmsgw.behaviors.deployment import (
+    DeploymentListRequest,
+    DeploymentListResponse,
+    NewDeploymentRequest,
+    NewDeploymentResponse,
+)
+from dmsgw.behaviors.status import AllocationInfo, DeploymentStatus, EnsembleManifest
+from dmsgw.clock import system_clock
+from dmsgw.devnet.devnet import Devnet, node_key
+from dmsgw.devnet.handlers_deployment import Deployments
+from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
+from dmsgw.interlink.heap import FREEZE_EVERY
+from dmsgw.interlink.parsing import parse_create_body
+from dmsgw.interlink.pod_record import DEFAULT_POLICY, POD_UID_KEY, PodPolicy, snapshot_of
+from dmsgw.interlink.recovery import OWNER_KEY
+from dmsgw.interlink.resources import Capacity, ResourceActor
+from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
+from dmsgw.keys.crypto import Ed25519PrivKey
+from dmsgw.keys.did import DID
+from dmsgw.keys.trust import provider_from_private_key
+from dmsgw.keys.ucan import Action, CapabilityContext
+from dmsgw.transport.envelope import Envelope
+from dmsgw.transport.rest import RestTransport
+
+SEED = "bench-follow"
+KEY = Ed25519PrivKey(bytes(range(100, 132)))
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# --- the DMS stand-in (its own process) ----------------------------------------------------
+
+
+class _Running:
+    """A deployment that runs at once, as the devnet's handlers read an orchestrator."""
+
+    def __init__(self, ensemble_id: str, config: Any, now_ns: int) -> None:
+        self.id = ensemble_id
+        self.config = config
+        self.status = DeploymentStatus.RUNNING
+        self.created_ns = self.updated_ns = now_ns
+        self.completed_ns: int | None = None
+        self._allocations = {
+            f"{ensemble_id}_{name}": AllocationInfo(
+                allocation_id=f"{ensemble_id}_{name}", status="running"
+            )
+            for name in config.allocations or {}
+        }
+
+    def allocation_info(self) -> dict[str, AllocationInfo]:
+        return self._allocations
+
+    def manifest(self) -> EnsembleManifest:
+        return EnsembleManifest(id=self.id)
+
+    def close(self) -> None:
+        pass
+
+
+class _StandIn:
+    """``deployment/new`` and ``list`` of the stand-in (see the module docstring)."""
+
+    def __init__(self, deployments: Deployments) -> None:
+        self.deployments = deployments
+        self.by_pod: dict[str, list[str]] = collections.defaultdict(list)
+
+    async def new(self, msg: Envelope, request: NewDeploymentRequest) -> NewDeploymentResponse:
+        v1 = request.ensemble.v1
+        if v1 is None:
+            return NewDeploymentResponse(status="ERROR", error="empty ensemble config")
+        ensemble_id = str(uuid.uuid4())
+        self.deployments.orchestrators[ensemble_id] = _Running(  # type: ignore[assignment]
+            ensemble_id, v1, self.deployments.node.clock()
+        )
+        self.by_pod[(v1.metadata or {}).get(POD_UID_KEY, "")].append(ensemble_id)
+        return NewDeploymentResponse(status="OK", ensemble_id=ensemble_id)
+
+    async def list(self, msg: Envelope, request: DeploymentListRequest) -> DeploymentListResponse:
+        uid = (request.metadata or {}).get(POD_UID_KEY)
+        if uid is None:  # the board's: every deployment scanned, as by a DMS
+            return await self.deployments._list(msg, request)
+        found = [self.deployments.orchestrators[i] for i in self.by_pod.get(uid, ())]
+        wanted = request.metadata or {}
+        infos = tuple(
+            self.deployments._info(o)
+            for o in found
+            if all((o.config.metadata or {}).get(k) == v for k, v in wanted.items())
+        )
+        return DeploymentListResponse(deployments=infos, total=len(infos))
+
+
+def _serve_dms(port: int) -> None:
+    """The child process: one devnet node, its deployments stood in for, until killed."""
+
+    async def forever() -> None:
+        devnet = Devnet(1, seed=SEED, base_port=port, network_namespaces=False)
+        await devnet.start()
+        deployments = devnet.nodes[0].deployments
+        assert deployments is not None
+        stand_in = _StandIn(deployments)
+        devnet.nodes[0].node.add_behavior("/dms/node/deployment/new", stand_in.new)
+        devnet.nodes[0].node.add_behavior("/dms/node/deployment/list", stand_in.list)
+        await asyncio.Event().wait()
+
+    asyncio.run(forever())
+
+
+def _cpu_of(pid: int) -> float:
+    """A process's CPU seconds so far (user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+# --- the gateway ---------------------------------------------------------------------------
+
+
+def _client(url: str) -> Any:
+    dms_key = node_key(SEED, 0)
+    dms_ctx = CapabilityContext(provider_from_private_key(dms_key))
+    expire = time.time_ns() + 30 * 24 * 3600 * 10**9
+    grant = dms_ctx.grant(
+        Action.DELEGATE, DID.from_public_key(KEY.public_key()), DID(), None, expire, 0, ["/dms"]
+    )
+    ctx = CapabilityContext(provider_from_private_key(KEY), provide=grant)
+    return dmsgw.connect(
+        url,
+        key=KEY,
+        context=ctx,
+        transport=RestTransport(url, max_concurrency=64),
+        loop=asyncio.get_running_loop(),
+    )
+
+
+def _translate(data: Any, generation: int) -> Any:
+    return pod_to_ensemble(data, options=TranslationOptions(generation=generation))
+
+
+def _body(n: int) -> bytes:
+    uid = str(uuid.UUID(int=n + 1))
+    pod = {
+        "metadata": {
+            "name": f"follow-{n}",
+            "namespace": "default",
+            "uid": uid,
+            "annotations": {"JobID": job_id(uid)},
+        },
+        "spec": {
+            "restartPolicy": "Always",
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "inf"]}],
+        },
+    }
+    return json.dumps({"pod": pod, "container": [{"name": "main"}]}).encode()
+
+
+class _Counted:
+    """The client's ``invoke``, counting the calls by behavior."""
+
+    def __init__(self, invoke: Any) -> None:
+        self.invoke = invoke
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    async def __call__(self, behavior: Any, payload: Any = None, **options: Any) -> Any:
+        self.calls[behavior.name.removeprefix("/dms/node/")] += 1
+        return await self.invoke(behavior, payload, **options)
+
+
+async def _until(done: Any, what: str, limit_s: float) -> float:
+    start = time.perf_counter()
+    while not done():
+        if time.perf_counter() - start > limit_s:
+            raise SystemExit(f"not within {limit_s:.0f} s: {what}")
+        await asyncio.sleep(0.2)
+    return time.perf_counter() - start
+
+
+async def _run(
+    url: str, dms_pid: int, pods: int, seconds: float, batch: int, policy: PodPolicy
+) -> None:
+    loop = asyncio.get_running_loop()
+    dms = _client(url)
+    client = dms._runtime.client  # the NodeClient the gateway calls the DMS through
+    invoke = _Counted(client.invoke)
+    with tempfile.TemporaryDirectory(prefix="dmsgw-follow-") as tmp:
+        gateway = Gateway(
+            GatewayParts(
+                invoke=invoke,
+                store=PodStore(Path(tmp) / "state.sqlite3"),
+                translate=_translate,
+                snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
+                capacity=Capacity(ResourceActor.start(invoke, loop=loop), pods_capacity=pods * 2),
+                loop=loop,
+                owner=client.security.did.uri,
+                policy=policy,
+                freeze_every=FREEZE_EVERY,
+            )
+        )
+        await gateway.start()
+        try:
+            await _measure(gateway, invoke, dms_pid, pods, seconds, batch)
+        finally:
+            await gateway.close()
+    await dms.aclose()
+
+
+async def _measure(
+    gateway: Gateway, invoke: _Counted, dms_pid: int, pods: int, seconds: float, batch: int
+) -> None:
+    print(f"load average at the start: {os.getloadavg()[0]:.2f} (2 cores shared)")
+    bodies = iter(range(pods))
+
+    async def worker() -> None:
+        for n in bodies:
+            await gateway.create(parse_create_body(_body(n)))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(batch)))
+    created_s = time.perf_counter() - start
+    print(f"creates: {pods} pods in {created_s:.1f} s ({pods / created_s:,.0f}/s)")
+    board = gateway.board
+    limit = 120 + pods / 10
+    settled_s = await _until(lambda: board.parked == pods, "every follow parked", limit)
+    listings = board.listings  # parked once before any listing: told, asked once, parked again
+    await _until(lambda: board.listings > listings + 1 and board.parked == pods, "re-park", limit)
+    print(f"every follow parked on the board {created_s + settled_s:.1f} s after the first create")
+
+    invoke.calls.clear()
+    listed_before = board.listings
+    cpu, dms_cpu, wall = time.process_time(), _cpu_of(dms_pid), time.perf_counter()
+    await asyncio.sleep(seconds)
+    cpu, dms_cpu = time.process_time() - cpu, _cpu_of(dms_pid) - dms_cpu
+    wall = time.perf_counter() - wall
+    listed = board.listings - listed_before
+    calls = dict(invoke.calls)
+
+    # The floor: one deployment/list a period, through the same client, timed alone.
+    request = DeploymentListRequest(metadata={OWNER_KEY: gateway.parts.owner})
+    longest, floor_cpu = 0.0, 0.0
+    for _ in range(max(1, listed)):
+        one_cpu, one_wall = time.process_time(), time.perf_counter()
+        await invoke.invoke(DEPLOYMENT_LIST, request)
+        floor_cpu += time.process_time() - one_cpu
+        longest = max(longest, time.perf_counter() - one_wall)
+    period = gateway.parts.policy.poll_max_s
+    share, floor_share = cpu / wall, floor_cpu / wall
+    print(f"steady state, {wall:.1f} s, {pods} pods Running and unchanging:")
+    print(f"  DMS calls: {calls} ({listed} listings by the board, one each {period:g} s)")
+    print(
+        f"  gateway CPU {share * 100:.2f}% of one core ({cpu / wall / pods * 1e6:.2f} µs/s a pod)"
+        f"; the floor (the same listings alone) {floor_share * 100:.2f}%: "
+        f"{share / floor_share if floor_share else float('inf'):.2f}x"
+    )
+    print(f"  the DMS stand-in's CPU {dms_cpu / wall * 100:.2f}% of one core")
+    print(
+        f"  a status is at most {period + longest:.1f} s old (the period, plus the longest "
+        f"listing, {longest * 1e3:.0f} ms)"
+    )
+    met = share <= 0.05 and period + longest <= 10
+    print(f"  target <= 5% of one core, statuses <= 10 s old: {'met' if met else 'NOT met'}")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+async def main(pods: int, seconds: float, batch: int, policy: PodPolicy) -> None:
+    async with dms_process(_serve_dms) as (url, pid):
+        await _run(url, pid, pods, seconds, batch, policy)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pods", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=20.0, help="of steady state")
+    parser.add_argument("--batch", type=int, default=32, help="creates in flight")
+    parser.add_argument(
+        "--poll-max-s",
+        type=float,
+        default=DEFAULT_POLICY.poll_max_s,
+        help="the policy's longest wait, and so the listing period (shorter: a quick trial)",
+    )
+    args = parser.parse_args()
+    wait = args.poll_max_s
+    policy = dataclasses.replace(
+        DEFAULT_POLICY, poll_max_s=wait, poll_min_s=min(DEFAULT_POLICY.poll_min_s, wait)
+    )
+    asyncio.run(main(args.pods, args.seconds, args.batch, policy))

@@ -1,0 +1,239 @@
+"""Following many pods costs one ``deployment/list`` a period, not a status round trip per pod
+(decision 79): settled follows park on the gateway's board, and only the deployments the
+listing shows changed are asked about."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from dmsgw.behaviors.deployment import (
+    DeploymentInfo,
+    DeploymentListResponse,
+    DeploymentManifestResponse,
+    DeploymentStatusResponse,
+)
+from dmsgw.behaviors.status import EnsembleManifest
+from dmsgw.clock import FixedClock
+from dmsgw.interlink import k8s
+from dmsgw.interlink.deployment_board import DeploymentBoard, Listed
+from dmsgw.interlink.gateway import Gateway
+from dmsgw.interlink.pod_follower import STARTING_WAIT_S, PodFollower
+from dmsgw.interlink.pod_record import POD_UID_KEY, PodPolicy
+from dmsgw.transport.rest import TransportError
+
+from .gateway_fakes import FakeDMS, create, gateway_on, plain_translation, pod, uid, until
+
+PODS = 12
+
+
+async def _settled_gateway(tmp_path: Path, dms: FakeDMS) -> Gateway:
+    """A gateway whose ``PODS`` pods run and whose follows have all parked on its board with
+    what a listing showed of their deployments."""
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:z6Mkboard", clock=FixedClock(1)
+    )
+    for n in range(PODS):
+        await create(gateway, pod(uid(n), command=["sleep", "1000"]))
+    await until(lambda: gateway.board.parked == PODS, "every follow parked on the board")
+    # Parked before any listing: each is told what the next shows, asks once, parks again.
+    await gateway.board.list_once()
+    await until(lambda: gateway.board.parked == PODS, "every follow parked again")
+    return gateway
+
+
+async def test_one_list_call_serves_every_settled_pod(tmp_path: Path) -> None:
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await _settled_gateway(tmp_path, dms)
+    try:
+        status_before, lists_before = dms.asked["deployment/status"], dms.asked["deployment/list"]
+        for _ in range(3):
+            await gateway.board.list_once()
+        await asyncio.sleep(0)
+        assert dms.asked["deployment/list"] >= lists_before + 3
+        assert dms.asked["deployment/status"] == status_before  # no pod asked on its own
+        assert gateway.board.parked == PODS
+    finally:
+        await gateway.close()
+
+
+async def test_a_changed_deployment_is_asked_about_and_an_unchanged_one_is_not(
+    tmp_path: Path,
+) -> None:
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await _settled_gateway(tmp_path, dms)
+    try:
+        changed, *unchanged = sorted(dms.deployments)
+        before = dict(dms.asked_about)
+        dms.deployments[changed].status = "Failed"  # what the next listing shows
+        await gateway.board.list_once()
+        await until(lambda: dms.asked_about[changed] > before[changed], "the changed one asked")
+        assert {e: dms.asked_about[e] for e in unchanged} == {e: before[e] for e in unchanged}
+        pod_uid = dms.deployments[changed].metadata[POD_UID_KEY]
+        await until(
+            lambda: any(r.uid == pod_uid and r.dms_status == "Failed" for r, _ in gateway.pods()),
+            "the pod saw its deployment fail",
+        )
+    finally:
+        await gateway.close()
+
+
+async def test_a_deployment_the_listing_no_longer_shows_is_asked_about(tmp_path: Path) -> None:
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await _settled_gateway(tmp_path, dms)
+    try:
+        gone = sorted(dms.deployments)[0]
+        before = dms.asked_about[gone]
+        dms.forget(gone)
+        await gateway.board.list_once()
+        await until(lambda: dms.asked_about[gone] > before, "the vanished one asked")
+    finally:
+        await gateway.close()
+
+
+class _Follow:
+    def __init__(self) -> None:
+        self.heard: list[Listed | None] = []
+
+    def woken(self, listed: Listed | None) -> None:
+        self.heard.append(listed)
+
+
+class _Pages:
+    """A DMS listing ``ids`` two a page (``fail``: it does not answer)."""
+
+    def __init__(self, ids: dict[str, str]) -> None:
+        self.ids = ids
+        self.fail = False
+        self.calls = 0
+
+    async def __call__(self, behavior: Any, request: Any, **_: Any) -> DeploymentListResponse:
+        self.calls += 1
+        if self.fail:
+            raise TransportError("connection refused")
+        ids = sorted(self.ids)
+        page = ids[request.offset : request.offset + 2]
+        more = request.offset + 2 < len(ids)
+        return DeploymentListResponse(
+            deployments=tuple(DeploymentInfo(orchestrator_id=i, status=self.ids[i]) for i in page),
+            total=len(ids),
+            has_more=more,
+            next_offset=request.offset + 2 if more else 0,
+        )
+
+
+async def test_the_board_reads_every_page_and_wakes_only_what_changed() -> None:
+    dms = _Pages({f"e{n}": "Running" for n in range(5)})
+    board = DeploymentBoard(dms, "owner", every_s=lambda: 0.0)
+    follows = {f"e{n}": _Follow() for n in range(5)}
+    for ident, follow in follows.items():
+        board.park(ident, None, follow)  # parked without a listing: told at the next
+    await board.list_once()
+    assert dms.calls == 3  # three pages of two
+    assert all(f.heard == [("Running", "0001-01-01T00:00:00Z")] for f in follows.values())
+    for ident, follow in follows.items():
+        board.park(ident, follow.heard[-1], follow)
+    dms.ids["e4"] = "Completed"
+    del dms.ids["e0"]
+    await board.list_once()
+    assert {i: len(f.heard) for i, f in follows.items()} == {
+        "e0": 2,
+        "e1": 1,
+        "e2": 1,
+        "e3": 1,
+        "e4": 2,
+    }
+    assert follows["e0"].heard[-1] is None
+    assert follows["e4"].heard[-1] == ("Completed", "0001-01-01T00:00:00Z")
+    assert board.parked == 3
+
+
+async def test_an_unanswered_listing_wakes_none_and_an_unparked_follow_is_not_woken() -> None:
+    dms = _Pages({"e1": "Running", "e2": "Running"})
+    board = DeploymentBoard(dms, "", every_s=lambda: 0.0)
+    one, two = _Follow(), _Follow()
+    board.park("e1", ("Failed", ""), one)
+    board.park("e2", ("Failed", ""), two)
+    dms.fail = True
+    await board.list_once()
+    assert (one.heard, two.heard, board.parked) == ([], [], 2)
+    board.unpark("e2", one)  # not the follow parked for e2: stays
+    assert board.parked == 2
+    board.unpark("e2", two)
+    dms.fail = False
+    await board.list_once()
+    assert (len(one.heard), two.heard, board.parked) == (1, [], 0)
+
+
+async def test_a_parked_pod_deleted_leaves_the_board_and_its_ensemble_is_shut_down(
+    tmp_path: Path,
+) -> None:
+    dms = FakeDMS(tmp_path / "logs")
+    gateway = await _settled_gateway(tmp_path, dms)
+    try:
+        await gateway.delete(k8s.Pod.model_validate(pod(uid(0), command=["sleep", "1000"])))
+        await until(lambda: gateway.board.parked == PODS - 1, "the deleted pod's follow unparked")
+        await until(lambda: not dms.live(uid(0)), "its ensemble shut down")
+        assert len(dms.live()) == PODS - 1
+    finally:
+        await gateway.close()
+
+
+class _Provisioning:
+    """A DMS whose deployment is still provisioning, poll after poll, until ``status`` says
+    otherwise; its listing shows the same."""
+
+    def __init__(self) -> None:
+        self.status = "Provisioning"
+        self.polls = 0
+
+    async def __call__(self, behavior: Any, payload: Any = None, **_: Any) -> Any:
+        if behavior.name.endswith("/list"):
+            info = DeploymentInfo(orchestrator_id="ens-1", status=self.status)
+            return DeploymentListResponse(deployments=(info,), total=1)
+        if behavior.name.endswith("/manifest"):
+            return DeploymentManifestResponse(manifest=EnsembleManifest())
+        self.polls += 1
+        return DeploymentStatusResponse(status=self.status)
+
+
+def _starting_follower(dms: _Provisioning, board: DeploymentBoard | None) -> PodFollower:
+    record_uid = uid(7)
+    body = json.dumps({"pod": pod(record_uid), "container": [{"name": "main"}]}).encode()
+    return PodFollower(
+        record_uid,
+        body,
+        invoke=dms,
+        translate=plain_translation,
+        policy=PodPolicy(),  # the defaults: 0.5 s growing to 5 s once running
+        rng=random.Random(1),
+        report=lambda _: None,
+        board=board,
+    )
+
+
+async def test_alone_a_deployment_on_its_way_to_running_is_polled_at_least_every_second() -> None:
+    follower = _starting_follower(_Provisioning(), None)
+    f = follower.following("ens-1", {})
+    waits = [await follower.poll(f) for _ in range(8)]
+    assert waits[0] == PodPolicy().poll_min_s
+    assert max(w for w in waits if w is not None) == STARTING_WAIT_S  # not the running 5 s
+
+
+async def test_deployments_on_their_way_to_running_park_and_are_woken_when_they_run() -> None:
+    dms = _Provisioning()
+    board = DeploymentBoard(dms, "", every_s=lambda: 0.0)
+    follower = _starting_follower(dms, board)
+    steps = follower.follow("ens-1", {})
+    await until(lambda: board.parked == 1, "the starting follow parked")
+    assert dms.polls == 1
+    for _ in range(3):
+        await board.list_once()  # still provisioning: not woken
+    assert (dms.polls, board.parked) == (1, 1)
+    dms.status = "Running"
+    await board.list_once()
+    await until(lambda: dms.polls == 2, "the follow woken to poll")
+    steps.cancel()
