@@ -69,6 +69,7 @@ from .snapshots import Shown, Snapshots
 from .store import PodStore
 from .translate import allocation_key
 from .translation import Translate
+from .under_way import RECREATE_WAIT_S, UnderWay
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class GatewayParts:
     sets :data:`~dmsgw.interlink.heap.FREEZE_EVERY`); 0 never freezes."""
     polls_per_s: float = DEFAULT_POLLS_PER_S
     """Status polls of the DMS a second, all followed pods together (:class:`PollPace`)."""
+    recreate_wait_s: float = RECREATE_WAIT_S
 
 
 class Gateway:
@@ -152,7 +154,7 @@ class Gateway:
             clock=parts.clock,
             exit_hook=self._supervisor_ended,
         )
-        self._creating: dict[str, asyncio.Future[None]] = {}  # UID -> its create under way
+        self._under_way = UnderWay(parts.recreate_wait_s)
         self._starting: list[tuple[ChildSpec, asyncio.Future[None]]] = []
         """The pod actors to start in the next supervisor message (:meth:`_spawn`)."""
         self._sending: set[asyncio.Task[None]] = set()  # the messages under way
@@ -343,10 +345,12 @@ class Gateway:
         ]
 
     def _forget(self, uid: str) -> None:
-        """A pod actor finished deleting its pod."""
+        """A pod actor finished deleting its pod (or an ended pod without one is deleted)."""
+        self.snapshots.forget(uid)
         self._latest.pop(uid, None)
         self._records.pop(uid, None)
         self._polls.drop(uid)
+        self._under_way.deleted(uid)
         self._heap.let_go()
 
     def _translate(self, data: RetrievedPodData, generation: int) -> EnsembleConfig:
@@ -368,13 +372,10 @@ class Gateway:
         return results
 
     async def _create_one(self, uid: str, data: RetrievedPodData) -> None:
-        while (pending := self._creating.get(uid)) is not None:
-            await asyncio.wait([pending])  # if that create failed, this one tries again
+        await self._under_way.settled(uid)  # a delete of the UID under way ends first
         if uid in self._records:
             return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._creating[uid] = done
-        try:
+        with self._under_way.creating(uid):
             record = _first_attempt(uid, data, self.parts.clock())
             remember_request(record.request, data)  # parsed and checked once, by the route
             # The pod's first entry is made here, not by its actor: the create is answered
@@ -382,26 +383,23 @@ class Gateway:
             kept = entry_of(record, self._snapshot)
             await self.parts.store.put(uid, stored(record, kept))
             await self._spawn(record, kept)
-        finally:
-            del self._creating[uid]
-            done.set_result(None)
 
     async def delete(self, pod: k8s.Pod) -> None:
-        """Shut the pod's ensemble down; idempotent (interLink never retries a delete)."""
+        """Shut the pod's ensemble down, idempotent, stored before answered (decision 70)."""
         uid = pod.metadata.uid
-        ref = self.registry.get(_name(uid))
-        if ref is not None and ref.is_alive():
-            await ref.proxy().delete()  # type: ignore[attr-defined]
+        await self._under_way.created(uid)
+        if uid not in self._records:
             return
-        record = self._records.get(uid)
-        if record is not None and (ref is not None or record.phase != Phase.TERMINAL):
-            await self._delete_later(record)
-            return
-        self._records.pop(uid, None)
-        self.snapshots.forget(uid)
-        self._polls.drop(uid)
-        if record is not None:
-            await self.parts.store.delete(uid)
+        with self._under_way.deleting(uid):
+            ref = self.registry.get(_name(uid))
+            if ref is not None and ref.is_alive():
+                return await ref.proxy().delete()  # type: ignore[attr-defined,no-any-return]
+            record = self._records[uid]
+            if ref is not None or record.phase != Phase.TERMINAL:
+                await self._delete_later(record)
+                return
+            await self.parts.store.delete(uid)  # dropped only once the store has let it go
+            self._forget(uid)
 
     async def _delete_later(self, record: PodRecord) -> None:
         """A pod whose actor crashed and awaits its restart (its dead ref is still registered),
@@ -417,7 +415,11 @@ class Gateway:
         the store writes reads the delete too."""
         deleting = dataclasses.replace(record, phase=Phase.DELETING)
         self._records[record.uid] = deleting
-        await self.parts.store.put(record.uid, deleting.to_map())
+        try:
+            await self.parts.store.put(record.uid, deleting.to_map())
+        except BaseException:
+            self._records[record.uid] = record  # not stored: the restart resumes the pod
+            raise
         log.info("pod %s: its actor is restarting; the delete waits for it", record.uid)
 
     async def status(self, pods: list[PodRef]) -> list[PodStatus]:

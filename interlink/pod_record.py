@@ -30,6 +30,10 @@ from .translate import METADATA_GENERATION, METADATA_POD_UID
 
 POD_UID_KEY = METADATA_POD_UID
 ATTEMPT_KEY = METADATA_GENERATION  # one deployment per attempt: its generation
+INCARNATION_KEY = "dmsgw.io/incarnation"
+"""Ensemble metadata: when the gateway took the pod on (its record's ``created_ns``). A pod
+made again with the UID of one deleted before counts its attempts from 1 again: only this
+tells its ensembles from the old pod's (decision 72)."""
 DEPLOYMENT_LOST = "DeploymentLost"
 """``PodRecord.reason`` of a pod whose deployment the DMS no longer knows."""
 INIT_CONTAINER_FAILED = "InitContainerFailed"
