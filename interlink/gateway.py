@@ -55,7 +55,7 @@ from .pod_record import (
     PodRecord,
     Snapshot,
     entry_of,
-    kept_snapshot,
+    read_stored,
     remember_request,
     request_data,
     stored,
@@ -193,9 +193,7 @@ class Gateway:
         entry (made again when the one kept is not what this gateway would make), the others
         with their kept entry, if any, which their actors publish."""
         ended, live = [], []
-        for value in self.parts.store.load_all():
-            record = PodRecord.from_map(value)
-            kept = kept_snapshot(value, record)
+        for record, kept in self.parts.store.load_each(read_stored):
             if record.phase == Phase.TERMINAL:
                 ended.append((record, kept[1] if kept else Shown.of(self.parts.snapshot(record))))
             else:

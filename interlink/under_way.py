@@ -1,5 +1,5 @@
-"""Which pods have a create or a delete under way, so that the two never cross (decisions 070
-and 072): a delete that comes during its pod's create waits for the create and undoes what it
+"""Which pods have a create or a delete under way, so that the two never cross (decision
+070): a delete that comes during its pod's create waits for the create and undoes what it
 made; a create that comes during the delete of its UID waits for the delete, then makes the
 pod afresh, or is refused when the delete outlasts a bound.
 """
@@ -14,7 +14,7 @@ from .server import PodBeingDeletedError
 
 RECREATE_WAIT_S = 20.0
 """How long a ``/create`` of a UID whose delete is under way waits for that delete to end
-(then it creates the pod afresh) before it is refused with 409 (decision 72): well within the
+(then it creates the pod afresh) before it is refused with 409 (decision 70): well within the
 server's default deadline, while a delete waits out the pod's grace period."""
 
 

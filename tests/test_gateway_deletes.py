@@ -1,5 +1,5 @@
 """Deletes that race a pod's create, deletes whose store write fails, and a UID created again
-while (or after) its delete runs (issue 26, items 8 and 10; decisions 070 and 072).
+while (or after) its delete runs (issue 26, items 8 and 10; decision 070).
 
 Over the in-memory DMS of :mod:`tests.gateway_fakes`: an injected clock, bounded waits on the
 gateway's own state, and stores and DMSs held at the step a test needs.

@@ -24,7 +24,7 @@ class UnknownPodError(DmsgwError):
 
 
 class PodBeingDeletedError(DmsgwError):
-    """A ``/create`` of a UID whose delete is still under way: answered 409 (decision 72)."""
+    """A ``/create`` of a UID whose delete is still under way: answered 409 (decision 70)."""
 
 
 class BackendGaveUpError(DmsgwError):

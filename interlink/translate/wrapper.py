@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 from collections.abc import Sequence
 
@@ -294,12 +295,15 @@ def probe_script(probes: Sequence[ProbeRun], hooks: Hooks, grace_s: int) -> str:
     startup probe runs ``preStop``, then TERMs the command and KILLs it after ``grace_s``:
     the DMS's failure recovery (the pod's ``restartPolicy``) decides what comes next. Each
     outcome is reported on stderr (:data:`~dmsgw.interlink.run_markers.PROBE_MARKER`)."""
-    functions = (
-        _PROBE_FUNCTIONS.replace("PROBE_MARKER", PROBE_MARKER)
-        .replace("WGET_CURL_PYTHON3", ", ".join(_HTTP_TOOLS))
-        .replace("NC_BASH_PYTHON3", ", ".join(_TCP_TOOLS))
-        .replace("PRE_STOP", f"{hooks.pre_stop} || :" if hooks.pre_stop else ":")
-        .replace("GRACE", str(grace_s))
+    functions = _filled(
+        _PROBE_FUNCTIONS,
+        {
+            "PROBE_MARKER": PROBE_MARKER,
+            "WGET_CURL_PYTHON3": ", ".join(_HTTP_TOOLS),
+            "NC_BASH_PYTHON3": ", ".join(_TCP_TOOLS),
+            "PRE_STOP": f"{hooks.pre_stop} || :" if hooks.pre_stop else ":",
+            "GRACE": str(grace_s),
+        },
     )
     handlers = {run.handler for run in probes}
     lines = [functions]
@@ -318,3 +322,11 @@ def probe_script(probes: Sequence[ProbeRun], hooks: Hooks, grace_s: int) -> str:
     body.append("  wait 2>/dev/null")
     lines += ["dmsgw_probes() {", *body, "}", "dmsgw_probes &", "dmsgw_prober=$!"]
     return "\n".join(lines)
+
+
+def _filled(template: str, values: dict[str, str]) -> str:
+    """``template`` with each of the ``values``' names replaced, in one pass: what is put in
+    (a ``preStop`` command) is never read again for a name (``echo GRACEFUL`` stays as it
+    is)."""
+    names = re.compile("|".join(re.escape(name) for name in values))
+    return names.sub(lambda found: values[found[0]], template)
