@@ -213,7 +213,8 @@ class Allocation:
     async def _stop_process(self) -> None:
         execution, self.execution = self.execution, None
         if execution is not None:
-            self.exit_code = await execution.stop(self.timeouts.shutdown_s)
+            grace_s = self.timeouts.stop_grace_s(self.config.execution)
+            self.exit_code = await execution.stop(grace_s)
 
     async def restart(self) -> None:
         """Stop the process if it runs and start it again (logs are appended to)."""

@@ -68,7 +68,7 @@ from .server import BackendUnavailable, UnknownPodError
 from .snapshots import Shown, Snapshots
 from .store import PodStore
 from .translate import allocation_key
-from .translation import Translate
+from .translation import Translate, refuse_what_cannot_run
 from .under_way import RECREATE_WAIT_S, UnderWay
 
 log = logging.getLogger(__name__)
@@ -362,6 +362,7 @@ class Gateway:
         deployment happens in the pod actor. The pods of one request are taken one after another;
         separate requests run concurrently (their store writes share one commit, their actors
         start in one supervisor message), and a second create of a UID waits for the first."""
+        refuse_what_cannot_run(self.parts.translate, pods)
         results = []
         for data in pods:
             uid = data.pod.metadata.uid

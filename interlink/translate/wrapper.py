@@ -99,19 +99,28 @@ def wrapper_script(
 ) -> str:
     """The shell that runs the container's command (``"$@"``) in the background so that it can
     run the ``postStart`` hook beside it, run ``preStop`` and forward the signal when it is
-    asked to stop, run the ``probes`` (a failed liveness or startup probe stops the command
-    as the kubelet would, within ``grace_s``), and, for an init container, write the
-    completion ``marker`` when the command exits 0. It reports the command's start and exit
-    status on stderr (the DMS reports neither) and exits with the command's status."""
-    on_stop = f"{hooks.pre_stop} || :; " if hooks.pre_stop else ""
-    on_stop += '[ -z "$pid" ] || kill -TERM "$pid" 2>/dev/null'
+    asked to stop (and KILL the command ``grace_s`` after), run the ``probes`` (a failed
+    liveness or startup probe stops the command as the kubelet would, within ``grace_s``),
+    and, for an init container, write the completion ``marker`` when the command exits 0. It
+    reports the command's start and exit status on stderr (the DMS reports neither) and exits
+    with the command's status."""
     lines = [
         f"# dmsgw: runs container {c.spec.name!r}, reporting its start and exit on stderr",
-        "pid=",
-        f"trap {shlex.quote(on_stop)} TERM INT",
+        "pid= dmsgw_asked= dmsgw_stopped=",
+        # Asked to stop: as the kubelet, KILL the command once the grace period has passed
+        # (counted from now, preStop included), run preStop, then TERM it; once only, and
+        # only once the command runs (a signal that comes before is carried out then).
+        "dmsgw_stop() {",
+        '  dmsgw_asked=1; [ -n "$pid" ] && [ -z "$dmsgw_stopped" ] || return 0; dmsgw_stopped=1',
+        f'  (sleep {grace_s}; kill -KILL "$pid") >/dev/null 2>&1 &',
+        *([f"  {hooks.pre_stop} || :"] if hooks.pre_stop else []),
+        '  kill -TERM "$pid" 2>/dev/null',
+        "}",
+        "trap dmsgw_stop TERM INT",
         f"echo {shlex.quote(STARTED_MARKER)} >&2",
         '"$@" &',
         "pid=$!",
+        '[ -z "$dmsgw_asked" ] || dmsgw_stop',
     ]
     if hooks.post_start:
         lines += [
