@@ -107,6 +107,14 @@ class KeyType(enum.StrEnum):
     GPG = "gpg"
 
 
+STOP_TIMEOUT_PARAM = "stop_timeout"
+"""A container's grace period on stop, in seconds, as Docker's container configuration names
+it (``StopTimeout``): SIGTERM, then SIGKILL once it has passed. The gateway writes it for
+every container (the pod's ``terminationGracePeriodSeconds``); the embedded devnet honours it,
+and a DMS whose executor does not read it stops the container after its own
+``AllocationShutdownTimeout`` instead (decision 071)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class SpecConfig(GoStruct):
     """``types.SpecConfig``: what to run, e.g. ``{"type": "docker", "params": {"image": …}}``.

@@ -78,6 +78,7 @@ class Allocation:
         self.exit_code: int | None = None
         self.error = ""
         """Why the last run ended, when the executor knows more than its exit code."""
+        self._command_runs = False  # the execution's command has started (its set-up is done)
         self.oom_killed = False
         self.started_ns: list[int] = []
         """When each run of the process started (a restart adds one)."""
@@ -172,7 +173,7 @@ class Allocation:
             self.plan = await self.executor.prepare(self.id, self.config, self.ensemble_id)
             self._mounted = True
         execution = await self.executor.run(self.plan)
-        self.execution = execution
+        self.execution, self._command_runs = execution, False
         self.exit_code, self.error, self.oom_killed = None, "", False
         if execution.sampled:
             self.node.spawn(execution.watch_memory(), f"memory of {self.id}")
@@ -185,6 +186,7 @@ class Allocation:
             raise
         if self.execution is not execution:
             raise SandboxError("stopped while it was being set up")
+        self._command_runs = True
         self.started_ns.append(self.node.clock())
         self._meter = RunMeter(
             execution.pid,
@@ -213,7 +215,14 @@ class Allocation:
     async def _stop_process(self) -> None:
         execution, self.execution = self.execution, None
         if execution is not None:
-            self.exit_code = await execution.stop(self.timeouts.shutdown_s)
+            # The pod's grace is its command's: a set-up still running (provision scripts
+            # waiting for an init container) is stopped within the DMS's own timeout.
+            grace_s = (
+                self.timeouts.stop_grace_s(self.config.execution)
+                if self._command_runs
+                else self.timeouts.shutdown_s
+            )
+            self.exit_code = await execution.stop(grace_s)
 
     async def restart(self) -> None:
         """Stop the process if it runs and start it again (logs are appended to)."""

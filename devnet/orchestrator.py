@@ -441,9 +441,9 @@ class Orchestrator:
         async def stop(a: Placed) -> None:
             request = AllocationRequest(a.id)
             try:
-                await self.actor.invoke(
-                    a.handle, ALLOCATION_SHUTDOWN, request, self.timeouts.shutdown_s * 2
-                )
+                # The allocation waits out its grace before it answers.
+                timeout = self.timeouts.shutdown_s + self.timeouts.stop_grace_s(a.config.execution)
+                await self.actor.invoke(a.handle, ALLOCATION_SHUTDOWN, request, timeout)
             except InvokeError as exc:
                 log.info("deployment %s: stopping %s: %s", self.id, a.key, exc)
                 return

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..behaviors.ensemble import STOP_TIMEOUT_PARAM, SpecConfig
+
+MAX_STOP_GRACE_S = 3600.0
+"""The longest grace a devnet allocation gets on stop, whatever it asks for."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Timeouts:
@@ -47,6 +52,15 @@ class Timeouts:
     """Restarts per allocation under ``failure_recovery`` before it stays down (devnet rule)."""
     invoke_s: float = 30.0
     """Other node-to-node requests (logs, revert, status)."""
+
+    def stop_grace_s(self, execution: SpecConfig) -> float:
+        """The grace between SIGTERM and SIGKILL for an allocation running ``execution``: its
+        ``stop_timeout`` (Docker's ``StopTimeout``, which the gateway sets to the pod's
+        ``terminationGracePeriodSeconds``), else ``shutdown_s``."""
+        wanted = (execution.params or {}).get(STOP_TIMEOUT_PARAM)
+        if isinstance(wanted, int | float) and not isinstance(wanted, bool) and wanted >= 0:
+            return float(min(wanted, MAX_STOP_GRACE_S))
+        return self.shutdown_s
 
     def start_timeout_s(self, provisioned: bool) -> float:
         """How long to wait for an allocation's start (or restart) reply: the provision

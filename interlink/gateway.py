@@ -51,7 +51,7 @@ from .pod_record import (
     PodRecord,
     Snapshot,
     entry_of,
-    kept_snapshot,
+    read_stored,
     remember_request,
     request_data,
     stored,
@@ -64,7 +64,8 @@ from .server import BackendUnavailable, UnknownPodError
 from .snapshots import Shown, Snapshots
 from .store import PodStore
 from .translate import allocation_key
-from .translation import Translate
+from .translation import Translate, refuse_what_cannot_run
+from .under_way import RECREATE_WAIT_S, UnderWay
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class GatewayParts:
     polls_per_s: float = DEFAULT_POLLS_PER_S
     """Status polls of the DMS a second, all followed pods together (:class:`PollPace`)."""
     admission: AdmissionPolicy = dataclasses.field(default_factory=AdmissionPolicy)
+    recreate_wait_s: float = RECREATE_WAIT_S
 
 
 class Gateway:
@@ -149,7 +151,7 @@ class Gateway:
             clock=parts.clock,
             exit_hook=self._supervisor_ended,
         )
-        self._creating: dict[str, asyncio.Future[None]] = {}  # UID -> its create under way
+        self._under_way = UnderWay(parts.recreate_wait_s)
         self._starting: list[tuple[ChildSpec, asyncio.Future[None]]] = []
         """The pod actors to start in the next supervisor message (:meth:`_spawn`)."""
         self._sending: set[asyncio.Task[None]] = set()  # the messages under way
@@ -193,9 +195,7 @@ class Gateway:
         entry (made again when the one kept is not what this gateway would make), the others
         with their kept entry, if any, which their actors publish."""
         ended, live = [], []
-        for value in self.parts.store.load_all():
-            record = PodRecord.from_map(value)
-            kept = kept_snapshot(value, record)
+        for record, kept in self.parts.store.load_each(read_stored):
             if record.phase == Phase.TERMINAL:
                 ended.append((record, kept[1] if kept else Shown.of(self.parts.snapshot(record))))
             else:
@@ -307,29 +307,28 @@ class Gateway:
         self._polls.took(record.uid)
         if kept is not None:
             self.snapshots.publish(record.uid, kept[1])
-        parts = self.parts
         unread = [kept] if kept is not None else []
 
         def start(hook: Any) -> AsyncActorRef[PodActor]:
             latest = self._records[record.uid]  # a restarted actor resumes from the newest record
             return PodActor.start(
                 latest,
-                invoke=parts.invoke,
-                store=parts.store,
+                invoke=self.parts.invoke,
+                store=self.parts.store,
                 translate=self._translate,
                 snapshot=self._snapshot,
                 snapshots=self.snapshots,
                 on_deleted=self._forget,
                 kept=unread.pop() if unread else None,  # a restart reads the record again
-                policy=parts.policy,
-                clock=parts.clock,
+                policy=self.parts.policy,
+                clock=self.parts.clock,
                 rng=self._jitter,
                 heap=self._heap,
                 pace=self._pace,
                 board=self.board,
                 turns=self._turns,
                 admission=self.admission,
-                loop=parts.loop,
+                loop=self.parts.loop,
                 exit_hook=hook,
             )
 
@@ -349,10 +348,12 @@ class Gateway:
         ]
 
     def _forget(self, uid: str) -> None:
-        """A pod actor finished deleting its pod."""
+        """A pod actor finished deleting its pod (or an ended pod without one is deleted)."""
+        self.snapshots.forget(uid)
         self._latest.pop(uid, None)
         self._records.pop(uid, None)
         self._polls.drop(uid)
+        self._under_way.deleted(uid)
         self._heap.let_go()
 
     def _translate(self, data: RetrievedPodData, generation: int) -> EnsembleConfig:
@@ -366,6 +367,7 @@ class Gateway:
         deployment happens in the pod actor. The pods of one request are taken one after another;
         separate requests run concurrently (their store writes share one commit, their actors
         start in one supervisor message), and a second create of a UID waits for the first."""
+        refuse_what_cannot_run(self.parts.translate, pods)
         results = []
         for data in pods:
             uid = data.pod.metadata.uid
@@ -374,13 +376,10 @@ class Gateway:
         return results
 
     async def _create_one(self, uid: str, data: RetrievedPodData) -> None:
-        while (pending := self._creating.get(uid)) is not None:
-            await asyncio.wait([pending])  # if that create failed, this one tries again
+        await self._under_way.settled(uid)  # a delete of the UID under way ends first
         if uid in self._records:
             return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._creating[uid] = done
-        try:
+        with self._under_way.creating(uid):
             record = _first_attempt(uid, data, self.parts.clock())
             remember_request(record.request, data)  # parsed and checked once, by the route
             # The pod's first entry is made here, not by its actor: the create is answered
@@ -388,26 +387,22 @@ class Gateway:
             kept = entry_of(record, self._snapshot)
             await self.parts.store.put(uid, stored(record, kept))
             await self._spawn(record, kept)
-        finally:
-            del self._creating[uid]
-            done.set_result(None)
 
     async def delete(self, pod: k8s.Pod) -> None:
-        """Shut the pod's ensemble down; idempotent (interLink never retries a delete)."""
+        """Shut the pod's ensemble down, idempotent, stored before answered (decision 70)."""
         uid = pod.metadata.uid
-        ref = self.registry.get(_name(uid))
-        if ref is not None and ref.is_alive():
-            await ref.proxy().delete()  # type: ignore[attr-defined]
+        await self._under_way.created(uid)
+        if uid not in self._records:
             return
-        record = self._records.get(uid)
-        if record is not None and (ref is not None or record.phase != Phase.TERMINAL):
-            await self._delete_later(record)
-            return
-        self._records.pop(uid, None)
-        self.snapshots.forget(uid)
-        self._polls.drop(uid)
-        if record is not None:
-            await self.parts.store.delete(uid)
+        with self._under_way.deleting(uid):
+            ref = self.registry.get(_name(uid))
+            if ref is not None and ref.is_alive():
+                return await ref.proxy().delete()  # type: ignore[attr-defined,no-any-return]
+            record = self._records[uid]
+            if ref is not None or record.phase != Phase.TERMINAL:
+                return await self._delete_later(record)
+            await self.parts.store.delete(uid)  # dropped only once the store has let it go
+            self._forget(uid)
 
     async def _delete_later(self, record: PodRecord) -> None:
         """A pod whose actor crashed and awaits its restart (its dead ref is still registered),
@@ -423,7 +418,11 @@ class Gateway:
         the store writes reads the delete too."""
         deleting = dataclasses.replace(record, phase=Phase.DELETING)
         self._records[record.uid] = deleting
-        await self.parts.store.put(record.uid, deleting.to_map())
+        try:
+            await self.parts.store.put(record.uid, deleting.to_map())
+        except BaseException:
+            self._records[record.uid] = record  # not stored: the restart resumes the pod
+            raise
         log.info("pod %s: its actor is restarting; the delete waits for it", record.uid)
 
     async def status(self, pods: list[PodRef]) -> list[PodStatus]:

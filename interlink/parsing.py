@@ -30,6 +30,7 @@ from .apimachinery import json_kind
 from .bodies import LogStruct, RetrievedPodData
 
 __all__ = [
+    "MAX_CONTAINERS_PER_POD",
     "MAX_PODS_PER_REQUEST",
     "PluginRequestError",
     "PodRef",
@@ -51,6 +52,11 @@ class PluginRequestError(DmsgwError):
 T = TypeVar("T")
 
 MAX_PODS_PER_REQUEST = 10_000
+MAX_CONTAINERS_PER_POD = 100
+"""Containers (init and main together) one pod may have. Kubernetes sets no such limit, but
+each container is a DMS allocation with its own reservation, process and logs, and the
+largest pods seen in practice (sidecar meshes, batch pipelines) have a few dozen; a pod of
+10,000 held the event loop for seconds. Decision 072."""
 """The most pods one ``/create`` or ``/status`` body may name. interLink asks about one pod per
 ``/status`` call and creates one per ``/create``; a virtual node holds up to 10,000 pods, so a
 client that asks about all of them at once still fits, and nothing more can make one request
@@ -65,7 +71,8 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 
 
 class TooManyPodsError(PluginRequestError):
-    """A body naming more than :data:`MAX_PODS_PER_REQUEST` pods (answered 413)."""
+    """A body naming more than :data:`MAX_PODS_PER_REQUEST` pods, or a pod with more than
+    :data:`MAX_CONTAINERS_PER_POD` containers (answered 413)."""
 
 
 def parse_create_body(raw: bytes) -> list[RetrievedPodData]:
@@ -93,6 +100,7 @@ def parse_create_body(raw: bytes) -> list[RetrievedPodData]:
 def _creatable(item: Any, root: str) -> RetrievedPodData:
     """One pod to create, refused now if it could only fail later: a pod without containers
     has nothing to run, and a UID that is not a UUID would end up in paths and names."""
+    _check_container_count(item, root)
     data = _validate(_CREATE, item, root)
     pod_root = f"{root}.pod" if root else "pod"
     _check_identity(data.pod, pod_root)
@@ -105,6 +113,24 @@ def _creatable(item: Any, root: str) -> RetrievedPodData:
     if not data.pod.spec.containers:
         raise PluginRequestError(f"{pod_root}.spec.containers: a pod needs at least one container")
     return data
+
+
+def _check_container_count(item: Any, root: str) -> None:
+    """At most :data:`MAX_CONTAINERS_PER_POD`, counted before the pod is read (reading them
+    all is what would hold the loop)."""
+    body = item.get("pod") if isinstance(item, dict) else None
+    spec = body.get("spec") if isinstance(body, dict) else None
+    if not isinstance(spec, dict):
+        return  # the validation names what is wrong
+    counts = [
+        len(v) for v in (spec.get("initContainers"), spec.get("containers")) if isinstance(v, list)
+    ]
+    if sum(counts) > MAX_CONTAINERS_PER_POD:
+        where = f"{root}.pod.spec" if root else "pod.spec"
+        raise TooManyPodsError(
+            f"{where}: {sum(counts)} containers (init and main); a pod may have at most "
+            f"{MAX_CONTAINERS_PER_POD}"
+        )
 
 
 def parse_delete_body(raw: bytes) -> k8s.Pod:

@@ -192,6 +192,7 @@ class PodActor(AsyncActor):
             turns=self._turns,
             admission=self._admission,
             board=self._board,
+            incarnation=str(record.created_ns or ""),
         )
 
     def _task_done(self, task: asyncio.Future[None]) -> None:
@@ -237,13 +238,21 @@ class PodActor(AsyncActor):
     # --- what the gateway asks ----------------------------------------------------------
 
     async def delete(self) -> None:
-        """Shut the ensemble down (idempotent); the actor stops when it is done."""
+        """Shut the ensemble down (idempotent); the actor stops when it is done. The delete
+        is stored before anything changes: a store that fails raises to the caller (nothing
+        is acknowledged that was not saved) and leaves the pod as it was, its follower still
+        at work, so that a delete again completes it."""
         if self.record.phase == Phase.DELETING:
             return
-        await self._cancel()
-        self._release()
+        was = self.record.phase
         self.record.phase = Phase.DELETING
-        await self._save()
+        try:
+            await self._save()
+        except BaseException:
+            self.record.phase = was
+            raise
+        await self._cancel()  # what the follower reports meanwhile is ignored: deleting
+        self._release()
         self._run(self._follower.shut_down(self.record.ensemble_id, self.record.attempt))
 
     # --- messages from the follower ---------------------------------------------------

@@ -58,8 +58,16 @@ from .follow_reports import (
 )
 from .following import Following, allocation_state, reads_log, runs_now, settled, starts_unseen
 from .logs import STDERR_LOG, fetched_logs, new_lines
-from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
+from .pod_record import (
+    ATTEMPT_KEY,
+    INCARNATION_KEY,
+    POD_UID_KEY,
+    TERMINAL_DMS,
+    PodPolicy,
+    parsed_request,
+)
 from .poll_pace import PollPace
+from .recovery import labelled
 from .run_markers import markers, probe_markers
 from .translate import allocation_key
 from .translation import Translate, TranslationNotReadyError
@@ -154,6 +162,7 @@ class PodFollower:
         "_admission",
         "_board",
         "_clock",
+        "_incarnation",
         "_inflight",
         "_invoke",
         "_on_poll",
@@ -183,12 +192,17 @@ class PodFollower:
         turns: Turns | None = None,
         admission: AdmissionQueue | None = None,
         board: DeploymentBoard | None = None,
+        incarnation: str = "",
     ) -> None:
         self._uid = uid
         self._admission = admission  # None: every attempt deploys at once
         self._board = board
         """The gateway's listing of many deployments a period: a settled follow parks on it
         (``None``: every follow polls its deployment, as alone)."""
+        self._incarnation = incarnation
+        """Stamped on each ensemble (:data:`INCARNATION_KEY`): the ensembles of a pod deleted
+        before with the same UID are never taken for this pod's (``""``: a record of an
+        older gateway, whose ensembles carry none)."""
         self._turns = turns
         """The gate its pod's actor passes (shared by a gateway's pods): a translation and a
         poll's reading of its reply pass it too (:meth:`_take_turn`)."""
@@ -277,7 +291,8 @@ class PodFollower:
         tries = 0
         while True:
             try:
-                return self._translate(parsed_request(self._request), attempt)
+                ensemble = self._translate(parsed_request(self._request), attempt)
+                return labelled(ensemble, INCARNATION_KEY, self._incarnation)
             except TranslationNotReadyError as pending:
                 if tries:
                     await asyncio.sleep(self._retry_delay(tries))
@@ -293,6 +308,8 @@ class PodFollower:
         been lost, or the gateway died after the DMS accepted it): never deploy twice. A
         listing that goes unanswered is asked again: that DMS may well hold one."""
         wanted = {POD_UID_KEY: self._uid, ATTEMPT_KEY: str(attempt)}
+        if self._incarnation:
+            wanted[INCARNATION_KEY] = self._incarnation
         tries = 0
         while True:
             try:

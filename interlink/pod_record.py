@@ -30,6 +30,10 @@ from .translate import METADATA_GENERATION, METADATA_POD_UID
 
 POD_UID_KEY = METADATA_POD_UID
 ATTEMPT_KEY = METADATA_GENERATION  # one deployment per attempt: its generation
+INCARNATION_KEY = "dmsgw.io/incarnation"
+"""Ensemble metadata: when the gateway took the pod on (its record's ``created_ns``). A pod
+made again with the UID of one deleted before counts its attempts from 1 again: only this
+tells its ensembles from the old pod's (decision 70)."""
 DEPLOYMENT_LOST = "DeploymentLost"
 """``PodRecord.reason`` of a pod whose deployment the DMS no longer knows."""
 INIT_CONTAINER_FAILED = "InitContainerFailed"
@@ -221,6 +225,23 @@ def kept_snapshot(value: Mapping[str, Any], record: PodRecord) -> Kept | None:
         return None
     shown = Shown.from_stored(kept[1:])
     return (digest, shown) if shown is not None and _entry_of(shown.wire, record.uid) else None
+
+
+_PHASES = frozenset(value for name, value in vars(Phase).items() if name.isupper())
+
+
+def read_stored(value: Mapping[str, Any]) -> tuple[PodRecord, Kept | None]:
+    """A stored pod: its record, and the ``/status`` entry kept with it
+    (:func:`kept_snapshot`). What cannot be a pod's record raises ``TypeError`` or
+    ``ValueError``, which has the store set it aside instead of stopping the gateway."""
+    record = PodRecord.from_map(value)
+    if not (isinstance(record.uid, str) and record.uid):
+        raise ValueError("it names no pod UID")
+    if record.phase not in _PHASES:
+        raise ValueError(f"unknown phase {record.phase!r}")
+    if not isinstance(record.request, bytes):
+        raise TypeError("its pod's request is not bytes")
+    return record, kept_snapshot(value, record)
 
 
 def _entry_of(wire: bytes, uid: str) -> bool:

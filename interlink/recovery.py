@@ -46,10 +46,7 @@ class OwnedEnsembles:
 
     def stamp(self, config: EnsembleConfig) -> EnsembleConfig:
         """``config`` labelled as this gateway's."""
-        if not self.owner or config.v1 is None:
-            return config
-        metadata = {**(config.v1.metadata or {}), OWNER_KEY: self.owner}
-        return dataclasses.replace(config, v1=dataclasses.replace(config.v1, metadata=metadata))
+        return labelled(config, OWNER_KEY, self.owner)
 
     def owns(self, metadata: Mapping[str, str] | None) -> bool:
         """Whether an ensemble with this metadata was deployed by this gateway."""
@@ -105,6 +102,15 @@ class OwnedEnsembles:
             await self._invoke(DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id))
         except DmsgwError as exc:
             log.info("shutdown of stray ensemble %s: %s", ensemble_id, exc)
+
+
+def labelled(config: EnsembleConfig, key: str, value: str) -> EnsembleConfig:
+    """``config`` with the metadata ``key`` set to ``value`` (as it is, when ``value`` is
+    empty)."""
+    if not value or config.v1 is None:
+        return config
+    metadata = {**(config.v1.metadata or {}), key: value}
+    return dataclasses.replace(config, v1=dataclasses.replace(config.v1, metadata=metadata))
 
 
 class PollLedger:

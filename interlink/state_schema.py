@@ -9,7 +9,8 @@ need no migration (msgpack maps whose readers default what is missing); the vers
 changes of the tables.
 
 Versions: 0, the first file (``pods`` only; also a new, empty file); 1, ``state_meta`` added,
-which records the DMS the state was made with (:mod:`.state_binding`).
+which records the DMS the state was made with (:mod:`.state_binding`); 2, ``set_aside`` added,
+where the records that could not be read at a start are kept for the operator.
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ def _to_1(db: sqlite3.Connection) -> None:
     )
 
 
-_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_to_1,)
+def _to_2(db: sqlite3.Connection) -> None:
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS set_aside "
+        "(uid TEXT PRIMARY KEY, record BLOB NOT NULL, reason TEXT NOT NULL) WITHOUT ROWID"
+    )
+
+
+_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_to_1, _to_2)
 """``_MIGRATIONS[n]`` brings a file from version ``n`` to ``n + 1``."""
 STATE_SCHEMA = len(_MIGRATIONS)
 """The version this release writes."""

@@ -22,9 +22,9 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
@@ -38,6 +38,7 @@ _SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
 _GROUP_OTHER = 0o077
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class StoreError(DmsgwError):
@@ -126,10 +127,42 @@ class PodStore:
             )
 
     def load_all(self) -> list[dict[str, Any]]:
-        """Every record, as written (corrupt ones raise: the operator must look)."""
+        """Every record, as written (see :meth:`load_each`)."""
+        return self.load_each(_as_it_is)
+
+    def load_each(self, read: Callable[[dict[str, Any]], T]) -> list[T]:
+        """Every record, as ``read`` reads it. One that does not unpack, or that ``read``
+        refuses (``TypeError``, ``ValueError``, ``KeyError``), is set aside: moved to the
+        table ``set_aside`` with the reason, and logged with its UID; the others are served
+        (one bad row stopped the whole gateway, naming nobody)."""
         with self._lock:
-            rows = self._db.execute("SELECT record FROM pods").fetchall()
-        return [unpack(row[0]) for row in rows]
+            rows = self._db.execute("SELECT uid, CAST(record AS BLOB) FROM pods").fetchall()
+        out, bad = [], []
+        for uid, blob in rows:
+            try:
+                out.append(read(unpack(blob)))
+            except (StoreError, TypeError, ValueError, KeyError) as exc:
+                bad.append((uid, blob, str(exc) or type(exc).__name__))
+        if bad:
+            self._set_aside(bad)
+        return out
+
+    def _set_aside(self, bad: list[tuple[str, bytes, str]]) -> None:
+        with self._lock, self._transaction():
+            for uid, blob, reason in bad:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO set_aside (uid, record, reason) VALUES (?, ?, ?)",
+                    (uid, blob, reason),
+                )
+                self._db.execute("DELETE FROM pods WHERE uid = ?", (uid,))
+        for uid, _, reason in bad:
+            log.error(
+                "the record of pod %s in %s cannot be read (%s): set aside in its table "
+                "set_aside, and the pod is not resumed; the other pods are",
+                uid,
+                self.path,
+                reason,
+            )
 
     async def put(self, uid: str, record: dict[str, Any]) -> None:
         await self._enqueue(uid, pack(record))
@@ -207,6 +240,10 @@ class PodStore:
             self._db.close()
 
 
+def _as_it_is(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
 def _make_private(path: Path) -> None:
     """Create the state file 0600 in a 0700 directory, or tighten what an older gateway left.
 
@@ -218,9 +255,45 @@ def _make_private(path: Path) -> None:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     else:
         _tighten_directory(directory, path)
-    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    if not path.exists():
+        _create_whole(path)
+    elif path.stat().st_size == 0 and not _has_log(path):
+        raise StoreError(
+            f"the state file {path} is empty (0 bytes), and this gateway never leaves one "
+            "empty: its pods' records may have been lost. Restore it from a backup, or "
+            "remove it to start with no pods"
+        )
     for file in (path, *(path.with_name(path.name + s) for s in _SIDE_FILE_SUFFIXES)):
         _tighten(file, "state file")
+
+
+def _create_whole(path: Path) -> None:
+    """A new state file, made whole under a temporary name (0600, its tables written at this
+    release's schema through SQLite's rollback journal into the file itself) and renamed into
+    place: an empty file at ``path`` is then never one this gateway made, and is refused
+    rather than taken for a fresh state (decision 072)."""
+    new = path.with_name(path.name + ".new")
+    new.unlink(missing_ok=True)  # left by a gateway killed while it made one
+    os.close(os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+    db = sqlite3.connect(str(new), isolation_level=None)
+    try:
+        db.execute("PRAGMA synchronous=FULL")
+        migrate(db, new)  # the tables, at this release's schema
+    finally:
+        db.close()
+    os.replace(new, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _has_log(path: Path) -> bool:
+    """Whether SQLite's write-ahead log beside ``path`` holds pages (a database whose every
+    write is still in its log has an empty main file)."""
+    wal = path.with_name(path.name + "-wal")
+    return wal.exists() and wal.stat().st_size > 0
 
 
 def _tighten(path: Path, what: str) -> None:

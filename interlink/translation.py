@@ -5,14 +5,18 @@ translates against the GPU classes the DMS peers report.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..behaviors.ensemble import EnsembleConfig
 from ..errors import DmsgwError
 from .bodies import RetrievedPodData
+from .parsing import PluginRequestError
 from .resources import GpuCatalog
 from .translate import PodTranslationError, TranslationOptions, pod_to_ensemble
+
+log = logging.getLogger(__name__)
 
 
 class TranslationNotReadyError(DmsgwError):
@@ -51,3 +55,20 @@ class Translator:
             raise TranslationNotReadyError(
                 f"waiting for the DMS peers' GPU catalog to translate the pod ({exc})", self._load
             ) from None
+
+
+def refuse_what_cannot_run(translate: Translate, pods: Sequence[RetrievedPodData]) -> None:
+    """Refuse at ``/create`` (400, naming the pod and the field) every pod that could only
+    fail later: each is translated as its first attempt would be, before any is taken on. A
+    pod that cannot be translated *yet* (:class:`TranslationNotReadyError`) is taken on and
+    waits, as it would have."""
+    for data in pods:
+        try:
+            translate(data, 1)
+        except TranslationNotReadyError:
+            continue
+        except PodTranslationError as exc:
+            meta = data.pod.metadata
+            raise PluginRequestError(f"pod {meta.namespace}/{meta.name}: {exc}") from None
+        except Exception:  # a bug: the pod's actor meets it too, and its supervisor decides
+            log.exception("bug translating pod %s at its create", data.pod.metadata.uid)

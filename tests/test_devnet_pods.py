@@ -71,6 +71,7 @@ def _deploy(
     volumes: Sequence[Any] = (),
     config_maps: Sequence[Any] = (),
     secrets_: Sequence[Any] = (),
+    grace_s: int | None = None,
 ) -> str:
     """Translate the pod as the gateway does and deploy it; the ensemble ID."""
     uid = f"0b8c6f6e-3d4a-4f0e-9c1e-{secrets.token_hex(6)}"
@@ -81,6 +82,7 @@ def _deploy(
             "initContainers": list(init),
             "containers": list(containers),
             "volumes": list(volumes),
+            **({} if grace_s is None else {"terminationGracePeriodSeconds": grace_s}),
         },
     }
     sent = {
@@ -233,13 +235,33 @@ def test_shutdown_runs_the_pre_stop_hook_before_the_container_stops(
     script = "trap 'echo main-term; exit 0' TERM; echo up; while :; do sleep 0.05; done"
     hook = {"preStop": {"exec": {"command": ["sh", "-c", "echo pre-stop"]}}}
     eid = _deploy(h, [_container("main", script, lifecycle=hook)])
+    assert _shut_down_once_up(h, eid) == "up\npre-stop\nmain-term\n"
+    assert h.faults.allocation(eid, "main").exit_code == 0
+
+
+def test_shutdown_waits_out_the_pods_grace_period_before_it_kills(
+    devnet: EmbeddedDevnet,
+) -> None:
+    """A container that flushes for longer than the devnet's own stop timeout (``shutdown_s``,
+    2 s in tests; the DMS's ``AllocationShutdownTimeout``) but within the pod's
+    ``terminationGracePeriodSeconds`` ends by itself: it was SIGKILLed at ``shutdown_s``."""
+    h = devnet
+    assert h.devnet.timeouts.shutdown_s < 3
+    script = "trap 'sleep 3; echo flushed; exit 0' TERM; echo up; while :; do sleep 0.05; done"
+    eid = _deploy(h, [_container("main", script)], grace_s=20)
+    assert _shut_down_once_up(h, eid) == "up\nflushed\n"
+    assert h.faults.allocation(eid, "main").exit_code == 0
+
+
+def _shut_down_once_up(h: EmbeddedDevnet, eid: str) -> str:
+    """Once container ``main`` has written ``up``, shut it down as a deployment's shutdown
+    does; its stdout once it has ended."""
     assert h.wait_status(eid, "Running", "Failed") == "Running"
     h.wait_for(lambda: _stdout(h, eid, "main") == "up\n", what="the container to be up")
     main = h.faults.allocation(eid, "main")
     h.background.call(main.shutdown())  # what a deployment's shutdown does to each allocation
     assert main.plan is not None  # read on disk: a deployment's shutdown would remove it
-    assert main.plan.stdout.read_text() == "up\npre-stop\nmain-term\n"
-    assert main.exit_code == 0
+    return main.plan.stdout.read_text()
 
 
 def test_a_failed_init_container_fails_the_deployment_instead_of_leaving_it_provisioning() -> None:

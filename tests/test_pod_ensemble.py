@@ -24,7 +24,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dmsgw.behaviors.ensemble import AllocationConfig, EnsembleConfig, HealthCheckManifest
+from dmsgw.behaviors.ensemble import (
+    STOP_TIMEOUT_PARAM,
+    AllocationConfig,
+    EnsembleConfig,
+    HealthCheckManifest,
+)
 from dmsgw.behaviors.ensemble_validation import validate_ensemble
 from dmsgw.behaviors.resources import GPU
 from dmsgw.interlink import k8s
@@ -123,7 +128,9 @@ def params(config: EnsembleConfig, name: str = "main") -> dict[str, Any]:
 
 def unwrapped(p: dict[str, Any]) -> dict[str, Any]:
     """An allocation's execution params with the pod wrapper taken off: the command it runs
-    as ``entrypoint`` (the wrapper passes the container's command and args as its own)."""
+    as ``entrypoint`` (the wrapper passes the container's command and args as its own), and
+    without the grace period every container has (its own test below)."""
+    assert isinstance(p.pop(STOP_TIMEOUT_PARAM), int)
     entrypoint = p.pop("entrypoint", [])
     if entrypoint:
         assert entrypoint[:2] == ["/bin/sh", "-c"] and entrypoint[3:] == ["dmsgw-pod"]
@@ -360,6 +367,19 @@ def test_command_and_args_run_under_the_wrapper_args_alone_after_the_image_entry
 ) -> None:
     config = translate(make_pod(container(**fields)))
     assert unwrapped(params(config)) == {"image": "busybox", **expected}
+
+
+@pytest.mark.parametrize(("grace", "expected"), [(None, 30), (0, 0), (60, 60)])
+def test_every_container_carries_the_pods_grace_period_as_its_stop_timeout(
+    grace: int | None, expected: int
+) -> None:
+    """Docker's ``StopTimeout`` for the executor (decision 071), wrapped or not."""
+    pod = make_pod(container(command=["run"]), container(name="plain", command=[]))
+    if grace is not None:
+        pod["spec"]["terminationGracePeriodSeconds"] = grace
+    config = translate(pod)
+    assert params(config)[STOP_TIMEOUT_PARAM] == expected
+    assert params(config, "plain")[STOP_TIMEOUT_PARAM] == expected
 
 
 def test_command_and_args_expand_variables_as_the_kubelet_does() -> None:

@@ -66,6 +66,55 @@ def test_a_failed_liveness_probe_runs_pre_stop_then_terms_then_kills_after_the_g
     ]
 
 
+def test_user_text_in_a_pre_stop_hook_is_never_taken_for_a_placeholder(tmp_path: Path) -> None:
+    """``GRACE`` in a ``preStop`` command stays as written when probes are present (it once
+    became the grace period: ``GRACEFUL`` wrote ``30FUL``), and so do the other names."""
+    spec = {
+        "name": "main",
+        "image": "x",
+        "command": ["x"],
+        "livenessProbe": _exec("exit 1", failureThreshold=1),
+    }
+    words = "GRACEFUL-shutdown PRE_STOP PROBE_MARKER WGET_CURL_PYTHON3"
+    hook = f"echo {words} > pre-stopped"
+    done = _run(tmp_path, spec, "exec sleep 30", pre_stop=hook)
+    assert done.returncode == 143
+    assert (tmp_path / "pre-stopped").read_text() == words + "\n"
+
+
+def test_a_stopped_wrapper_runs_pre_stop_terms_and_kills_after_the_grace(tmp_path: Path) -> None:
+    """Asked to stop, the wrapper runs ``preStop``, TERMs the command and, as the kubelet,
+    KILLs it once the grace period (1 s here) has passed: it used to wait for the command
+    for as long as the DMS let it."""
+    container = Container("spec.containers[0]", k8s.Container(name="main", image="x"), None)
+    script = wrapper_script(container, Hooks(pre_stop="touch pre-stopped"), "", (), 1)
+    wrapper = subprocess.Popen(
+        [
+            "/bin/sh",
+            "-c",
+            script,
+            "dmsgw-pod",
+            "/bin/sh",
+            "-c",
+            "trap '' TERM; echo ready; exec sleep 60",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wrapper.stdout is not None
+        assert wrapper.stdout.readline() == b"ready\n"  # TERM is ignored from now on
+        wrapper.terminate()
+        assert wrapper.wait(timeout=RUN_TIMEOUT_S) == 137
+        assert (tmp_path / "pre-stopped").exists()
+    finally:
+        wrapper.kill()
+        wrapper.wait()
+        assert wrapper.stdout is not None
+        wrapper.stdout.close()
+
+
 def test_readiness_failures_flip_ready_and_never_stop_the_command(tmp_path: Path) -> None:
     """Ready after one success, down after one failure (the thresholds), and the command runs
     on to its own end."""

@@ -761,8 +761,10 @@ async def test_a_restart_freezes_its_resumed_pods_without_a_pass(
         await gateway.close()
     passes: list[object] = []
     monkeypatch.setattr(gc, "collect", lambda *args: passes.append("a pass") or 0)
-    load_all = PodStore.load_all
-    monkeypatch.setattr(PodStore, "load_all", lambda self: passes.append("read") or load_all(self))
+    load_each = PodStore.load_each
+    monkeypatch.setattr(
+        PodStore, "load_each", lambda self, read: passes.append("read") or load_each(self, read)
+    )
     frozen = gc.get_freeze_count()
     enable = gc.enable
     young_at_enable: list[int] = []

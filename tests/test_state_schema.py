@@ -56,7 +56,7 @@ async def test_a_new_file_is_written_at_the_current_version(tmp_path: Path) -> N
     store = PodStore(tmp_path / "gw.sqlite3")
     assert store.count() == 0 and store.meta("dms") is None
     await store.close()
-    assert version_of(tmp_path / "gw.sqlite3") == STATE_SCHEMA == 1
+    assert version_of(tmp_path / "gw.sqlite3") == STATE_SCHEMA == 2
 
 
 async def test_a_first_release_file_is_brought_forward_with_every_pod(

@@ -96,8 +96,7 @@ def test_unopenable_and_corrupt_state_is_named(tmp_path: Path) -> None:
     db.execute("INSERT INTO pods VALUES ('x', ?)", (b"\xc1garbage",))
     db.commit()
     db.close()
-    with pytest.raises(StoreError, match="a pod record is corrupt"):
-        PodStore(path).load_all()
+    assert PodStore(path).load_all() == []  # set aside (see below), not served
     with pytest.raises(StoreError, match="not a map"):
         unpack(pack([1, 2]))  # type: ignore[arg-type]
 
@@ -160,3 +159,51 @@ async def test_a_shared_directory_is_left_alone_but_the_state_is_private(
     assert _mode(tmp_path / "gw.sqlite3") == 0o600
     assert "holds other files, so it is left as it is" in caplog.text
     await store.close()
+
+
+async def test_a_corrupt_record_is_set_aside_by_uid_and_the_others_are_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "gw.sqlite3"
+    store = PodStore(path)
+    await store.put("good", {"uid": "good"})
+    await store.put("unreadable", {"uid": "unreadable"})
+    await store.put("refused", {"uid": "refused", "phase": 42})
+    await store.close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE pods SET record = ? WHERE uid = 'unreadable'", (pack({}) + b"\x00",))
+    db.commit()
+    db.close()
+
+    def read(value: dict[str, object]) -> object:
+        if not isinstance(value.get("phase", ""), str):
+            raise ValueError(f"unknown phase {value['phase']!r}")
+        return value["uid"]
+
+    again = PodStore(path)
+    with caplog.at_level(logging.ERROR, logger="dmsgw.interlink.store"):
+        assert again.load_each(read) == ["good"]
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "pod unreadable" in logged and "extra data" in logged
+    assert "pod refused" in logged and "unknown phase 42" in logged
+    assert again.load_each(read) == ["good"]  # set aside for good: not reported twice
+    await again.close()
+    db = sqlite3.connect(path)
+    aside = dict(db.execute("SELECT uid, reason FROM set_aside").fetchall())
+    db.close()
+    assert aside == {
+        "unreadable": "a pod record is corrupt: unpack(b) received extra data.",
+        "refused": "unknown phase 42",
+    }
+
+
+def test_an_empty_state_file_is_refused_and_a_new_one_is_never_empty(tmp_path: Path) -> None:
+    """A state file of 0 bytes is not taken for a fresh state (its records may have been
+    lost); the gateway never leaves one empty itself: a new state is made whole first."""
+    path = tmp_path / "gw.sqlite3"
+    PodStore(path)
+    assert path.stat().st_size > 0
+    assert not path.with_name("gw.sqlite3.new").exists()
+    path.write_bytes(b"")
+    with pytest.raises(StoreError, match=f"the state file {path} is empty \\(0 bytes\\)"):
+        PodStore(path)

@@ -19,7 +19,13 @@ runs the two apps over one until SIGTERM/SIGINT and then shuts down in order (st
 drain, close) (:mod:`.serve`). How both behave is :class:`ServerOptions` (:mod:`.options`).
 """
 
-from .backend import BackendGaveUpError, BackendUnavailable, PluginBackend, UnknownPodError
+from .backend import (
+    BackendGaveUpError,
+    BackendUnavailable,
+    PluginBackend,
+    PodBeingDeletedError,
+    UnknownPodError,
+)
 from .front_door import CLIENT_GONE, admit, host_is_local
 from .listening import (
     DEFAULT_PLUGIN_PORT,
@@ -67,6 +73,7 @@ __all__ = [
     "MetricsError",
     "PluginBackend",
     "PluginServer",
+    "PodBeingDeletedError",
     "Pods",
     "Serve",
     "ServeError",

@@ -1,6 +1,7 @@
 """What the HTTP layer asks of the gateway (:class:`PluginBackend`), and the errors by which the
 backend tells it how to answer: :class:`BackendUnavailable` is a 503, :class:`UnknownPodError`
-a 404, and :class:`BackendGaveUpError` ends ``dmsgw serve`` with an error."""
+a 404, :class:`PodBeingDeletedError` a 409, and :class:`BackendGaveUpError` ends ``dmsgw
+serve`` with an error."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ class BackendUnavailable(DmsgwError):  # noqa: N818 (the name the actors use)
 
 class UnknownPodError(DmsgwError):
     """The backend has no such pod (``/getLogs`` of a pod it never saw): answered 404."""
+
+
+class PodBeingDeletedError(DmsgwError):
+    """A ``/create`` of a UID whose delete is still under way: answered 409 (decision 70)."""
 
 
 class BackendGaveUpError(DmsgwError):

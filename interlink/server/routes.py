@@ -40,7 +40,7 @@ from ..parsing import (
     read_status_body,
     remembered_uids,
 )
-from .backend import BackendUnavailable, PluginBackend, UnknownPodError
+from .backend import BackendUnavailable, PluginBackend, PodBeingDeletedError, UnknownPodError
 from .front_door import (
     CLIENT_GONE,
     ClientGone,
@@ -307,6 +307,7 @@ _ANSWERED_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
     (TooManyPodsError, 413, ""),  # before PluginRequestError, which it is
     (PluginRequestError, 400, ""),
     (UnknownPodError, 404, ""),
+    (PodBeingDeletedError, 409, ""),
     (BackendUnavailable, 503, "not ready: "),
     (DmsgwError, 500, ""),  # after the others, which are DmsgwErrors too
 )

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...behaviors.ensemble import (
+    STOP_TIMEOUT_PARAM,
     AllocationConfig,
     AllocationFailureRecovery,
     AllocationType,
@@ -169,12 +170,12 @@ def _execution(ctx: PodContext, c: Container, env: Mapping[str, str], hooks: Hoo
             f"{spec.name!r} cannot run unwrapped: the gateway runs an init container's or a "
             "lifecycle hook's ordering through its wrapper",
         )
+    grace = ctx.pod.spec.termination_grace_period_seconds
+    grace = DEFAULT_GRACE_S if grace is None else grace
+    params[STOP_TIMEOUT_PARAM] = grace
     if is_wrapped(ctx.pod, spec):
         marker = completion_marker(spec.name) if c.init_index is not None else ""
-        grace = ctx.pod.spec.termination_grace_period_seconds
-        script = wrapper_script(
-            c, hooks, marker, probe_runs(c), DEFAULT_GRACE_S if grace is None else grace
-        )
+        script = wrapper_script(c, hooks, marker, probe_runs(c), grace)
         params["entrypoint"] = ["/bin/sh", "-c", script, WRAPPER_NAME]
         params["cmd"] = command + args
     else:

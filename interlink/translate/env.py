@@ -16,6 +16,10 @@ from .inputs import Container
 from .values import field_value, resource_value, secret_data, utf8
 
 _ENV_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+MAX_ARG_STRLEN = 32 * 4096
+"""Linux's limit on one string handed to a program (``NAME=value`` and its NUL, or one
+argument): ``execve`` refuses a longer one (``E2BIG``), whatever the machine, so a variable
+over it can never run."""
 
 
 def environment(ctx: PodContext, c: Container) -> dict[str, str]:
@@ -38,6 +42,12 @@ def environment(ctx: PodContext, c: Container) -> dict[str, str]:
             continue
         if "\x00" in value:
             raise PodTranslationError(path, "a variable cannot hold a NUL character")
+        if (size := len(f"{var.name}={value}".encode()) + 1) > MAX_ARG_STRLEN:
+            raise PodTranslationError(
+                f"{path} ({var.name})",
+                f"{size} bytes as NAME=value; Linux runs no program with a variable over "
+                f"{MAX_ARG_STRLEN} bytes (MAX_ARG_STRLEN)",
+            )
         env[var.name] = value
     return env
 

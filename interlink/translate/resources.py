@@ -24,6 +24,9 @@ from .inputs import Container, TranslationOptions
 
 _INT64_MAX = (1 << 63) - 1
 _MAX_CORES = Decimal(1 << 24)
+MAX_MEMORY_BYTES = 1 << 52
+"""4 PiB: the most memory a machine can have today (x86-64 and arm64 address at most 52 bits
+of physical memory), so an allocation asking for more can never be placed on any peer."""
 _CENTI = Decimal("0.01")
 
 PLAIN_RESOURCES = ("cpu", "memory", "ephemeral-storage")
@@ -75,6 +78,16 @@ def _bytes(spec: k8s.Container, name: str, path: str, default: int) -> int:
     return size
 
 
+def _memory(c: Container, default: int) -> int:
+    size = _bytes(c.spec, "memory", c.path, default)
+    if size > MAX_MEMORY_BYTES:
+        raise PodTranslationError(
+            f"{c.path}.resources",
+            f"memory {size} bytes is more than any machine has (at most 4 PiB, 2^52 bytes)",
+        )
+    return size
+
+
 def _count(spec: k8s.Container, name: str, path: str) -> int:
     value = _largest(spec, name, path) or Decimal(0)
     if value != value.to_integral_value():
@@ -103,7 +116,7 @@ def reservation(
         raise PodTranslationError(f"{c.path}.resources", "cpu is out of range")
     return Amounts(
         cpu=cpu.quantize(_CENTI, rounding=ROUND_CEILING),
-        memory=_bytes(c.spec, "memory", c.path, options.default_memory_bytes),
+        memory=_memory(c, options.default_memory_bytes),
         disk=_bytes(c.spec, "ephemeral-storage", c.path, options.default_disk_bytes) + disk_extra,
         gpus=_gpus(c, options.gpu_models, gpu_type),
     )

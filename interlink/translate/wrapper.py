@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 from collections.abc import Sequence
 
@@ -101,21 +102,30 @@ def wrapper_script(
 ) -> str:
     """The shell that runs the container's command (``"$@"``) in the background so that it can
     run the ``postStart`` hook beside it, run ``preStop`` and forward the signal when it is
-    asked to stop, run the ``probes`` (a failed liveness or startup probe stops the command
-    as the kubelet would, within ``grace_s``), and, for an init container, write the
-    completion ``marker`` when the command exits 0. It reports the command's start and exit
-    status on stderr (the DMS reports neither) and exits with the command's status."""
-    on_stop = f"{hooks.pre_stop} || :; " if hooks.pre_stop else ""
-    on_stop += '[ -z "$pid" ] || kill -TERM "$pid" 2>/dev/null'
+    asked to stop (and KILL the command ``grace_s`` after), run the ``probes`` (a failed
+    liveness or startup probe stops the command as the kubelet would, within ``grace_s``),
+    and, for an init container, write the completion ``marker`` when the command exits 0. It
+    reports the command's start and exit status on stderr (the DMS reports neither) and exits
+    with the command's status."""
     lines = [
         f"# dmsgw: runs container {c.spec.name!r}, reporting its start and exit on stderr",
-        "pid=",
+        "pid= dmsgw_asked= dmsgw_stopped=",
         f'dmsgw_path="${{PATH-{TOOLS_PATH}}}"',
         f"PATH={TOOLS_PATH}",
-        f"trap {shlex.quote(on_stop)} TERM INT",
+        # Asked to stop: as the kubelet, KILL the command once the grace period has passed
+        # (counted from now, preStop included), run preStop, then TERM it; once only, and
+        # only once the command runs (a signal that comes before is carried out then).
+        "dmsgw_stop() {",
+        '  dmsgw_asked=1; [ -n "$pid" ] && [ -z "$dmsgw_stopped" ] || return 0; dmsgw_stopped=1',
+        f'  (sleep {grace_s}; kill -KILL "$pid") >/dev/null 2>&1 &',
+        *([f"  {hooks.pre_stop} || :"] if hooks.pre_stop else []),
+        '  kill -TERM "$pid" 2>/dev/null',
+        "}",
+        "trap dmsgw_stop TERM INT",
         f"echo {shlex.quote(STARTED_MARKER)} >&2",
         f'{CONTAINER_PATH} "$@" &',
         "pid=$!",
+        '[ -z "$dmsgw_asked" ] || dmsgw_stop',
     ]
     if hooks.post_start:
         lines += [
@@ -304,12 +314,15 @@ def probe_script(probes: Sequence[ProbeRun], hooks: Hooks, grace_s: int) -> str:
     startup probe runs ``preStop``, then TERMs the command and KILLs it after ``grace_s``:
     the DMS's failure recovery (the pod's ``restartPolicy``) decides what comes next. Each
     outcome is reported on stderr (:data:`~dmsgw.interlink.run_markers.PROBE_MARKER`)."""
-    functions = (
-        _PROBE_FUNCTIONS.replace("PROBE_MARKER", PROBE_MARKER)
-        .replace("WGET_CURL_PYTHON3", ", ".join(_HTTP_TOOLS))
-        .replace("NC_BASH_PYTHON3", ", ".join(_TCP_TOOLS))
-        .replace("PRE_STOP", f"{hooks.pre_stop} || :" if hooks.pre_stop else ":")
-        .replace("GRACE", str(grace_s))
+    functions = _filled(
+        _PROBE_FUNCTIONS,
+        {
+            "PROBE_MARKER": PROBE_MARKER,
+            "WGET_CURL_PYTHON3": ", ".join(_HTTP_TOOLS),
+            "NC_BASH_PYTHON3": ", ".join(_TCP_TOOLS),
+            "PRE_STOP": f"{hooks.pre_stop} || :" if hooks.pre_stop else ":",
+            "GRACE": str(grace_s),
+        },
     )
     handlers = {run.handler for run in probes}
     lines = [functions]
@@ -328,3 +341,11 @@ def probe_script(probes: Sequence[ProbeRun], hooks: Hooks, grace_s: int) -> str:
     body.append("  wait 2>/dev/null")
     lines += ["dmsgw_probes() {", *body, "}", "dmsgw_probes &", "dmsgw_prober=$!"]
     return "\n".join(lines)
+
+
+def _filled(template: str, values: dict[str, str]) -> str:
+    """``template`` with each of the ``values``' names replaced, in one pass: what is put in
+    (a ``preStop`` command) is never read again for a name (``echo GRACEFUL`` stays as it
+    is)."""
+    names = re.compile("|".join(re.escape(name) for name in values))
+    return names.sub(lambda found: values[found[0]], template)
