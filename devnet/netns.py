@@ -98,7 +98,13 @@ async def _ip(*args: str, batch: str = "") -> str:
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, err = await proc.communicate(batch.encode() or None)
+    try:
+        _, err = await proc.communicate(batch.encode() or None)
+    except BaseException:  # cancelled (the devnet stops): the process is not left behind
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise
     return err.decode(errors="replace").strip() if proc.returncode else ""
 
 
