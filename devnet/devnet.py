@@ -59,7 +59,7 @@ from .handlers_deployment import Deployments
 from .handlers_newest import install_newest_behaviors
 from .handlers_node import install_node_behaviors
 from .host_paths import remove_tree
-from .netns import Namespaces
+from .netns import Namespaces, private_loopback_possible
 from .network import Network
 from .node import DmsNode
 from .protocol import PEER_CAPABILITIES, PEER_TOPICS
@@ -187,6 +187,8 @@ class Devnet:
                 self.identities.remove_stale()
             self.cgroups = await asyncio.to_thread(Cgroups.probe, self.root.name)
             self.networks.namespaces = await self._namespaces(isolation, self.root.name)
+            if self.networks.namespaces is None and self.network_namespaces is not False:
+                self.networks.private_loopback = await private_loopback_possible()
             log.info(
                 "devnet: work dir %s, %s isolation; %s; %s; %s",
                 self.root,
@@ -216,9 +218,10 @@ class Devnet:
                 f"others' files and environment"
             )
         if self.networks.namespaces is None:
+            which = "pods with ports or health checks" if self.networks.private_loopback else "pods"
             weaker.append(
-                "no network namespaces: pods share the host's network and reach what listens "
-                "on its loopback (the gateway's operator port, the devnet nodes' APIs)"
+                f"no network namespaces: {which} share the host's network and reach what "
+                f"listens on its loopback (the gateway's operator port, the devnet nodes' APIs)"
             )
         return weaker
 

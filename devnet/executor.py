@@ -49,6 +49,7 @@ from .confinement import Identities, RunAs, Watchdog, child_setup
 from .forwarding import AllocationNetworks
 from .host_paths import MountPoints, NamedVolumes, remove_tree
 from .http_check import http_check
+from .netns import alone as netns_alone
 from .output import OutputCopies
 from .protocol import AllocationDeploymentConfig
 from .sandbox import (
@@ -350,8 +351,10 @@ class ProcessExecutor:
             await asyncio.to_thread(self.mount_points.acquire, plan.outermost)
         return plan
 
-    async def run(self, plan: SandboxPlan) -> Execution:
-        """Start the set-up and command; output is appended to the sandbox's log files."""
+    async def run(self, plan: SandboxPlan, *, alone: bool = False) -> Execution:
+        """Start the set-up and command; output is appended to the sandbox's log files.
+        ``alone``: it may have a loopback of its own where it would otherwise share the
+        host's network (it has no health check, which runs outside its namespaces)."""
 
         def status_fifo() -> tuple[int, int]:
             with contextlib.suppress(FileNotFoundError):
@@ -375,9 +378,12 @@ class ProcessExecutor:
         output: OutputCopies | None = None
         try:
             output = OutputCopies(plan.stdout, plan.stderr)
+            argv = plan.argv()
+            if alone and self.network.alone(plan.root.name):
+                argv = netns_alone(argv)
             with self._network_of(plan) as network:
                 proc = await asyncio.create_subprocess_exec(
-                    *plan.argv(),
+                    *argv,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=output.stdout.write_fd,
                     stderr=output.stderr.write_fd,

@@ -143,13 +143,25 @@ class AllocationNetworks:
     def __init__(self, address: str = LOOPBACK, namespaces: Namespaces | None = None) -> None:
         self.address = address
         self.namespaces = namespaces
+        self.private_loopback = False
+        """Not root, but allocations without ports can have a loopback of their own
+        (:func:`~.netns.alone`)."""
         self._private: dict[int, str] = {}
         self._forwarders: dict[str, _Forwarder] = {}
         self._namespaces: dict[str, AllocationNamespace] = {}
 
     def describe(self) -> str:
         """The mode, for the devnet's start log line."""
-        return self.namespaces.describe() if self.namespaces is not None else SHARED
+        if self.namespaces is not None:
+            return self.namespaces.describe()
+        if self.private_loopback:
+            return f"{SHARED} if they have ports; the others have a loopback of their own"
+        return SHARED
+
+    def alone(self, allocation_id: str) -> bool:
+        """Whether ``allocation_id`` gets a loopback of its own and nothing else: not root,
+        where user namespaces allow it, and only when it has no ports to forward."""
+        return self.private_loopback and allocation_id not in self._forwarders
 
     def public_ports(self, allocation_id: str) -> list[int]:
         """The public ports forwarded for ``allocation_id`` (none once it is closed)."""

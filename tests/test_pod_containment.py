@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from dmsgw.devnet.confinement import CLAIMS_DIR, IDENTITY_BASE, Identities, unpr
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.forwarding import _listening_socket
-from dmsgw.devnet.netns import GATEWAY
+from dmsgw.devnet.netns import GATEWAY, alone
 from dmsgw.devnet.pytest_plugin import (
     EmbeddedDevnet,
     one_node_ensemble,
@@ -390,3 +391,30 @@ def test_the_ids_a_dead_devnet_held_are_freed_by_the_next(tmp_path: Path) -> Non
     (tmp_path / "1879048194").write_text(live)
     Identities("dmsgw-devnet-new", tmp_path).remove_stale()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1879048194"]
+
+
+@pytest.mark.skipif(not ROOT, reason="plays an ordinary user through setpriv, which needs root")
+def test_as_an_ordinary_user_a_pod_without_ports_reaches_nothing_on_the_hosts_loopback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A devnet run by an ordinary user cannot make network namespaces with links; a pod
+    without ports then gets a loopback of its own (user and network namespaces), where the
+    host's 127.0.0.1 — the gateway's operator port, the nodes' APIs — is not. Played here
+    as ``nobody``: the same connection succeeds outside and fails inside, while the pod's own
+    loopback works and it keeps its user."""
+    nobody = unprivileged()
+    monkeypatch.setattr(os, "geteuid", lambda: nobody.uid)
+    monkeypatch.setattr(os, "getegid", lambda: nobody.gid)
+    as_nobody = ["setpriv", f"--reuid={nobody.uid}", f"--regid={nobody.gid}", "--clear-groups"]
+    probe = subprocess.run([*as_nobody, *alone(["true"])], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"this kernel refuses ordinary users namespaces: {probe.stderr!r}")
+    with socket.create_server(("127.0.0.1", 0)) as host_service:
+        port = host_service.getsockname()[1]
+        reach = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo reached || echo refused"
+        own = "python3 -c 'import socket; s = socket.create_server((\"127.0.0.1\", 0))'"
+        script = ["/bin/bash", "-c", f"id -u; {reach}; {own} && echo own-loopback"]
+        outside = subprocess.run([*as_nobody, *script], capture_output=True, timeout=30)
+        inside = subprocess.run([*as_nobody, *alone(script)], capture_output=True, timeout=30)
+    assert outside.stdout.decode().splitlines()[1] == "reached"
+    assert inside.stdout.decode().splitlines() == [str(nobody.uid), "refused", "own-loopback"]
