@@ -43,7 +43,7 @@ def error_of(**kwargs: object) -> str:
 
 def test_defaults() -> None:
     config = load_config(env={**DMS, "XDG_STATE_HOME": "/var/state"})
-    assert config.listen.path == Path("~/.interlink/plugin.sock").expanduser()  # interLink's
+    assert config.listen.path == Path("~/.interlink/.plugin.sock").expanduser()  # interLink's
     assert str(config.operator_listen) == "127.0.0.1:4001"
     assert not config.embedded_devnet and config.dms_url == "http://127.0.0.1:9999"
     assert (config.key_name, config.cap_context) == ("dmsgw", "dmsgw")

@@ -24,9 +24,9 @@ from aiohttp import web
 from ...errors import DmsgwError
 
 DEFAULT_PLUGIN_PORT = 4000
-DEFAULT_PLUGIN_SOCKET = "~/.interlink/plugin.sock"
+DEFAULT_PLUGIN_SOCKET = "~/.interlink/.plugin.sock"
 """Where the plugin API listens by default: where interLink's installer points interLink
-(``SidecarURL: unix://$HOME/.interlink/plugin.sock``), as a socket only its owner may use."""
+(``SidecarURL: unix://$HOME/.interlink/.plugin.sock``), as a socket only its owner may use."""
 SOCKET_MODE = 0o600
 """A unix socket's mode: connecting needs write permission on it, so only its owner (and
 root) can; this is the plugin API's credential on a socket, one interLink needs no
