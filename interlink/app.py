@@ -37,6 +37,7 @@ from .pod_report import PodReport
 from .resources import Capacity, GpuCatalog, ResourceActor
 from .server import DmsCalls, Metrics
 from .store import PodStore
+from .translate import TranslationOptions
 from .translation import Translator
 from .usage import UsageBook
 
@@ -216,7 +217,7 @@ async def _assemble(
     parts = GatewayParts(
         invoke=dms.invoke,
         store=PodStore(config.state_path),
-        translate=Translator(catalog, capacity.free_resources),
+        translate=Translator(catalog, capacity.free_resources, defaults=_pod_defaults(config)),
         snapshot=snapshot_by(clock),
         capacity=capacity,
         loop=loop,
@@ -233,6 +234,14 @@ async def _assemble(
     _export_metrics(metrics, gateway, dms.client.security.capabilities)
     gateway.start_orphan_collection()
     return gateway
+
+
+def _pod_defaults(config: GatewayConfig) -> TranslationOptions:
+    """What a container that requests and limits neither gets, as configured."""
+    return TranslationOptions(
+        default_cpu_cores=config.default_cpu_cores,
+        default_memory_bytes=config.default_memory_mib * 1024 * 1024,
+    )
 
 
 def _dms_info(metrics: Metrics) -> Gauge:
