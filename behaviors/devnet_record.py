@@ -58,15 +58,14 @@ class RunningDevnet:
         return None
 
 
-def record(seed: str, urls: Sequence[str], *, path: Path | None = None) -> RunningDevnet | None:
-    """Write the record for this process; the devnet recorded before, if it still runs (hand
-    it to :func:`forget`, which puts it back: a second devnet that stops must not leave the
+def record(seed: str, urls: Sequence[str], *, path: Path | None = None) -> Path:
+    """Write the record for this process (:func:`running` before it tells the devnet this one
+    replaces, for :func:`forget` to put back: a second devnet that stops must not leave the
     first one's commands without a DMS)."""
     target = path or state_dir() / STATE_FILE
-    previous = running(path=target)
     pid = os.getpid()
     _write(target, RunningDevnet(pid, seed, tuple(urls), process_start_time(pid)))
-    return previous
+    return target
 
 
 def _write(target: Path, devnet: RunningDevnet) -> None:
@@ -87,8 +86,8 @@ def _write(target: Path, devnet: RunningDevnet) -> None:
 
 def forget(*, path: Path | None = None, previous: RunningDevnet | None = None) -> None:
     """Remove the record if this process wrote it (a newer devnet's record stays); the devnet
-    recorded before this one (``previous``, from :func:`record`) is recorded again if it
-    still runs."""
+    recorded before this one (``previous``: :func:`running` before :func:`record`) is
+    recorded again if it still runs."""
     target = path or state_dir() / STATE_FILE
     found = _read(target)
     if found is None or found.pid != os.getpid():

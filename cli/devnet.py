@@ -160,9 +160,9 @@ async def _run_up(args: argparse.Namespace) -> int:
         raise DevnetCliError(
             f"cannot listen on {args.host} from port {args.base_port}: {exc.strerror or exc}"
         ) from None
-    previous = None
+    previous = devnet_record.running()
     try:
-        previous = devnet_record.record(devnet.seed, devnet.urls)
+        devnet_record.record(devnet.seed, devnet.urls)
         print(_banner(devnet, time.perf_counter() - began, args.context, cap_common.cap_dir(args)))
         sys.stdout.flush()
         await stop.wait()

@@ -28,6 +28,7 @@ from ..behaviors.executor_stats import AllocationStatsResponse, ExecutorStats
 from ..behaviors.status import AllocationStatus
 from ..transport.envelope import Envelope, Handle
 from .actor import Actor
+from .confinement import unreachable_command
 from .executor import OOM_ERROR, Execution, ProcessExecutor
 from .node import DmsNode
 from .protocol import (
@@ -207,6 +208,8 @@ class Allocation:
         self.exit_code = code
         self.oom_killed = execution.oom_killed
         self.error = OOM_ERROR if execution.oom_killed else ""
+        if code == NOT_FOUND_EXIT and execution.plan.run_as is not None:
+            self.error = await asyncio.to_thread(_tell_not_found, execution.plan)
         self.status = AllocationStatus.COMPLETED if code == 0 else AllocationStatus.FAILED
         if self.status == AllocationStatus.COMPLETED:
             self._on_end(self)
@@ -269,3 +272,20 @@ class Allocation:
         self.actor.stop()
         await self._release()
         await self.executor.remove_sandbox(self.id, self.plan)
+
+
+NOT_FOUND_EXIT = 127
+"""A shell's exit status for a command it did not find."""
+
+
+def _tell_not_found(plan: SandboxPlan) -> str:
+    """Why the command was not found, when it is on this host where the allocation's user
+    cannot reach it: said at the end of its stderr, where the user reads the shell's own
+    ``not found`` (``""`` when it is not that). Blocking."""
+    assert plan.run_as is not None
+    path = plan.environment.get("PATH", "")
+    why = unreachable_command(plan.command, path, plan.run_as)
+    if why:
+        with plan.stderr.open("ab") as stderr:
+            stderr.write(why.encode() + b"\n")
+    return why

@@ -317,6 +317,35 @@ class Identities:
 # --- working directories ----------------------------------------------------------------------
 
 
+_SHELLS = frozenset({"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/sh", "/usr/bin/bash"})
+
+
+def unreachable_command(command: Sequence[str], path: str, run_as: RunAs) -> str:
+    """Why an allocation's command was not found (exit 127), when that is because this host
+    has it where the allocation's user cannot go (a tool in ``/root/.local/bin`` on the
+    devnet's ``PATH``, run as ``nobody``); ``""`` when it is not that. The command is the
+    program, or the first word of a ``sh -c`` script."""
+    name = command[0] if command else ""
+    if name in _SHELLS and len(command) >= 3 and command[1] == "-c":
+        words = command[2].split()
+        name = words[0] if words else ""
+    if not name or "/" in name:
+        return ""
+    for directory in path.split(os.pathsep):
+        found = Path(directory or ".") / name
+        if not (found.is_file() and os.access(found, os.X_OK)):
+            continue
+        blocked = next((d for d in reversed(found.parents) if not run_as.can_enter(d)), None)
+        if blocked is None:
+            return ""
+        return (
+            f"dmsgw devnet: {name} is {found} on this host, but the allocation runs as "
+            f"{run_as.describe()}, who cannot enter {blocked}, so its shell did not find it "
+            f"(exit 127): install it where every user can run it (e.g. /usr/local/bin)"
+        )
+    return ""
+
+
 def check_reachable(parent: Path | None, run_as: RunAs) -> None:
     """Refuse a place for the working directory that the allocations' user cannot reach:
     every one of them would fail to start, saying only that it cannot change directory."""

@@ -51,6 +51,7 @@ from .state_binding import (
     StateFromAnotherDmsError,
 )
 from .store import PodStore
+from .translate import TranslationOptions
 from .translation import Translator
 from .usage import UsageBook
 
@@ -273,7 +274,7 @@ async def _assemble(
     parts = GatewayParts(
         invoke=dms.invoke,
         store=store,
-        translate=Translator(catalog, capacity.free_resources),
+        translate=Translator(catalog, capacity.free_resources, defaults=_pod_defaults(config)),
         snapshot=snapshot_by(clock),
         capacity=capacity,
         loop=loop,
@@ -311,6 +312,14 @@ def _give_up_on_another_dms(
         if not gave_up.done():
             gave_up.set_result(str(exc))
         raise
+
+
+def _pod_defaults(config: GatewayConfig) -> TranslationOptions:
+    """What a container that requests and limits neither gets, as configured."""
+    return TranslationOptions(
+        default_cpu_cores=config.default_cpu_cores,
+        default_memory_bytes=config.default_memory_mib * 1024 * 1024,
+    )
 
 
 def _dms_info(metrics: Metrics) -> Gauge:

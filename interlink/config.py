@@ -86,6 +86,9 @@ OPERATOR_TOKEN_ENV = "DMSGW_OPERATOR_TOKEN"
 PASSPHRASE_ENV = "DMS_PASSPHRASE"
 DEFAULT_NAME = "dmsgw"  # the key and the capability context `dmsgw whoami` creates
 DEFAULT_PODS_CAPACITY = 1000
+DEFAULT_CPU_CORES = 0.5
+DEFAULT_MEMORY_MIB = 512
+"""What a container that requests and limits neither gets (``TranslationOptions``' defaults)."""
 PRIVILEGED_PORTS = 1024
 
 
@@ -193,6 +196,19 @@ SETTINGS: tuple[Setting, ...] = (
         "how GPU classes are named in the node's capacity: nunet.gpu. (the NuNet design's, "
         "default) or nunet.io/gpu. (a name Kubernetes lets pods request)",
     ),
+    Setting(
+        "default_cpu_cores",
+        "--default-cpu-cores",
+        "CORES",
+        "CPU a container gets that requests and limits none (default 0.5; the DMS enforces it)",
+    ),
+    Setting(
+        "default_memory_mib",
+        "--default-memory-mib",
+        "MIB",
+        "memory a container gets that requests and limits none, in MiB (default 512; the "
+        "DMS enforces it)",
+    ),
     Setting("log_level", "--log-level", "LEVEL", "DEBUG, INFO, WARNING or ERROR (default INFO)"),
     Setting("log_format", "--log-format", "FORMAT", "json (JSON lines, default) or text"),
     Setting(
@@ -290,6 +306,8 @@ class GatewayConfig(BaseModel):
     polls_per_s: float = Field(default=DEFAULT_POLLS_PER_S, gt=0, le=1_000_000)
     max_deploying: int = Field(default=DEFAULT_MAX_DEPLOYING, ge=1, le=1_000_000)
     gpu_resource_prefix: Literal["nunet.gpu.", "nunet.io/gpu."] = "nunet.gpu."
+    default_cpu_cores: float = Field(default=DEFAULT_CPU_CORES, gt=0, le=4096)
+    default_memory_mib: int = Field(default=DEFAULT_MEMORY_MIB, ge=4, le=1 << 30)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024, le=1 << 30)

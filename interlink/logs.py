@@ -49,6 +49,9 @@ STDERR_LOG = "stderr.log"
 LOG_FILES = ("stdout.log", STDERR_LOG)
 FOLLOW_INTERVAL_S = 0.2
 READ_ON_LOOP_BYTES = 64 * 1024
+_READ_BLOCK = 64 * 1024
+"""The first block read from either end of a log for ``Tail`` or ``Bytes``; it grows fourfold
+until it holds enough lines."""
 """At most this much new log is read on the event loop itself (:func:`new_lines`); more goes
 to a thread."""
 
@@ -60,26 +63,14 @@ Fetch = Callable[[], AbstractAsyncContextManager[Path]]
 class _Fetching:
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     users: int = 0
+    fetch: asyncio.Future[Path] | None = None
+    """The fetch of the current round: readers that come while it is under way join it."""
+    readers: int = 0
+    """The readers of the current round; the last one out ends it (releases ``lock``)."""
 
 
 _FETCHING: dict[tuple[asyncio.AbstractEventLoop, str, str], _Fetching] = {}
 """The fetches under way or waiting, per event loop and allocation (gone when none is)."""
-
-
-@contextlib.asynccontextmanager
-async def _one_at_a_time(ensemble_id: str, allocation: str) -> AsyncIterator[None]:
-    """Exclusive use of one allocation's log files: the DMS rewrites them in place on each
-    request, so a fetch while another reader reads would hand that reader a cut file."""
-    key = (asyncio.get_running_loop(), ensemble_id, allocation)
-    fetching = _FETCHING.setdefault(key, _Fetching())
-    fetching.users += 1
-    try:
-        async with fetching.lock:
-            yield
-    finally:
-        fetching.users -= 1
-        if not fetching.users:
-            del _FETCHING[key]
 
 
 async def log_directory(invoke: Invoke, ensemble_id: str, allocation: str) -> Path:
@@ -97,9 +88,50 @@ async def log_directory(invoke: Invoke, ensemble_id: str, allocation: str) -> Pa
 
 @contextlib.asynccontextmanager
 async def fetched_logs(invoke: Invoke, ensemble_id: str, allocation: str) -> AsyncIterator[Path]:
-    """:func:`log_directory`, with the files to the caller alone until it is done reading."""
-    async with _one_at_a_time(ensemble_id, allocation):
-        yield await log_directory(invoke, ensemble_id, allocation)
+    """:func:`log_directory`, the files left as they are until the caller is done reading.
+    The DMS rewrites them in place on each request, so fetches take rounds: a reader that comes
+    while a round's fetch is under way joins that round and reads the same files (three
+    ``/getLogs`` of a 100 MB log at once wait for one fetch, not three in a row); one that
+    comes later waits for the round's readers to finish, then fetches again."""
+    key = (asyncio.get_running_loop(), ensemble_id, allocation)
+    state = _FETCHING.setdefault(key, _Fetching())
+    state.users += 1
+    try:
+        starts = state.fetch is None or state.fetch.done()
+        if starts:
+            await state.lock.acquire()
+            state.fetch = asyncio.get_running_loop().create_future()
+        fetch = state.fetch
+        assert fetch is not None
+        state.readers += 1
+        try:
+            if starts:
+                await _fetch_into(fetch, invoke, ensemble_id, allocation)
+            yield await asyncio.shield(fetch)
+        finally:
+            state.readers -= 1
+            if not state.readers:
+                state.fetch = None
+                state.lock.release()
+    finally:
+        state.users -= 1
+        if not state.users:
+            del _FETCHING[key]
+
+
+async def _fetch_into(
+    result: asyncio.Future[Path], invoke: Invoke, ensemble_id: str, allocation: str
+) -> None:
+    """Settle ``result`` with the fetch's outcome, whatever it is: the round's other readers
+    wait on it (a cancelled fetch is an error to them, not their own cancel)."""
+    try:
+        result.set_result(await log_directory(invoke, ensemble_id, allocation))
+    except asyncio.CancelledError:
+        result.set_exception(DmsgwError(f"the fetch of {allocation}'s logs was cancelled"))
+        result.exception()  # retrieved: its readers may all be gone
+        raise
+    except Exception as exc:
+        result.set_exception(exc)
 
 
 def lines_after(path: Path, offset: int, limit: int | None = None) -> tuple[bytes, int]:
@@ -195,22 +227,77 @@ def _existing_lines(
     directory: Path, opts: ContainerLogOpts, now: float
 ) -> tuple[list[bytes], dict[str, int]]:
     """The lines already written (stdout then stderr) that the options select, and where
-    each file ends."""
+    each file ends. With ``Tail`` only each file's last lines are read (from the end), with
+    ``Bytes`` only its first ones: a log of 100 MB is not read whole for three lines."""
     lines: list[bytes] = []
     offsets: dict[str, int] = {}
     since = _since_ts(opts, now)
+    budget = None if opts.tail else opts.limit_bytes or None
     for name in LOG_FILES:
         path = directory / name
         try:
-            data = path.read_bytes()
-            mtime = os.stat(path).st_mtime
+            with path.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                mtime = os.fstat(f.fileno()).st_mtime
+                start, data = _part(f, size, opts.tail, budget, path.name == STDERR_LOG)
         except FileNotFoundError:
             offsets[name] = 0
             continue
-        offsets[name] = len(data)
-        timed = _timed(path, 0, data, mtime)
-        lines += _shown([t for t in timed if since is None or t.at >= since], opts.timestamps)
+        offsets[name] = size
+        timed = _timed(path, start, data, mtime)
+        shown = _shown([t for t in timed if since is None or t.at >= since], opts.timestamps)
+        lines += shown
+        if budget is not None:
+            budget = max(budget - sum(map(len, shown)), 0)
     return lines, offsets
+
+
+def _part(
+    f: BinaryIO, size: int, tail: int, budget: int | None, markers: bool
+) -> tuple[int, bytes]:
+    """Where the part of ``f`` worth reading starts, and that part: enough whole lines from
+    the end for ``tail`` lines, or from the start for ``budget`` bytes, else all. Read in
+    growing blocks; ``markers``: lines the wrapper wrote are left out later, so they do not
+    count."""
+    if not tail and budget is None:
+        return 0, f.read(size)
+    block = _READ_BLOCK
+    while True:
+        if tail:
+            start = max(size - block, 0)
+            f.seek(start)
+            data = f.read(size - start)
+            found = data.splitlines(keepends=True)[1:] if start else data.splitlines(True)
+            if start == 0 or _kept(found, markers) > tail:
+                part = _last_kept(found, tail, markers)
+                return size - len(part), part
+        else:
+            f.seek(0)
+            data = f.read(min(block, size))
+            whole = data if len(data) == size else data[: data.rfind(b"\n") + 1]
+            if len(data) == size or (whole and _kept_bytes(whole, markers) >= (budget or 0)):
+                return 0, whole
+        block *= 4
+
+
+def _kept(lines: list[bytes], markers: bool) -> int:
+    return sum(1 for line in lines if not markers or strip_marker(line))
+
+
+def _last_kept(lines: list[bytes], count: int, markers: bool) -> bytes:
+    """The shortest end of ``lines`` that holds ``count`` lines kept (markers not counted)."""
+    kept = 0
+    for i in range(len(lines) - 1, -1, -1):
+        kept += 1 if not markers or strip_marker(lines[i]) else 0
+        if kept == count:
+            return b"".join(lines[i:])
+    return b"".join(lines)
+
+
+def _kept_bytes(data: bytes, markers: bool) -> int:
+    if not markers:
+        return len(data)
+    return sum(len(strip_marker(line)) for line in data.splitlines(keepends=True))
 
 
 class _Budget:

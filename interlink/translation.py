@@ -5,6 +5,7 @@ translates against the GPU classes the DMS peers report.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -41,12 +42,21 @@ class Translator:
     restart, before interLink's first ping): it waits for the catalog and is translated again,
     instead of failing for good."""
 
-    def __init__(self, catalog: GpuCatalog, load: Callable[[], Awaitable[Any]]) -> None:
+    def __init__(
+        self,
+        catalog: GpuCatalog,
+        load: Callable[[], Awaitable[Any]],
+        *,
+        defaults: TranslationOptions | None = None,
+    ) -> None:
         self.catalog = catalog
         self._load = load
+        self._defaults = defaults or TranslationOptions()
+        """The options every pod shares (what a container without requests gets)."""
 
     def __call__(self, data: RetrievedPodData, generation: int) -> EnsembleConfig:
-        options = TranslationOptions(generation=generation, gpu_models=dict(self.catalog.models))
+        models = dict(self.catalog.models)
+        options = dataclasses.replace(self._defaults, generation=generation, gpu_models=models)
         try:
             return pod_to_ensemble(data, options=options)
         except PodTranslationError as exc:

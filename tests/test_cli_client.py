@@ -220,29 +220,22 @@ def test_invoke_offers_the_behaviors_of_the_dms_version(
     assert "/dms/node/deployment/info is not a behavior of DMS v0.5" in err
 
 
-LOGS = """\
-version: V1
-allocations:
-  job:
-    executor: docker
-    type: task
-    resources: {cpu: {cores: 0.1}, ram: {size: 0.1}, disk: {size: 0.1}}
-    execution:
-      type: docker
-      image: busybox:1.36
-      cmd: ["sh", "-c", "for i in 1 2 3 4 5; do echo out $i; done; echo oops >&2"]
-  other:
-    executor: docker
-    type: task
-    resources: {cpu: {cores: 0.1}, ram: {size: 0.1}, disk: {size: 0.1}}
-    execution:
-      type: docker
-      image: busybox:1.36
-      cmd: ["sh", "-c", "echo other"]
-nodes:
-  n1:
-    allocations: [job, other]
-"""
+def tasks_yaml(**scripts: str) -> str:
+    """An ensemble of tasks on node n1, each running its ``sh -c`` script."""
+    allocations = {
+        name: {
+            "executor": "docker",
+            "type": "task",
+            "resources": {"cpu": {"cores": 0.1}, "ram": {"size": 0.1}, "disk": {"size": 0.1}},
+            "execution": {"type": "docker", "image": "busybox:1.36", "cmd": ["sh", "-c", script]},
+        }
+        for name, script in scripts.items()
+    }
+    ensemble = {"version": "V1", "allocations": allocations}
+    return json.dumps({**ensemble, "nodes": {"n1": {"allocations": [*scripts]}}})  # YAML too
+
+
+LOGS = tasks_yaml(job="for i in 1 2 3 4 5; do echo out $i; done; echo oops >&2", other="echo other")
 
 
 @pytest.fixture

@@ -105,28 +105,37 @@ async def test_concurrent_log_requests_find_the_allocation_by_its_key_and_read_i
         await gateway.close()
 
 
-async def test_the_fetches_of_one_allocations_logs_are_made_one_at_a_time(
+async def test_a_fetch_never_rewrites_files_being_read_and_readers_together_share_one(
     tmp_path: Path,
 ) -> None:
-    """Each fetch has the DMS rewrite the files: the next waits until the reader of the one
-    before is done with them. Another allocation's fetches do not wait for these."""
+    """Each fetch has the DMS rewrite the files: none starts while a reader of the files is
+    still reading. Readers that come while a fetch is under way read what it wrote (eight at
+    once: one fetch); one that comes after waits and fetches anew. Another allocation's
+    fetches do not wait for these."""
     holding: dict[str, int] = {"pod.main": 0, "pod.side": 0}
-    most: dict[str, int] = {"pod.main": 0, "pod.side": 0}
+    fetches: dict[str, int] = {"pod.main": 0, "pod.side": 0}
 
     async def invoke(behavior: Behavior[Any, Any], payload: Any = None, **_: Any) -> Any:
+        allocation = payload.allocation_name
+        assert holding[allocation] == 0, "a fetch while its files were read"
+        fetches[allocation] += 1
         await asyncio.sleep(0)
         return DeploymentLogsResponse(logs_written_to=str(tmp_path))
 
     async def read(allocation: str) -> None:
         async with fetched_logs(invoke, "ens", allocation):
             holding[allocation] += 1
-            most[allocation] = max(most[allocation], holding[allocation])
             for _ in range(3):  # the read, in a thread
                 await asyncio.sleep(0)
             holding[allocation] -= 1
 
     await asyncio.gather(*(read("pod.main") for _ in range(8)), read("pod.side"))
-    assert most == {"pod.main": 1, "pod.side": 1}
+    assert fetches == {"pod.main": 1, "pod.side": 1}
+    first = asyncio.ensure_future(read("pod.main"))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # its fetch is done, it reads
+    await asyncio.gather(first, read("pod.main"))
+    assert fetches["pod.main"] == 3
 
 
 def test_the_side_record_skips_what_is_garbled_and_covers_a_line_by_its_end() -> None:
