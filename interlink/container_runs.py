@@ -18,6 +18,11 @@ their count and the last run's end over to the pod's next deployment, whose runs
 :meth:`Runs.observation` is what :func:`~dmsgw.interlink.pod_status.container_statuses` needs:
 the current run's exit code and times, the previous run as ``lastState``, the restart count.
 
+The restart count is the kubelet's: the runs that started over the pod's life, less the first
+(decision 67). It grows when a run starts, not when one ends: a container waiting in back-off
+after its fourth run shows 3, and one that never ran in a deployment (it failed before, or
+waited for an init container) adds nothing for it.
+
 The times are the gateway's: when a poll first showed a run started or ended (``at_ns`` of
 :meth:`Runs.read` and :meth:`Runs.saw`; 0 is unknown). They are kept here, with the pod's record,
 so that a snapshot taken later, or by a gateway that restarted, reports the same ``startedAt``
@@ -56,7 +61,7 @@ _ENDED = frozenset(
 
 
 _UNKNOWN_CODE = "the run left no exit code (the DMS reports none)"
-_COUNTS = ("read_to", "started", "ended", "earlier_restarts")
+_COUNTS = ("read_to", "started", "ended", "earlier_runs")
 _TIMES = (
     "started_ns",
     "ended_started_ns",
@@ -72,8 +77,8 @@ class Runs(NamedTuple):
     """In the current ensemble: ``read_to``, how much of the allocation's stderr has been read
     for markers; ``started`` and ``ended``, runs seen to start and to end; ``exit_code`` and
     ``previous_exit_code``, those of the latest ended run and of the one before it (``None``:
-    unknown). From the pod's earlier ensembles: ``earlier_restarts``, the DMS's restarts of
-    the container; ``earlier_ended`` and ``earlier_exit_code``, the last run's end. Each
+    unknown). From the pod's earlier ensembles: ``earlier_runs``, the runs of the container
+    that started in them; ``earlier_ended`` and ``earlier_exit_code``, the last run's end. Each
     ``*_ns`` is a time in Unix nanoseconds (0: unknown): ``started_ns`` the latest run's start,
     ``ended_started_ns`` and ``ended_ns`` the latest ended run's start and end, ``previous_*``
     those of the ended run before it, ``earlier_*`` those of the earlier ensembles' last run.
@@ -87,7 +92,7 @@ class Runs(NamedTuple):
     ended: int = 0
     exit_code: int | None = None
     previous_exit_code: int | None = None
-    earlier_restarts: int = 0
+    earlier_runs: int = 0
     earlier_ended: bool = False
     earlier_exit_code: int | None = None
     probes: ProbeState = ProbeState()
@@ -121,8 +126,9 @@ class Runs(NamedTuple):
 
     @property
     def restarts(self) -> int:
-        """The DMS's restarts of the container, over the pod's life."""
-        return self.earlier_restarts + max(self.started - 1, 0)
+        """The container's restarts over the pod's life, the DMS's and the redeployments':
+        every run that started after the first."""
+        return max(self.earlier_runs + self.started - 1, 0)
 
     def _before_current(self) -> tuple[bool, int | None, int, int]:
         """Whether a run ended before the current one (the latest, ended or not), its code,
@@ -139,9 +145,8 @@ class Runs(NamedTuple):
             self.earlier_ended_ns,
         )
 
-    def observation(self, redeploys: int) -> ContainerObservation:
-        """The container as :func:`~dmsgw.interlink.pod_status.container_statuses` sees it;
-        ``redeploys`` counts the pod's whole redeployments, which restart it too."""
+    def observation(self) -> ContainerObservation:
+        """The container as :func:`~dmsgw.interlink.pod_status.container_statuses` sees it."""
         ended, code, started_ns, ended_ns = self._before_current()
         last: k8s.ContainerState | None = None
         if ended:
@@ -159,7 +164,7 @@ class Runs(NamedTuple):
             finished_at=_time(self.ended_ns) if current_ended else None,
             exit_code=self.last_exit_code,
             oom_killed=self.oom_killed,
-            restart_count=redeploys + self.restarts,
+            restart_count=self.restarts,
             last_state=last,
             **self._probed(),
             running=self.running,
@@ -191,14 +196,14 @@ class Runs(NamedTuple):
             ended, code, started_ns, ended_ns = False, None, 0, 0
         if not ended:
             return Runs(
-                earlier_restarts=self.restarts,
+                earlier_runs=self.earlier_runs,
                 earlier_ended=self.earlier_ended,
                 earlier_exit_code=self.earlier_exit_code,
                 earlier_started_ns=self.earlier_started_ns,
                 earlier_ended_ns=self.earlier_ended_ns,
             )
         return Runs(
-            earlier_restarts=self.restarts,
+            earlier_runs=self.earlier_runs + self.started,
             earlier_ended=True,
             earlier_exit_code=code,
             earlier_started_ns=started_ns,
@@ -277,6 +282,9 @@ class Runs(NamedTuple):
             if type(value.get(name)) is int
         }
         ended = value.get("earlier_ended") is True
+        old = value.get("earlier_restarts")  # kept by a gateway that counted restarts so
+        if "earlier_runs" not in counts and type(old) is int and old >= 0 and ended:
+            counts["earlier_runs"] = old + 1
         probes = ProbeState.from_map(value.get("probes"))
         return cls(**counts, **codes, earlier_ended=ended, probes=probes)
 

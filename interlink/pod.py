@@ -27,7 +27,7 @@ from typing import Any
 
 from ..actors.aio import AsyncActor
 from ..behaviors.node import Invoke
-from ..behaviors.status import DeploymentStatus
+from ..behaviors.status import AllocationStatus, DeploymentStatus
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from . import k8s
 from .bodies import PodStatus
@@ -56,17 +56,25 @@ from .pod_record import (
     Snapshot,
     entry_of,
     kept_reply,
+    live_allocations,
     request_data,
     shown_by,
     stored,
 )
-from .pod_status import CRASH_LOOP
+from .pod_status import CRASH_LOOP, allocation_of
 from .poll_pace import PollPace
 from .snapshots import Snapshots
 from .store import PodStore
 from .translation import Translate
 
 log = logging.getLogger(__name__)
+
+_DOWN_FOR_GOOD = {
+    "Always": frozenset({AllocationStatus.FAILED, AllocationStatus.COMPLETED}),
+    "OnFailure": frozenset({AllocationStatus.FAILED}),
+}
+"""The allocation statuses, by ``restartPolicy``, of a container that the DMS has left down
+in a running ensemble and that the policy runs again (``restarting`` is the DMS's own)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,9 +299,10 @@ class PodActor(AsyncActor):
             record.started_ns = self._clock()
         if message.status == DeploymentStatus.RUNNING and not record.running_ns:
             record.running_ns = self._clock()
-        if message.status == DeploymentStatus.RUNNING and self._service_completed():
-            # The DMS restarts a failed service (one_for_one) but leaves one that exited 0,
-            # while the ensemble stays Running: restartPolicy Always redeploys the pod.
+        if message.status == DeploymentStatus.RUNNING and self._left_down():
+            # The DMS restarts a failed container in place (one_for_one) a few times, but
+            # leaves one that exited 0 and, past its own limit, one that failed, while the
+            # ensemble stays Running: the pod's restartPolicy redeploys it, with back-off.
             await self._cancel()  # the follower of the old ensemble
             record.phase = Phase.BACKOFF
             record.observed.pop(ENDPOINTS_KEY, None)  # the ensemble is stopped with its ports
@@ -421,11 +430,27 @@ class PodActor(AsyncActor):
             "",
         )
 
-    def _service_completed(self) -> bool:
-        """Under ``Always``: a main container (a DMS service) ended with exit code 0."""
-        if self._restart_policy != "Always":
+    def _left_down(self) -> bool:
+        """Whether a main container ended in the running ensemble and the DMS will not run it
+        again there, while the pod's ``restartPolicy`` would: under ``Always`` one that exited
+        0 (the DMS leaves a service that did) or whose allocation it reports ended, under
+        ``OnFailure`` one whose allocation it reports failed. The kubelet restarts such a
+        container forever, with back-off (decision 67); the DMS stops restarting one in place
+        after its own limit, and its ensemble runs on without it."""
+        policy = self._restart_policy
+        if policy == "Never":
             return False
-        return any(run.exit_code == 0 for run in _latest_runs(self._status(), self.record.runs))
+        if policy == "Always" and any(
+            run.exit_code == 0 for run in _latest_runs(self._status(), self.record.runs)
+        ):
+            return True
+        down = _DOWN_FOR_GOOD[policy]
+        live = live_allocations(self.record.observed)
+        for container in request_data(self.record).pod.spec.containers:
+            status, _, _ = allocation_of(container.name, {}, live)
+            if status in down:
+                return True
+        return False
 
     @functools.cached_property
     def _restart_policy(self) -> str:

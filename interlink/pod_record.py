@@ -248,7 +248,6 @@ def shown_by(record: PodRecord) -> bytes:
         _shown_status(record),
         record.observed,
         record.runs,
-        record.restarts,
         record.message,
         final,
         record.finished_ns if final else 0,
@@ -263,7 +262,7 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
     status = _shown_status(record)
     containers = (*pod.spec.init_containers, *pod.spec.containers)
     runs = {c.name: Runs.from_map(record.runs.get(c.name)) for c in containers}
-    seen = {name: own.observation(record.restarts) for name, own in runs.items()}
+    seen = {name: own.observation() for name, own in runs.items()}
     manifest = (
         EnsembleManifest.from_json(json.dumps(record.observed["manifest"]))
         if record.observed.get("manifest")
@@ -278,7 +277,7 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
         status,
         manifest,
         now=datetime.fromtimestamp(now_ns / NS_PER_SECOND, UTC),
-        allocation_info=_live_allocations(record.observed),
+        allocation_info=live_allocations(record.observed),
         observations=seen,
         error=record.message or _text(record.observed.get("error")),
         final=record.phase in ENDED_PHASES,
@@ -309,7 +308,7 @@ def kept_reply(reply: DeploymentStatusResponse) -> dict[str, Any]:
     return kept
 
 
-def _live_allocations(observed: Mapping[str, Any]) -> dict[str, LiveAllocation]:
+def live_allocations(observed: Mapping[str, Any]) -> dict[str, LiveAllocation]:
     """The ``allocation_info`` of the stored reply (:func:`kept_reply`; an earlier gateway
     kept the whole reply, under the same keys), read as it is: not decoded as the DMS's
     ``AllocationInfo`` again (a quarter of a snapshot)."""
