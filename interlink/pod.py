@@ -342,6 +342,7 @@ class PodActor(AsyncActor):
         if self._restart_policy in ("Always", "OnFailure"):
             log.warning("pod %s: %s; deploying it again", record.uid, lost)
             record.phase = Phase.BACKOFF
+            record.observed.pop(ENDPOINTS_KEY, None)  # its ports went with it
             delay = self._count_restart()
             await self._save()
             self._run(self._follower.back_off(record.attempt, delay_s=delay))

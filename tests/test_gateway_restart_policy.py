@@ -9,15 +9,19 @@ gateway's own state).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dmsgw.behaviors.status import AllocationManifest, EnsembleManifest, NodeManifest
 from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.interlink.endpoints import ENDPOINTS_KEY
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.pod_record import Phase
-from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, poll, uid, until
+from tests.gateway_fakes import FAST, PEER, FakeDMS, create, gateway_on, pod, poll, uid, until
 
 OWNER = "did:key:the-gateway"
 
@@ -73,3 +77,31 @@ async def test_a_container_its_policy_does_not_run_again_is_left_down(
     await until(lambda: gateway._records[uid(2)].phase == Phase.RUNNING, "running again")
     assert [d.id for d in dms.live(uid(1))] == [first.id]
     assert gateway._records[uid(1)].restarts == 0
+
+
+def _published(public: str) -> EnsembleManifest:
+    """A manifest publishing the container's port 8080 as ``public`` on one peer."""
+    allocation = AllocationManifest(node_id="pod", ports={public: 8080})
+    node = NodeManifest(peer=PEER, pub_address=("192.0.2.7",), allocations=("pod.main",))
+    return EnsembleManifest(allocations={"pod.main": allocation}, nodes={"pod": node})
+
+
+async def test_after_a_restart_the_endpoint_shown_is_the_new_ones(
+    gateway_and_dms: tuple[Gateway, FakeDMS],
+) -> None:
+    gateway, dms = gateway_and_dms
+    spec = pod(uid(3), policy="Always", ports=[{"containerPort": 8080}])
+    # A back-off long enough to be seen (the bounded wait polls every 10 ms).
+    gateway.parts.policy = dataclasses.replace(FAST, restart_min_s=0.5)
+    dms.manifest = _published("30001")
+    await create(gateway, spec)
+
+    def shown() -> list[Any]:
+        return [e["port"] for e in gateway._records[uid(3)].observed.get(ENDPOINTS_KEY) or ()]
+
+    await until(lambda: shown() == [30001], "the first endpoint shown")
+    dms.manifest = _published("30002")  # the next deployment publishes another port
+    dms.live(uid(3))[0].allocations["main"] = "failed"
+    await until(lambda: gateway._records[uid(3)].phase == Phase.BACKOFF, "backing off")
+    assert shown() == []  # the stopped ensemble's port is not shown while it backs off
+    await until(lambda: shown() == [30002], "the new endpoint shown")
