@@ -125,6 +125,11 @@ class Runs(NamedTuple):
         return self.last_exit_code == OOM_EXIT_CODE
 
     @property
+    def latest(self) -> int:
+        """The newest run's number over the pod's life (the first run is 1; 0: none started)."""
+        return self.earlier_runs + self.started
+
+    @property
     def restarts(self) -> int:
         """The container's restarts over the pod's life, the DMS's and the redeployments':
         every run that started after the first."""

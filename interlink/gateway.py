@@ -34,7 +34,7 @@ from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
-from ..transport.rest import DMSError, DMSErrorKind, TransportError
+from ..transport.rest import DMSError, TransportError
 from . import k8s
 from .bodies import (
     CreateStruct,
@@ -43,8 +43,10 @@ from .bodies import (
     PodStatus,
     RetrievedPodData,
 )
+from .container_runs import Runs
 from .heap import HeapFreezer
-from .logs import fetched_logs, read_logs
+from .kept_logs import KeptLogs, NoRunError, kept_fetch, wanted_run
+from .logs import Fetch, fetched_logs, read_logs
 from .parsing import PluginRequestError, PodRef, in_turns
 from .pod import PodActor
 from .pod_record import (
@@ -119,6 +121,9 @@ class GatewayParts:
     sets :data:`~dmsgw.interlink.heap.FREEZE_EVERY`); 0 never freezes."""
     polls_per_s: float = DEFAULT_POLLS_PER_S
     """Status polls of the DMS a second, all followed pods together (:class:`PollPace`)."""
+    kept_logs: KeptLogs | None = None
+    """Where the logs of the runs seen to end are kept (decision 69); ``None``: beside the
+    state file."""
 
 
 class Gateway:
@@ -127,6 +132,7 @@ class Gateway:
 
     def __init__(self, parts: GatewayParts) -> None:
         self.parts = parts
+        self.kept_logs = parts.kept_logs or KeptLogs.beside(parts.store.path)
         self._heap = HeapFreezer(parts.freeze_every)
         self._pace = PollPace(parts.polls_per_s)
         self.registry = Registry()
@@ -323,6 +329,7 @@ class Gateway:
                 heap=self._heap,
                 pace=self._pace,
                 turns=self._turns,
+                kept_logs=self.kept_logs,
                 loop=parts.loop,
                 exit_hook=hook,
             )
@@ -402,6 +409,7 @@ class Gateway:
         self._polls.drop(uid)
         if record is not None:
             await self.parts.store.delete(uid)
+            await self.kept_logs.forget(uid)
 
     async def _delete_later(self, record: PodRecord) -> None:
         """A pod whose actor crashed and awaits its restart (its dead ref is still registered),
@@ -462,43 +470,71 @@ class Gateway:
         return self._log_stream(record, request)
 
     async def _log_stream(self, record: PodRecord, request: LogStruct) -> AsyncIterator[bytes]:
-        ensemble = record.previous_ensemble_id if request.opts.previous else record.ensemble_id
-        if not ensemble and request.opts.previous:  # the caller's mistake: 400, as the kubelet
-            raise PluginRequestError(
-                f"Opts.Previous: pod {record.namespace}/{record.name} has no previous run"
-            )
-        if not ensemble:  # no logs yet: the kubelet's 400 too ("waiting to start")
-            raise PluginRequestError(
-                f"pod {record.namespace}/{record.name} is waiting to start: not deployed yet"
-            )
+        """The logs of the run the request asks for (:func:`wanted_run`): from the DMS while
+        its deployment is the pod's current one and the DMS has them, else as the gateway
+        kept them when it saw the run end (decision 69)."""
         container = request.container_name or _pod(record).spec.containers[0].name
-        allocation = allocation_key(container)
+        runs = Runs.from_map(record.runs.get(container))
+        status = self._container_status(record, container)
+        pod_name = f"{record.namespace}/{record.name}"
+        try:
+            run = wanted_run(status, runs, previous=request.opts.previous)
+        except NoRunError as exc:  # the caller's mistake: 400, as the kubelet answers
+            raise PluginRequestError(f"Opts.Previous: pod {pod_name} {exc}") from None
+        kept = self.kept_logs.directory(record.uid, container, run)
+        here = run > runs.earlier_runs and bool(record.ensemble_id)  # in the current ensemble
+        if run > runs.latest and not record.ensemble_id:  # the kubelet's 400 too
+            raise PluginRequestError(f"pod {pod_name} is waiting to start: not deployed yet")
+        if here:
+            fetch = self._dms_fetch(record, container, kept)
+        elif kept is not None:
+            fetch = kept_fetch(kept)
+        else:
+            raise UnknownPodError(
+                f"the logs of run {run} of container {container!r} of pod {pod_name} "
+                "are no longer kept"
+            )
+        opts = request.opts
+        if not here or run < runs.latest:  # an ended run: nothing more to follow
+            opts = opts.model_copy(update={"follow": False})
+
+        def running() -> bool:
+            shown = self._container_status(record, container)
+            return shown is not None and shown.state.terminated is None
+
+        part = run - runs.earlier_runs if here else None
+        async for chunk in read_logs(fetch, opts, running=running, run=part):
+            yield chunk
+
+    def _container_status(self, record: PodRecord, container: str) -> k8s.ContainerStatus | None:
+        """The container's status as ``/status`` last showed it."""
+        snapshot = self.snapshots.get(record.uid)
+        statuses = [
+            *(snapshot.containers if snapshot else ()),
+            *(snapshot.init_containers if snapshot else ()),
+        ]
+        return next((s for s in statuses if s.name == container), None)
+
+    def _dms_fetch(self, record: PodRecord, container: str, kept: Path | None) -> Fetch:
+        """The allocation's log files from the DMS, by its key (no manifest needed); when the
+        DMS no longer has them, the copy ``kept`` of the run asked for."""
+        ensemble, allocation = record.ensemble_id, allocation_key(container)
 
         @contextlib.asynccontextmanager
         async def fetch() -> AsyncIterator[Path]:
-            """The allocation's log files, by its key (no manifest needed). An ensemble the
-            DMS no longer knows took its logs with it: the pod's logs are gone, which is the
-            client's 404, not the gateway's failure."""
             try:
                 async with fetched_logs(self.parts.invoke, ensemble, allocation) as directory:
                     yield directory
+                    return
             except DMSError as exc:
-                if exc.kind is DMSErrorKind.NOT_FOUND:
+                if kept is None:  # the DMS answered it has none: the client's 404
                     raise UnknownPodError(
-                        f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc})"
+                        f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc}), "
+                        "and the gateway kept none of this run"
                     ) from None
-                raise
+            yield kept
 
-        def running() -> bool:
-            snapshot = self.snapshots.get(record.uid)
-            statuses = [
-                *(snapshot.containers if snapshot else ()),
-                *(snapshot.init_containers if snapshot else ()),
-            ]
-            return any(s.name == container and s.state.terminated is None for s in statuses)
-
-        async for chunk in read_logs(fetch, request.opts, running=running):
-            yield chunk
+        return fetch
 
     # --- recovery ---------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from .bodies import PodStatus
 from .container_runs import Runs
 from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY, describe
 from .heap import NO_FREEZER, HeapFreezer
+from .kept_logs import KeptLogs
 from .pod_follower import (
     BackedOff,
     Deployed,
@@ -103,10 +104,12 @@ class PodActor(AsyncActor):
         rng: random.Random | None = None,
         heap: HeapFreezer = NO_FREEZER,
         pace: PollPace | None = None,
+        kept_logs: KeptLogs | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.record = record
+        self._kept_logs = kept_logs  # the runs' logs its follower keeps (decision 69)
         self._store = store
         self._snapshot = snapshot
         self._snapshots = snapshots
@@ -175,6 +178,7 @@ class PodActor(AsyncActor):
             on_poll=self._heap.polled,
             pace=self._pace,
             turns=self._turns,
+            kept=self._kept_logs,
         )
 
     def _task_done(self, task: asyncio.Future[None]) -> None:
@@ -400,6 +404,8 @@ class PodActor(AsyncActor):
 
     async def _on_shut_down(self) -> None:
         await self._store.delete(self.record.uid)
+        if self._kept_logs is not None:  # the kubelet keeps them until the pod is deleted
+            await self._kept_logs.forget(self.record.uid)
         self._snapshots.forget(self.record.uid)
         self._on_deleted(self.record.uid)
         self.actor_ref.stop()

@@ -14,6 +14,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
 from typing import Any
 
 from ..actors.steps import Steps
@@ -44,6 +45,7 @@ from . import k8s
 from .container_runs import Runs
 from .endpoints import endpoints_of, has_ports, placement_of
 from .following import Following, allocation_state, reads_log, runs_now
+from .kept_logs import KEPT_RUNS, KeptLogs
 from .logs import STDERR_LOG, fetched_logs, new_lines
 from .pod_record import ATTEMPT_KEY, POD_UID_KEY, TERMINAL_DMS, PodPolicy, parsed_request
 from .poll_pace import PollPace
@@ -160,6 +162,7 @@ class PodFollower:
         "_clock",
         "_inflight",
         "_invoke",
+        "_kept",
         "_on_poll",
         "_pace",
         "_policy",
@@ -185,8 +188,10 @@ class PodFollower:
         on_poll: Callable[[], None] = lambda: None,
         pace: PollPace | None = None,
         turns: Turns | None = None,
+        kept: KeptLogs | None = None,
     ) -> None:
         self._uid = uid
+        self._kept = kept  # where the runs seen to end are copied (decision 69)
         self._turns = turns
         """The gate its pod's actor passes (shared by a gateway's pods): a translation and a
         poll's reading of its reply pass it too (:meth:`_take_turn`)."""
@@ -384,7 +389,13 @@ class PodFollower:
         found = await _each(
             [
                 read_runs(
-                    self._invoke, f.ensemble_id, name, f.runs[name], uid=self._uid, at_ns=at_ns
+                    self._invoke,
+                    f.ensemble_id,
+                    name,
+                    f.runs[name],
+                    uid=self._uid,
+                    at_ns=at_ns,
+                    kept=self._kept,
                 )
                 for name in read
             ]
@@ -504,15 +515,36 @@ async def _each(reads: list[Coroutine[Any, Any, Runs | None]]) -> list[Runs | No
 
 
 async def read_runs(
-    invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str, at_ns: int = 0
+    invoke: Invoke,
+    ensemble_id: str,
+    container: str,
+    runs: Runs,
+    *,
+    uid: str,
+    at_ns: int = 0,
+    kept: KeptLogs | None = None,
 ) -> Runs | None:
     """``runs`` after the markers that the container's stderr gained since the last read
     (made at ``at_ns``); ``None`` when the log cannot be had (pod ``uid`` names it in the log
-    message)."""
+    message). The runs that the markers show ending are copied to ``kept`` meanwhile."""
     try:
         async with fetched_logs(invoke, ensemble_id, allocation_key(container)) as directory:
             text, read_to = await new_lines(directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT)
+            now = runs.read(markers(text), read_to, at_ns=at_ns).read_probes(probe_markers(text))
+            if kept is not None:
+                await _keep_ended(kept, uid, container, directory, runs, now)
     except (DmsgwError, OSError) as exc:
         log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
         return None
-    return runs.read(markers(text), read_to, at_ns=at_ns).read_probes(probe_markers(text))
+    return now
+
+
+async def _keep_ended(
+    kept: KeptLogs, uid: str, container: str, directory: Path, before: Runs, now: Runs
+) -> None:
+    """Copy the runs that ended since ``before`` (the newest :data:`KEPT_RUNS` of them) from
+    the allocation's log files in ``directory``: the i-th run of the files is the pod's
+    ``earlier_runs + i``-th."""
+    first = max(before.ended + 1, now.ended - KEPT_RUNS + 1)
+    for part in range(first, now.ended + 1):
+        await kept.keep(uid, container, now.earlier_runs + part, directory, part)

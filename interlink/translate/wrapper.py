@@ -108,6 +108,7 @@ def wrapper_script(
         f"# dmsgw: runs container {c.spec.name!r}, reporting its start and exit on stderr",
         "pid=",
         f"trap {shlex.quote(on_stop)} TERM INT",
+        f"echo {shlex.quote(STARTED_MARKER)}",  # on stdout too: where each run's output starts
         f"echo {shlex.quote(STARTED_MARKER)} >&2",
         '"$@" &',
         "pid=$!",
