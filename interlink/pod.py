@@ -303,7 +303,10 @@ class PodActor(AsyncActor):
             record.started_ns = self._clock()
         if message.status == DeploymentStatus.RUNNING and not record.running_ns:
             record.running_ns = self._clock()
-        if message.status == DeploymentStatus.RUNNING and self._left_down():
+        running = message.status == DeploymentStatus.RUNNING
+        if (running and self._left_down()) or (
+            message.status not in TERMINAL_DMS and self._init_failed_to_retry()
+        ):
             # The DMS restarts a failed container in place (one_for_one) a few times, but
             # leaves one that exited 0 and, past its own limit, one that failed, while the
             # ensemble stays Running: the pod's restartPolicy redeploys it, with back-off.
@@ -436,6 +439,20 @@ class PodActor(AsyncActor):
             ),
             "",
         )
+
+    def _init_failed_to_retry(self) -> bool:
+        """Under ``Always`` or ``OnFailure``: whether an init container's latest run failed
+        in this ensemble and none of it runs. The DMS provisions the main containers behind
+        the init containers and does not run a failed one again there (its provisioning
+        waits until its own deadline, minutes away); the kubelet restarts it with back-off,
+        and so does the gateway, by deploying the pod again."""
+        if self._restart_policy == "Never":
+            return False
+        for container in request_data(self.record).pod.spec.init_containers:
+            runs = Runs.from_map(self.record.runs.get(container.name))
+            if not runs.running and runs.ended and runs.exit_code != 0:
+                return True
+        return False
 
     def _left_down(self) -> bool:
         """Whether a main container ended in the running ensemble and the DMS will not run it

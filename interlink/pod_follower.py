@@ -64,6 +64,18 @@ MARKER_READ_LIMIT = 1 << 20
 (a container that wrote more between two reads may have runs go uncounted)."""
 
 
+_STOPPING: set[asyncio.Future[bool]] = set()
+"""The stops of provisioning ensembles left behind by a restart (:meth:`PodFollower.back_off`):
+held here until done, or asyncio could collect them unfinished."""
+
+
+def _stopped(task: asyncio.Future[bool]) -> None:
+    """A stop left behind ended: one cut short by the gateway's close is the orphan pass's."""
+    _STOPPING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.info("the stop of an ensemble left behind ended early: %s", task.exception())
+
+
 # --- what the follower reports to its actor ------------------------------------------------
 
 
@@ -445,8 +457,15 @@ class PodFollower:
 
     async def back_off(self, attempt: int, *, delay_s: float = 0.0, stop: str = "") -> None:
         """Stop the ensemble ``stop`` (at once when it has ended already), wait ``delay_s``,
-        then report :class:`BackedOff`: the actor records the next attempt and deploys it."""
-        await self._stop(stop)
+        then report :class:`BackedOff`: the actor records the next attempt and deploys it.
+        An ensemble the DMS is still provisioning (it shuts down only a running one) is
+        stopped beside the next attempt, as soon as it runs or ends: its provisioning may
+        wait minutes for an init container that failed, and the pod's restart cannot (a
+        gateway that restarts meanwhile collects it as an orphan)."""
+        if stop and not await self._stop(stop, provisioning=False):
+            task = asyncio.ensure_future(self._stop(stop))
+            _STOPPING.add(task)
+            task.add_done_callback(_stopped)
         if delay_s:
             await asyncio.sleep(delay_s)
         self._report(BackedOff(attempt))
@@ -479,7 +498,9 @@ class PodFollower:
                 return reply.ensemble_id
         return await self._find_existing(attempt)
 
-    async def _stop(self, ensemble_id: str) -> None:
+    async def _stop(self, ensemble_id: str, *, provisioning: bool = True) -> bool:
+        """Shut ``ensemble_id`` down until it has ended; ``False`` at once when it is still
+        provisioning and ``provisioning`` says not to wait for it."""
         tries = 0
         while ensemble_id:
             try:
@@ -487,6 +508,8 @@ class PodFollower:
                 status = DeploymentStatus.parse(state.status)
                 if status in TERMINAL_DMS or status == DeploymentStatus.UNKNOWN:
                     break
+                if status != DeploymentStatus.RUNNING and not provisioning:
+                    return False
                 if status == DeploymentStatus.RUNNING:
                     await self._invoke(DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id))
             except DmsgwError as exc:
@@ -495,6 +518,7 @@ class PodFollower:
                 log.info("pod %s: shutdown of %s: %s", self._uid, ensemble_id, exc)
             tries += 1
             await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
+        return True
 
 
 def _where(

@@ -10,20 +10,26 @@ gateway's own state).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dmsgw.behaviors.deployment import DeploymentLogsResponse
 from dmsgw.behaviors.status import AllocationManifest, EnsembleManifest, NodeManifest
 from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.interlink.container_runs import Runs
 from dmsgw.interlink.endpoints import ENDPOINTS_KEY
 from dmsgw.interlink.gateway import Gateway
+from dmsgw.interlink.parsing import parse_create_body, parse_logs_body
 from dmsgw.interlink.pod_record import Phase
 from tests.gateway_fakes import FAST, PEER, FakeDMS, create, gateway_on, pod, poll, uid, until
+from tests.test_gateway_pods import _log_request
 
 OWNER = "did:key:the-gateway"
+START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"
 
 
 @pytest.fixture
@@ -105,3 +111,44 @@ async def test_after_a_restart_the_endpoint_shown_is_the_new_ones(
     await until(lambda: gateway._records[uid(3)].phase == Phase.BACKOFF, "backing off")
     assert shown() == []  # the stopped ensemble's port is not shown while it backs off
     await until(lambda: shown() == [30002], "the new endpoint shown")
+
+
+class _ForgetfulDMS(FakeDMS):
+    """A DMS whose answer for the logs of a deployment it dropped is the one users saw
+    (``node not found for allocation``), not a plain not-found."""
+
+    def _about_one(self, name: str, payload: Any) -> Any:
+        ident = getattr(payload, "id", "") or getattr(payload, "ensemble_id", "")
+        if name == "deployment/logs" and ident not in self.deployments:
+            return DeploymentLogsResponse(error=f"node not found for allocation {ident}_pod.main")
+        return super()._about_one(name, payload)
+
+
+async def test_the_logs_of_a_run_outlive_the_deployment_the_dms_dropped(tmp_path: Path) -> None:
+    """The run's end was seen (its markers read), so its logs were kept: once the DMS has
+    dropped the deployment, /getLogs serves them instead of a 500."""
+    dms = _ForgetfulDMS(tmp_path / "logs")
+    (tmp_path / "logs" / "stdout.log").write_bytes(START + b"the job's last words\n")
+    (tmp_path / "logs" / "stderr.log").write_bytes(START + b"oops\n" + EXIT % 3)
+    clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
+    try:
+        spec = pod(uid(4), command=["sh", "-c", "exit 3"])
+        await create(gateway, spec)
+        ended = Runs(started=1, ended=1, exit_code=3, read_to=0)
+        await until(
+            lambda: Runs.from_map(gateway._records[uid(4)].runs.get("main"))[1:4] == ended[1:4],
+            "the run seen to end",
+        )
+        (deployment,) = dms.live(uid(4))
+        dms.forget(deployment.id)
+        await until(lambda: gateway._records[uid(4)].phase == Phase.TERMINAL, "lost, failed")
+        request = parse_logs_body(_log_request(spec, "main").encode())
+        logs = b"".join([chunk async for chunk in gateway.logs(request)])
+        assert logs == b"the job's last words\noops\n"
+        await gateway.delete(parse_create_body(json.dumps({"pod": spec}).encode())[0].pod)
+        await until(
+            lambda: gateway.kept_logs.directory(uid(4), "main", 1) is None, "gone with the pod"
+        )
+    finally:
+        await gateway.close()
