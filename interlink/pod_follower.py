@@ -378,6 +378,7 @@ class PodFollower:
             return self._unanswered(f, exc)
         await self._take_turn()
         f.unknown = 0
+        f.polls += 1
         status = DeploymentStatus.parse(reply.status)
         allocations = reply.allocation_info or {}
         key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
