@@ -145,9 +145,7 @@ def reads_log(
     started = state[0] not in _NOT_STARTED
     changed = state != f.seen.get(name) or state[1] == _UNHEALTHY or name in f.probed
     due = f.polls % MARKER_READ_EVERY == 0  # a restart in place may have gone unseen
-    return (
-        ended or (started and (changed or due)) or name == _initializing(f.inits, f.runs, states)
-    )
+    return ended or (started and (changed or due)) or name == _initializing(f.inits, f.runs, states)
 
 
 def allocation_state(
