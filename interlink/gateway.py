@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..actors import bridge
@@ -34,7 +33,7 @@ from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
-from ..transport.rest import DMSError, TransportError
+from ..transport.rest import TransportError
 from . import k8s
 from .bodies import (
     CreateStruct,
@@ -43,12 +42,11 @@ from .bodies import (
     PodStatus,
     RetrievedPodData,
 )
-from .container_runs import Runs
 from .heap import HeapFreezer
-from .kept_logs import KeptLogs, NoRunError, kept_fetch, wanted_run
-from .logs import Fetch, fetched_logs, read_logs
-from .parsing import PluginRequestError, PodRef, in_turns
+from .kept_logs import KeptLogs
+from .parsing import PodRef, in_turns
 from .pod import PodActor
+from .pod_logs import pod_logs
 from .pod_record import (
     DEFAULT_POLICY,
     Kept,
@@ -69,7 +67,6 @@ from .resources import Capacity
 from .server import BackendUnavailable, UnknownPodError
 from .snapshots import Shown, Snapshots
 from .store import PodStore
-from .translate import allocation_key
 from .translation import Translate
 
 log = logging.getLogger(__name__)
@@ -467,74 +464,7 @@ class Gateway:
             raise UnknownPodError(
                 f"pod {record.namespace}/{record.name} has no container {request.container_name!r}"
             )
-        return self._log_stream(record, request)
-
-    async def _log_stream(self, record: PodRecord, request: LogStruct) -> AsyncIterator[bytes]:
-        """The logs of the run the request asks for (:func:`wanted_run`): from the DMS while
-        its deployment is the pod's current one and the DMS has them, else as the gateway
-        kept them when it saw the run end (decision 69)."""
-        container = request.container_name or _pod(record).spec.containers[0].name
-        runs = Runs.from_map(record.runs.get(container))
-        status = self._container_status(record, container)
-        pod_name = f"{record.namespace}/{record.name}"
-        try:
-            run = wanted_run(status, runs, previous=request.opts.previous)
-        except NoRunError as exc:  # the caller's mistake: 400, as the kubelet answers
-            raise PluginRequestError(f"Opts.Previous: pod {pod_name} {exc}") from None
-        kept = self.kept_logs.directory(record.uid, container, run)
-        here = run > runs.earlier_runs and bool(record.ensemble_id)  # in the current ensemble
-        if run > runs.latest and not record.ensemble_id:  # the kubelet's 400 too
-            raise PluginRequestError(f"pod {pod_name} is waiting to start: not deployed yet")
-        if here:
-            fetch = self._dms_fetch(record, container, kept)
-        elif kept is not None:
-            fetch = kept_fetch(kept)
-        else:
-            raise UnknownPodError(
-                f"the logs of run {run} of container {container!r} of pod {pod_name} "
-                "are no longer kept"
-            )
-        opts = request.opts
-        if not here or run < runs.latest:  # an ended run: nothing more to follow
-            opts = opts.model_copy(update={"follow": False})
-
-        def running() -> bool:
-            shown = self._container_status(record, container)
-            return shown is not None and shown.state.terminated is None
-
-        part = run - runs.earlier_runs if here else None
-        async for chunk in read_logs(fetch, opts, running=running, run=part):
-            yield chunk
-
-    def _container_status(self, record: PodRecord, container: str) -> k8s.ContainerStatus | None:
-        """The container's status as ``/status`` last showed it."""
-        snapshot = self.snapshots.get(record.uid)
-        statuses = [
-            *(snapshot.containers if snapshot else ()),
-            *(snapshot.init_containers if snapshot else ()),
-        ]
-        return next((s for s in statuses if s.name == container), None)
-
-    def _dms_fetch(self, record: PodRecord, container: str, kept: Path | None) -> Fetch:
-        """The allocation's log files from the DMS, by its key (no manifest needed); when the
-        DMS no longer has them, the copy ``kept`` of the run asked for."""
-        ensemble, allocation = record.ensemble_id, allocation_key(container)
-
-        @contextlib.asynccontextmanager
-        async def fetch() -> AsyncIterator[Path]:
-            try:
-                async with fetched_logs(self.parts.invoke, ensemble, allocation) as directory:
-                    yield directory
-                    return
-            except DMSError as exc:
-                if kept is None:  # the DMS answered it has none: the client's 404
-                    raise UnknownPodError(
-                        f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc}), "
-                        "and the gateway kept none of this run"
-                    ) from None
-            yield kept
-
-        return fetch
+        return pod_logs(record, request, self.parts.invoke, self.kept_logs, self.snapshots)
 
     # --- recovery ---------------------------------------------------------------------------
 
