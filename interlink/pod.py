@@ -448,8 +448,8 @@ class PodActor(AsyncActor):
         and so does the gateway, by deploying the pod again."""
         if self._restart_policy == "Never":
             return False
-        for container in request_data(self.record).pod.spec.init_containers:
-            runs = Runs.from_map(self.record.runs.get(container.name))
+        for name in self._containers[0]:
+            runs = Runs.from_map(self.record.runs.get(name))
             if not runs.running and runs.ended and runs.exit_code != 0:
                 return True
         return False
@@ -470,11 +470,14 @@ class PodActor(AsyncActor):
             return True
         down = _DOWN_FOR_GOOD[policy]
         live = live_allocations(self.record.observed)
-        for container in request_data(self.record).pod.spec.containers:
-            status, _, _ = allocation_of(container.name, {}, live)
-            if status in down:
-                return True
-        return False
+        return any(allocation_of(name, {}, live)[0] in down for name in self._containers[1])
+
+    @functools.cached_property
+    def _containers(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The names of the pod's init and main containers, read once (as
+        :attr:`_restart_policy`)."""
+        spec = request_data(self.record).pod.spec
+        return tuple(c.name for c in spec.init_containers), tuple(c.name for c in spec.containers)
 
     @functools.cached_property
     def _restart_policy(self) -> str:
