@@ -18,6 +18,11 @@ their count and the last run's end over to the pod's next deployment, whose runs
 :meth:`Runs.observation` is what :func:`~dmsgw.interlink.pod_status.container_statuses` needs:
 the current run's exit code and times, the previous run as ``lastState``, the restart count.
 
+The restart count is the kubelet's: the runs that started over the pod's life, less the first
+(decision 67). It grows when a run starts, not when one ends: a container waiting in back-off
+after its fourth run shows 3, and one that never ran in a deployment (it failed before, or
+waited for an init container) adds nothing for it.
+
 The times are the gateway's: when a poll first showed a run started or ended (``at_ns`` of
 :meth:`Runs.read` and :meth:`Runs.saw`; 0 is unknown). They are kept here, with the pod's record,
 so that a snapshot taken later, or by a gateway that restarted, reports the same ``startedAt``
@@ -36,7 +41,8 @@ from typing import Any, NamedTuple
 from ..behaviors.status import AllocationStatus
 from ..clock import NS_PER_SECOND
 from . import k8s
-from .pod_status import FAILED_EXIT_CODE, ContainerObservation, terminated_state
+from .bodies import PodStatus
+from .pod_status import CRASH_LOOP, FAILED_EXIT_CODE, ContainerObservation, terminated_state
 from .probe_state import ProbeState
 from .run_markers import Marker, ProbeMarker
 
@@ -56,7 +62,7 @@ _ENDED = frozenset(
 
 
 _UNKNOWN_CODE = "the run left no exit code (the DMS reports none)"
-_COUNTS = ("read_to", "started", "ended", "earlier_restarts")
+_COUNTS = ("read_to", "started", "ended", "earlier_runs")
 _TIMES = (
     "started_ns",
     "ended_started_ns",
@@ -72,8 +78,8 @@ class Runs(NamedTuple):
     """In the current ensemble: ``read_to``, how much of the allocation's stderr has been read
     for markers; ``started`` and ``ended``, runs seen to start and to end; ``exit_code`` and
     ``previous_exit_code``, those of the latest ended run and of the one before it (``None``:
-    unknown). From the pod's earlier ensembles: ``earlier_restarts``, the DMS's restarts of
-    the container; ``earlier_ended`` and ``earlier_exit_code``, the last run's end. Each
+    unknown). From the pod's earlier ensembles: ``earlier_runs``, the runs of the container
+    that started in them; ``earlier_ended`` and ``earlier_exit_code``, the last run's end. Each
     ``*_ns`` is a time in Unix nanoseconds (0: unknown): ``started_ns`` the latest run's start,
     ``ended_started_ns`` and ``ended_ns`` the latest ended run's start and end, ``previous_*``
     those of the ended run before it, ``earlier_*`` those of the earlier ensembles' last run.
@@ -87,7 +93,7 @@ class Runs(NamedTuple):
     ended: int = 0
     exit_code: int | None = None
     previous_exit_code: int | None = None
-    earlier_restarts: int = 0
+    earlier_runs: int = 0
     earlier_ended: bool = False
     earlier_exit_code: int | None = None
     probes: ProbeState = ProbeState()
@@ -120,9 +126,15 @@ class Runs(NamedTuple):
         return self.last_exit_code == OOM_EXIT_CODE
 
     @property
+    def latest(self) -> int:
+        """The newest run's number over the pod's life (the first run is 1; 0: none started)."""
+        return self.earlier_runs + self.started
+
+    @property
     def restarts(self) -> int:
-        """The DMS's restarts of the container, over the pod's life."""
-        return self.earlier_restarts + max(self.started - 1, 0)
+        """The container's restarts over the pod's life, the DMS's and the redeployments':
+        every run that started after the first."""
+        return max(self.earlier_runs + self.started - 1, 0)
 
     def _before_current(self) -> tuple[bool, int | None, int, int]:
         """Whether a run ended before the current one (the latest, ended or not), its code,
@@ -139,9 +151,8 @@ class Runs(NamedTuple):
             self.earlier_ended_ns,
         )
 
-    def observation(self, redeploys: int) -> ContainerObservation:
-        """The container as :func:`~dmsgw.interlink.pod_status.container_statuses` sees it;
-        ``redeploys`` counts the pod's whole redeployments, which restart it too."""
+    def observation(self) -> ContainerObservation:
+        """The container as :func:`~dmsgw.interlink.pod_status.container_statuses` sees it."""
         ended, code, started_ns, ended_ns = self._before_current()
         last: k8s.ContainerState | None = None
         if ended:
@@ -159,7 +170,7 @@ class Runs(NamedTuple):
             finished_at=_time(self.ended_ns) if current_ended else None,
             exit_code=self.last_exit_code,
             oom_killed=self.oom_killed,
-            restart_count=redeploys + self.restarts,
+            restart_count=self.restarts,
             last_state=last,
             **self._probed(),
             running=self.running,
@@ -191,14 +202,14 @@ class Runs(NamedTuple):
             ended, code, started_ns, ended_ns = False, None, 0, 0
         if not ended:
             return Runs(
-                earlier_restarts=self.restarts,
+                earlier_runs=self.earlier_runs,
                 earlier_ended=self.earlier_ended,
                 earlier_exit_code=self.earlier_exit_code,
                 earlier_started_ns=self.earlier_started_ns,
                 earlier_ended_ns=self.earlier_ended_ns,
             )
         return Runs(
-            earlier_restarts=self.restarts,
+            earlier_runs=self.earlier_runs + self.started,
             earlier_ended=True,
             earlier_exit_code=code,
             earlier_started_ns=started_ns,
@@ -277,6 +288,9 @@ class Runs(NamedTuple):
             if type(value.get(name)) is int
         }
         ended = value.get("earlier_ended") is True
+        old = value.get("earlier_restarts")  # kept by a gateway that counted restarts so
+        if "earlier_runs" not in counts and type(old) is int and old >= 0 and ended:
+            counts["earlier_runs"] = old + 1
         probes = ProbeState.from_map(value.get("probes"))
         return cls(**counts, **codes, earlier_ended=ended, probes=probes)
 
@@ -284,3 +298,30 @@ class Runs(NamedTuple):
 def _time(ns: int) -> datetime | None:
     """A stored time as Kubernetes reports it (``None``: unknown)."""
     return datetime.fromtimestamp(ns / NS_PER_SECOND, UTC) if ns else None
+
+
+def latest_runs(status: PodStatus, runs: Mapping[str, Any]) -> list[k8s.ContainerStateTerminated]:
+    """How each main container's latest run ended, for those whose run has ended: reported
+    ``terminated``, or waiting to run again with that run as its last state. A waiting
+    container counts only with a run of the current ensemble behind it (``runs``, the
+    record's ledger): after a redeployment its last state is the previous ensemble's, which
+    the redeployment already answered, and counting it again would stop the fresh ensemble."""
+    latest = []
+    for c in status.containers:
+        waiting = c.state.waiting
+        if c.state.terminated is not None:
+            latest.append(c.state.terminated)
+        elif (
+            waiting is not None
+            and waiting.reason == CRASH_LOOP
+            and c.last_state.terminated
+            and _ran_here(runs.get(c.name))
+        ):
+            latest.append(c.last_state.terminated)
+    return latest
+
+
+def _ran_here(ledger: Any) -> bool:
+    """Whether a container's ledger shows a run that ended in the current ensemble (no
+    ledger: nothing tells, so the status is taken as it is)."""
+    return ledger is None or Runs.from_map(ledger).ended > 0

@@ -20,6 +20,11 @@ _NOT_STARTED = frozenset({"", AllocationStatus.PENDING})
 _UNHEALTHY = "unhealthy"
 END_READ_TRIES = 3
 """How many more polls a follower makes when a log could not be read at the deployment's end."""
+MARKER_READ_EVERY = 4
+"""A started wrapped container's log is read at least every this many polls: a restart in
+place that the DMS made between two polls that both found its allocation running leaves no
+other trace (the DMS counts no restarts), and showed only at the deployment's end. Not at
+every poll: that would double the DMS calls of a steady pod (decision 67)."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -43,6 +48,7 @@ class Following:
     placement_due: bool = True  # the running manifest is read once it runs, until read
     listed: tuple[str, str] | None = None  # the deployment in the board's listing before a poll
     quiet: bool = False  # the last poll found nothing new (or only what a resumed pod showed)
+    polls: int = 0  # polls made, answered: every MARKER_READ_EVERY-th reads the started logs
 
     @classmethod
     def of(
@@ -133,13 +139,15 @@ def reads_log(
     """Whether this poll reads the container ``name``'s log for the wrapper's markers: only a
     wrapped container's, every one once the deployment has ended (the manifest may have
     failed too), and otherwise that of a container that has started and whose allocation
-    changed, is unhealthy or runs probes, or of the init container that may run unseen."""
+    changed, is unhealthy or runs probes (or at every :data:`MARKER_READ_EVERY`-th poll), or
+    of the init container that may run unseen."""
     if not f.containers[name]:
         return False
     state = states[name]
     started = state[0] not in _NOT_STARTED
     changed = state != f.seen.get(name) or state[1] == _UNHEALTHY or name in f.probed
-    return ended or (started and changed) or name == _initializing(f.inits, f.runs, states)
+    due = f.polls % MARKER_READ_EVERY == 0  # a restart in place may have gone unseen
+    return ended or (started and (changed or due)) or name == _initializing(f.inits, f.runs, states)
 
 
 def settled(f: Following) -> bool:

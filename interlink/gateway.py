@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..actors import bridge
@@ -34,15 +33,16 @@ from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
-from ..transport.rest import DMSError, DMSErrorKind, TransportError
+from ..transport.rest import TransportError
 from . import k8s
 from .admission_queue import AdmissionPolicy, AdmissionQueue
 from .bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
 from .deployment_board import DeploymentBoard
 from .heap import HeapFreezer
-from .logs import fetched_logs, read_logs
-from .parsing import PluginRequestError, PodRef, in_turns
+from .kept_logs import KeptLogs
+from .parsing import PodRef, in_turns
 from .pod import PodActor
+from .pod_logs import pod_logs
 from .pod_record import (
     DEFAULT_POLICY,
     Kept,
@@ -63,7 +63,6 @@ from .resources import Capacity
 from .server import BackendUnavailable, UnknownPodError
 from .snapshots import Shown, Snapshots
 from .store import PodStore
-from .translate import allocation_key
 from .translation import Translate, refuse_what_cannot_run
 from .under_way import RECREATE_WAIT_S, UnderWay
 
@@ -118,6 +117,9 @@ class GatewayParts:
     """Status polls of the DMS a second, all followed pods together (:class:`PollPace`)."""
     admission: AdmissionPolicy = dataclasses.field(default_factory=AdmissionPolicy)
     recreate_wait_s: float = RECREATE_WAIT_S
+    kept_logs: KeptLogs | None = None
+    """Where the logs of the runs seen to end are kept (decision 69); ``None``: beside the
+    state file."""
 
 
 class Gateway:
@@ -125,6 +127,7 @@ class Gateway:
 
     def __init__(self, parts: GatewayParts) -> None:
         self.parts = parts
+        self.kept_logs = parts.kept_logs or KeptLogs.beside(parts.store.path)
         self._heap = HeapFreezer(parts.freeze_every)
         self._pace = PollPace(parts.polls_per_s)
         self.board = DeploymentBoard(parts.invoke, parts.owner, every_s=self._list_every_s)
@@ -328,6 +331,7 @@ class Gateway:
                 board=self.board,
                 turns=self._turns,
                 admission=self.admission,
+                kept_logs=self.kept_logs,
                 loop=self.parts.loop,
                 exit_hook=hook,
             )
@@ -402,6 +406,7 @@ class Gateway:
             if ref is not None or record.phase != Phase.TERMINAL:
                 return await self._delete_later(record)
             await self.parts.store.delete(uid)  # dropped only once the store has let it go
+            await self.kept_logs.forget(uid)
             self._forget(uid)
 
     async def _delete_later(self, record: PodRecord) -> None:
@@ -464,46 +469,7 @@ class Gateway:
             raise UnknownPodError(
                 f"pod {record.namespace}/{record.name} has no container {request.container_name!r}"
             )
-        return self._log_stream(record, request)
-
-    async def _log_stream(self, record: PodRecord, request: LogStruct) -> AsyncIterator[bytes]:
-        ensemble = record.previous_ensemble_id if request.opts.previous else record.ensemble_id
-        if not ensemble and request.opts.previous:  # the caller's mistake: 400, as the kubelet
-            raise PluginRequestError(
-                f"Opts.Previous: pod {record.namespace}/{record.name} has no previous run"
-            )
-        if not ensemble:  # no logs yet: the kubelet's 400 too ("waiting to start")
-            raise PluginRequestError(
-                f"pod {record.namespace}/{record.name} is waiting to start: not deployed yet"
-            )
-        container = request.container_name or _pod(record).spec.containers[0].name
-        allocation = allocation_key(container)
-
-        @contextlib.asynccontextmanager
-        async def fetch() -> AsyncIterator[Path]:
-            """The allocation's log files, by its key (no manifest needed). An ensemble the
-            DMS no longer knows took its logs with it: the pod's logs are gone, which is the
-            client's 404, not the gateway's failure."""
-            try:
-                async with fetched_logs(self.parts.invoke, ensemble, allocation) as directory:
-                    yield directory
-            except DMSError as exc:
-                if exc.kind is DMSErrorKind.NOT_FOUND:
-                    raise UnknownPodError(
-                        f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc})"
-                    ) from None
-                raise
-
-        def running() -> bool:
-            snapshot = self.snapshots.get(record.uid)
-            statuses = [
-                *(snapshot.containers if snapshot else ()),
-                *(snapshot.init_containers if snapshot else ()),
-            ]
-            return any(s.name == container and s.state.terminated is None for s in statuses)
-
-        async for chunk in read_logs(fetch, request.opts, running=running):
-            yield chunk
+        return pod_logs(record, request, self.parts.invoke, self.kept_logs, self.snapshots)
 
     # --- recovery ---------------------------------------------------------------------------
 

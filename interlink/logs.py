@@ -16,7 +16,7 @@ the last lines, then ``Bytes`` (the kubelet's ``limitBytes``) the first bytes of
 over the whole reply, followed output included. The DMS writes the files when asked, so
 ``Follow`` asks again every interval and sends what is new, until the container ends. The pod
 wrapper's markers (:mod:`dmsgw.interlink.run_markers`) are the gateway's, not the container's
-output: they are left out of ``stderr.log``.
+output: they are left out of both files.
 
 A pod's follower reads the same files for those markers: :func:`fetched_logs` and
 :func:`lines_after` serve both.
@@ -43,7 +43,7 @@ from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND
 from ..errors import DmsgwError
 from .bodies import ContainerLogOpts
-from .run_markers import strip_marker
+from .run_markers import is_start_marker, strip_marker
 
 STDERR_LOG = "stderr.log"
 LOG_FILES = ("stdout.log", STDERR_LOG)
@@ -191,7 +191,7 @@ class _Line(NamedTuple):
 def _timed(path: Path, start: int, data: bytes, fallback: float) -> list[_Line]:
     """The lines of ``data``, read from ``path`` at byte ``start``, with the time each was
     written by its producer's record, or ``fallback`` where there is none; the lines that
-    are the container's own output only (the wrapper's markers left out of ``stderr.log``)."""
+    are the container's own output only (the wrapper's markers left out)."""
     try:
         record = parse(times_path(path).read_bytes())
     except FileNotFoundError:
@@ -201,7 +201,7 @@ def _timed(path: Path, start: int, data: bytes, fallback: float) -> list[_Line]:
     for text in data.splitlines(keepends=True):
         end += len(text)
         at_ns = written_by(record, end)
-        kept = strip_marker(text) if path.name == STDERR_LOG else text
+        kept = strip_marker(text)
         if kept:
             lines.append(_Line(fallback if at_ns is None else at_ns / NS_PER_SECOND, kept))
     return lines
@@ -223,12 +223,42 @@ def _since_ts(opts: ContainerLogOpts, now: float) -> float | None:
     return None
 
 
+def run_part(path: Path, run: int | None) -> tuple[int, int]:
+    """Where run ``run`` (the ``run``-th of the file, from 1; ``None``: the whole file) lies
+    in ``path``: the offsets of its first byte (after its start marker) and of the byte after
+    its last; the whole file when it has no start marker at all (an unwrapped container's).
+    ``(0, 0)`` when the file does not exist or holds fewer runs. Blocking."""
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return 0, 0
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        if run is None:
+            return 0, size
+        f.seek(0)
+        starts: list[tuple[int, int]] = []  # each start marker's line: its offset and end
+        offset = 0
+        for line in f:
+            if is_start_marker(line):
+                starts.append((offset, offset + len(line)))
+            offset += len(line)
+    if not starts:
+        return 0, size
+    if run > len(starts) or run < 1:
+        return 0, 0
+    begin = starts[run - 1][1]
+    end = starts[run][0] if run < len(starts) else size
+    return begin, end
+
+
 def _existing_lines(
-    directory: Path, opts: ContainerLogOpts, now: float
+    directory: Path, opts: ContainerLogOpts, now: float, run: int | None = None
 ) -> tuple[list[bytes], dict[str, int]]:
-    """The lines already written (stdout then stderr) that the options select, and where
-    each file ends. With ``Tail`` only each file's last lines are read (from the end), with
-    ``Bytes`` only its first ones: a log of 100 MB is not read whole for three lines."""
+    """The lines already written (stdout then stderr) that the options select, of run ``run``
+    of the files (:func:`run_part`; ``None``: all), and where each file ends. With ``Tail``
+    only each file's last lines are read (from the end), with ``Bytes`` only its first ones:
+    a log of 100 MB is not read whole for three lines."""
     lines: list[bytes] = []
     offsets: dict[str, int] = {}
     since = _since_ts(opts, now)
@@ -239,7 +269,12 @@ def _existing_lines(
             with path.open("rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 mtime = os.fstat(f.fileno()).st_mtime
-                start, data = _part(f, size, opts.tail, budget, path.name == STDERR_LOG)
+                if run is None:  # the wrapper's markers, on both files, are not shown
+                    start, data = _part(f, size, opts.tail, budget, markers=True)
+                else:
+                    start, end = run_part(path, run)
+                    f.seek(start)
+                    data = f.read(end - start)
         except FileNotFoundError:
             offsets[name] = 0
             continue
@@ -325,14 +360,16 @@ async def read_logs(
     running: Callable[[], bool],
     clock: Callable[[], float] | None = None,
     interval_s: float = FOLLOW_INTERVAL_S,
+    run: int | None = None,
 ) -> AsyncIterator[bytes]:
-    """Yield the container's log, then (with ``Follow``) new output until ``running()`` is
-    false and nothing more was written, or ``Bytes`` have been sent. ``fetch()`` has the DMS
-    write the log files and holds them while they are read."""
+    """Yield the container's log (of run ``run`` of the files only, see :func:`run_part`),
+    then (with ``Follow``) new output until ``running()`` is false and nothing more was
+    written, or ``Bytes`` have been sent. ``fetch()`` has the DMS write the log files and
+    holds them while they are read."""
     now = clock or _wall
     budget = _Budget(opts.limit_bytes)
     async with fetch() as directory:
-        lines, offsets = await asyncio.to_thread(_existing_lines, directory, opts, now())
+        lines, offsets = await asyncio.to_thread(_existing_lines, directory, opts, now(), run)
     first = budget.take(b"".join(lines[-opts.tail :] if opts.tail else lines))
     if first:
         yield first

@@ -22,18 +22,17 @@ import json
 import logging
 import random
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..actors.aio import AsyncActor
 from ..behaviors.node import Invoke
-from ..behaviors.status import DeploymentStatus
+from ..behaviors.status import AllocationStatus, DeploymentStatus
 from ..clock import NS_PER_SECOND, Clock, system_clock
-from . import k8s
 from .admission import WAITING, Order, order_of, refused_for_capacity
 from .admission_queue import AdmissionQueue
 from .bodies import PodStatus
-from .container_runs import Runs
+from .container_runs import Runs, latest_runs
 from .deployment_board import DeploymentBoard
 from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY, describe
 from .follow_reports import (
@@ -48,6 +47,7 @@ from .follow_reports import (
     ShutDown,
 )
 from .heap import NO_FREEZER, HeapFreezer
+from .kept_logs import KeptLogs
 from .pod_follower import PodFollower
 from .pod_record import (
     DEFAULT_POLICY,
@@ -61,17 +61,25 @@ from .pod_record import (
     Snapshot,
     entry_of,
     kept_reply,
+    live_allocations,
     request_data,
     shown_by,
     stored,
 )
-from .pod_status import CRASH_LOOP, WAITING_FOR_CAPACITY
+from .pod_status import WAITING_FOR_CAPACITY, allocation_of
 from .poll_pace import PollPace
 from .snapshots import Snapshots
 from .store import PodStore
 from .translation import Translate
 
 log = logging.getLogger(__name__)
+
+_DOWN_FOR_GOOD = {
+    "Always": frozenset({AllocationStatus.FAILED, AllocationStatus.COMPLETED}),
+    "OnFailure": frozenset({AllocationStatus.FAILED}),
+}
+"""The allocation statuses, by ``restartPolicy``, of a container that the DMS has left down
+in a running ensemble and that the policy runs again (``restarting`` is the DMS's own)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,11 +110,13 @@ class PodActor(AsyncActor):
         pace: PollPace | None = None,
         admission: AdmissionQueue | None = None,
         board: DeploymentBoard | None = None,
+        kept_logs: KeptLogs | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.record = record
         self._admission = admission  # None: a pod alone, which deploys at once
+        self._kept_logs = kept_logs  # the runs' logs its follower keeps (decision 69)
         self._store = store
         self._snapshot = snapshot
         self._snapshots = snapshots
@@ -193,6 +203,7 @@ class PodActor(AsyncActor):
             admission=self._admission,
             board=self._board,
             incarnation=str(record.created_ns or ""),
+            kept=self._kept_logs,
         )
 
     def _task_done(self, task: asyncio.Future[None]) -> None:
@@ -361,9 +372,13 @@ class PodActor(AsyncActor):
             record.started_ns = self._clock()
         if message.status == DeploymentStatus.RUNNING and not record.running_ns:
             record.running_ns = self._clock()
-        if message.status == DeploymentStatus.RUNNING and self._service_completed():
-            # The DMS restarts a failed service (one_for_one) but leaves one that exited 0,
-            # while the ensemble stays Running: restartPolicy Always redeploys the pod.
+        running = message.status == DeploymentStatus.RUNNING
+        if (running and self._left_down()) or (
+            message.status not in TERMINAL_DMS and self._init_failed_to_retry()
+        ):
+            # The DMS restarts a failed container in place (one_for_one) a few times, but
+            # leaves one that exited 0 and, past its own limit, one that failed, while the
+            # ensemble stays Running: the pod's restartPolicy redeploys it, with back-off.
             await self._cancel()  # the follower of the old ensemble
             record.phase = Phase.BACKOFF
             record.observed.pop(ENDPOINTS_KEY, None)  # the ensemble is stopped with its ports
@@ -404,6 +419,7 @@ class PodActor(AsyncActor):
         if self._restart_policy in ("Always", "OnFailure"):
             log.warning("pod %s: %s; deploying it again", record.uid, lost)
             record.phase = Phase.BACKOFF
+            record.observed.pop(ENDPOINTS_KEY, None)  # its ports went with it
             delay = self._count_restart()
             await self._save()
             self._run(self._follower.back_off(record.attempt, delay_s=delay))
@@ -476,6 +492,8 @@ class PodActor(AsyncActor):
 
     async def _on_shut_down(self) -> None:
         await self._store.delete(self.record.uid)
+        if self._kept_logs is not None:  # the kubelet keeps them until the pod is deleted
+            await self._kept_logs.forget(self.record.uid)
         self._snapshots.forget(self.record.uid)
         self._on_deleted(self.record.uid)
         self.actor_ref.stop()
@@ -490,7 +508,7 @@ class PodActor(AsyncActor):
             return False
         if status == DeploymentStatus.FAILED:
             return True
-        return any(run.exit_code != 0 for run in _latest_runs(self._status(), self.record.runs))
+        return any(run.exit_code != 0 for run in latest_runs(self._status(), self.record.runs))
 
     def _init_failed_for_good(self) -> str:
         """Under ``Never``: the init container whose run failed (``""``: none), as the pod
@@ -507,11 +525,44 @@ class PodActor(AsyncActor):
             "",
         )
 
-    def _service_completed(self) -> bool:
-        """Under ``Always``: a main container (a DMS service) ended with exit code 0."""
-        if self._restart_policy != "Always":
+    def _init_failed_to_retry(self) -> bool:
+        """Under ``Always`` or ``OnFailure``: whether an init container's latest run failed
+        in this ensemble and none of it runs. The DMS provisions the main containers behind
+        the init containers and does not run a failed one again there (its provisioning
+        waits until its own deadline, minutes away); the kubelet restarts it with back-off,
+        and so does the gateway, by deploying the pod again."""
+        if self._restart_policy == "Never":
             return False
-        return any(run.exit_code == 0 for run in _latest_runs(self._status(), self.record.runs))
+        for name in self._containers[0]:
+            runs = Runs.from_map(self.record.runs.get(name))
+            if not runs.running and runs.ended and runs.exit_code != 0:
+                return True
+        return False
+
+    def _left_down(self) -> bool:
+        """Whether a main container ended in the running ensemble and the DMS will not run it
+        again there, while the pod's ``restartPolicy`` would: under ``Always`` one that exited
+        0 (the DMS leaves a service that did) or whose allocation it reports ended, under
+        ``OnFailure`` one whose allocation it reports failed. The kubelet restarts such a
+        container forever, with back-off (decision 67); the DMS stops restarting one in place
+        after its own limit, and its ensemble runs on without it."""
+        policy = self._restart_policy
+        if policy == "Never":
+            return False
+        if policy == "Always" and any(
+            run.exit_code == 0 for run in latest_runs(self._status(), self.record.runs)
+        ):
+            return True
+        down = _DOWN_FOR_GOOD[policy]
+        live = live_allocations(self.record.observed)
+        return any(allocation_of(name, {}, live)[0] in down for name in self._containers[1])
+
+    @functools.cached_property
+    def _containers(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The names of the pod's init and main containers, read once (as
+        :attr:`_restart_policy`)."""
+        spec = request_data(self.record).pod.spec
+        return tuple(c.name for c in spec.init_containers), tuple(c.name for c in spec.containers)
 
     @functools.cached_property
     def _restart_policy(self) -> str:
@@ -530,33 +581,6 @@ class PodActor(AsyncActor):
         record.restarts += 1
         record.running_ns = 0
         return min(p.restart_max_s, p.restart_min_s * 2.0 ** (record.backoff - 1))
-
-
-def _latest_runs(status: PodStatus, runs: Mapping[str, Any]) -> list[k8s.ContainerStateTerminated]:
-    """How each main container's latest run ended, for those whose run has ended: reported
-    ``terminated``, or waiting to run again with that run as its last state. A waiting
-    container counts only with a run of the current ensemble behind it (``runs``, the
-    record's ledger): after a redeployment its last state is the previous ensemble's, which
-    the redeployment already answered, and counting it again would stop the fresh ensemble."""
-    latest = []
-    for c in status.containers:
-        waiting = c.state.waiting
-        if c.state.terminated is not None:
-            latest.append(c.state.terminated)
-        elif (
-            waiting is not None
-            and waiting.reason == CRASH_LOOP
-            and c.last_state.terminated
-            and _ran_here(runs.get(c.name))
-        ):
-            latest.append(c.last_state.terminated)
-    return latest
-
-
-def _ran_here(ledger: Any) -> bool:
-    """Whether a container's ledger shows a run that ended in the current ensemble (no
-    ledger: nothing tells, so the status is taken as it is)."""
-    return ledger is None or Runs.from_map(ledger).ended > 0
 
 
 def _followed(record: PodRecord) -> tuple[Any, ...]:

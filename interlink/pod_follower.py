@@ -13,7 +13,7 @@ import functools
 import logging
 import math
 import random
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..actors.steps import Steps
@@ -42,7 +42,6 @@ from ..transport.rest import DMSError, DMSErrorKind, TransportError
 from . import k8s
 from .admission import Order, Wait, demand_of
 from .admission_queue import AdmissionQueue
-from .container_runs import Runs
 from .deployment_board import DeploymentBoard, Listed
 from .endpoints import endpoints_of, has_ports, placement_of
 from .follow_reports import (
@@ -57,7 +56,7 @@ from .follow_reports import (
     ShutDown,
 )
 from .following import Following, allocation_state, reads_log, runs_now, settled, starts_unseen
-from .logs import STDERR_LOG, fetched_logs, new_lines
+from .kept_logs import KeptLogs
 from .pod_record import (
     ATTEMPT_KEY,
     INCARNATION_KEY,
@@ -68,8 +67,7 @@ from .pod_record import (
 )
 from .poll_pace import PollPace
 from .recovery import labelled
-from .run_markers import markers, probe_markers
-from .translate import allocation_key
+from .run_reads import read_runs, read_together
 from .translation import Translate, TranslationNotReadyError
 
 log = logging.getLogger(__name__)
@@ -81,9 +79,18 @@ lost: one answer could come from a DMS that is restarting and has not restored i
 STARTING_WAIT_S = 1.0
 """The longest wait between two polls of a deployment on its way to running, when no board
 watches it (or the policy's longest, if shorter): a pod created is seen running soon."""
-MARKER_READ_LIMIT = 1 << 20
-"""At most this much of a container's new stderr is read for the wrapper's markers at once
-(a container that wrote more between two reads may have runs go uncounted)."""
+
+
+_STOPPING: set[asyncio.Future[bool]] = set()
+"""The stops of provisioning ensembles left behind by a restart (:meth:`PodFollower.back_off`):
+held here until done, or asyncio could collect them unfinished."""
+
+
+def _stopped(task: asyncio.Future[bool]) -> None:
+    """A stop left behind ended: one cut short by the gateway's close is the orphan pass's."""
+    _STOPPING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.info("the stop of an ensemble left behind ended early: %s", task.exception())
 
 
 class _Follow:
@@ -165,6 +172,7 @@ class PodFollower:
         "_incarnation",
         "_inflight",
         "_invoke",
+        "_kept",
         "_on_poll",
         "_pace",
         "_policy",
@@ -193,6 +201,7 @@ class PodFollower:
         admission: AdmissionQueue | None = None,
         board: DeploymentBoard | None = None,
         incarnation: str = "",
+        kept: KeptLogs | None = None,
     ) -> None:
         self._uid = uid
         self._admission = admission  # None: every attempt deploys at once
@@ -203,6 +212,7 @@ class PodFollower:
         """Stamped on each ensemble (:data:`INCARNATION_KEY`): the ensembles of a pod deleted
         before with the same UID are never taken for this pod's (``""``: a record of an
         older gateway, whose ensembles carry none)."""
+        self._kept = kept  # where the runs seen to end are copied (decision 69)
         self._turns = turns
         """The gate its pod's actor passes (shared by a gateway's pods): a translation and a
         poll's reading of its reply pass it too (:meth:`_take_turn`)."""
@@ -432,6 +442,7 @@ class PodFollower:
             return self._unanswered(f, exc)
         await self._take_turn()
         f.unknown = 0
+        f.polls += 1
         status = DeploymentStatus.parse(reply.status)
         allocations = reply.allocation_info or {}
         key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
@@ -452,10 +463,16 @@ class PodFollower:
         states = {name: allocation_state(name, listed, allocations) for name in f.containers}
         read = [name for name in f.containers if reads_log(f, name, states, ended=ended)]
         at_ns = self._clock()
-        found = await _each(
+        found = await read_together(
             [
                 read_runs(
-                    self._invoke, f.ensemble_id, name, f.runs[name], uid=self._uid, at_ns=at_ns
+                    self._invoke,
+                    f.ensemble_id,
+                    name,
+                    f.runs[name],
+                    uid=self._uid,
+                    at_ns=at_ns,
+                    kept=self._kept,
                 )
                 for name in read
             ]
@@ -508,8 +525,15 @@ class PodFollower:
 
     async def back_off(self, attempt: int, *, delay_s: float = 0.0, stop: str = "") -> None:
         """Stop the ensemble ``stop`` (at once when it has ended already), wait ``delay_s``,
-        then report :class:`BackedOff`: the actor records the next attempt and deploys it."""
-        await self._stop(stop)
+        then report :class:`BackedOff`: the actor records the next attempt and deploys it.
+        An ensemble the DMS is still provisioning (it shuts down only a running one) is
+        stopped beside the next attempt, as soon as it runs or ends: its provisioning may
+        wait minutes for an init container that failed, and the pod's restart cannot (a
+        gateway that restarts meanwhile collects it as an orphan)."""
+        if stop and not await self._stop(stop, provisioning=False):
+            task = asyncio.ensure_future(self._stop(stop))
+            _STOPPING.add(task)
+            task.add_done_callback(_stopped)
         if delay_s:
             await asyncio.sleep(delay_s)
         self._report(BackedOff(attempt))
@@ -542,7 +566,9 @@ class PodFollower:
                 return reply.ensemble_id
         return await self._find_existing(attempt)
 
-    async def _stop(self, ensemble_id: str) -> None:
+    async def _stop(self, ensemble_id: str, *, provisioning: bool = True) -> bool:
+        """Shut ``ensemble_id`` down until it has ended; ``False`` at once when it is still
+        provisioning and ``provisioning`` says not to wait for it."""
         tries = 0
         while ensemble_id:
             try:
@@ -550,6 +576,8 @@ class PodFollower:
                 status = DeploymentStatus.parse(state.status)
                 if status in TERMINAL_DMS or status == DeploymentStatus.UNKNOWN:
                     break
+                if status != DeploymentStatus.RUNNING and not provisioning:
+                    return False
                 if status == DeploymentStatus.RUNNING:
                     await self._invoke(DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id))
             except DmsgwError as exc:
@@ -558,6 +586,7 @@ class PodFollower:
                 log.info("pod %s: shutdown of %s: %s", self._uid, ensemble_id, exc)
             tries += 1
             await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
+        return True
 
 
 def _where(
@@ -566,27 +595,3 @@ def _where(
     """Where a running deployment runs, and its endpoints (``None``: the pod has no ports).
     A function of its own, so that the follower's loop keeps no parsed pod between polls."""
     return placement_of(pod, manifest), endpoints_of(pod, manifest) if has_ports(pod) else None
-
-
-async def _each(reads: list[Coroutine[Any, Any, Runs | None]]) -> list[Runs | None]:
-    """The reads' results, made together (``asyncio.gather``); a lone read is awaited as it
-    is: most polls read one log or none, and a task of its own was three more turns of the
-    loop for it."""
-    if len(reads) <= 1:
-        return [await read for read in reads]
-    return list(await asyncio.gather(*reads))
-
-
-async def read_runs(
-    invoke: Invoke, ensemble_id: str, container: str, runs: Runs, *, uid: str, at_ns: int = 0
-) -> Runs | None:
-    """``runs`` after the markers that the container's stderr gained since the last read
-    (made at ``at_ns``); ``None`` when the log cannot be had (pod ``uid`` names it in the log
-    message)."""
-    try:
-        async with fetched_logs(invoke, ensemble_id, allocation_key(container)) as directory:
-            text, read_to = await new_lines(directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT)
-    except (DmsgwError, OSError) as exc:
-        log.info("pod %s: log of %s unavailable: %s", uid, container, exc)
-        return None
-    return runs.read(markers(text), read_to, at_ns=at_ns).read_probes(probe_markers(text))

@@ -270,7 +270,6 @@ def shown_by(record: PodRecord) -> bytes:
         _shown_status(record),
         record.observed,
         record.runs,
-        record.restarts,
         record.message,
         record.reason if record.phase == Phase.QUEUED else "",
         final,
@@ -286,7 +285,7 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
     status = _shown_status(record)
     containers = (*pod.spec.init_containers, *pod.spec.containers)
     runs = {c.name: Runs.from_map(record.runs.get(c.name)) for c in containers}
-    seen = {name: own.observation(record.restarts) for name, own in runs.items()}
+    seen = {name: own.observation() for name, own in runs.items()}
     if record.phase == Phase.QUEUED and record.reason:  # not told to wait: as if deploying
         waiting = waiting_statuses(pod, record.reason, record.message, seen)
         return pod_status(pod, record.jid, waiting)
@@ -304,7 +303,7 @@ def snapshot_of(record: PodRecord, *, now_ns: int) -> PodStatus:
         status,
         manifest,
         now=datetime.fromtimestamp(now_ns / NS_PER_SECOND, UTC),
-        allocation_info=_live_allocations(record.observed),
+        allocation_info=live_allocations(record.observed),
         observations=seen,
         error=record.message or _text(record.observed.get("error")),
         final=record.phase in ENDED_PHASES,
@@ -335,7 +334,7 @@ def kept_reply(reply: DeploymentStatusResponse) -> dict[str, Any]:
     return kept
 
 
-def _live_allocations(observed: Mapping[str, Any]) -> dict[str, LiveAllocation]:
+def live_allocations(observed: Mapping[str, Any]) -> dict[str, LiveAllocation]:
     """The ``allocation_info`` of the stored reply (:func:`kept_reply`; an earlier gateway
     kept the whole reply, under the same keys), read as it is: not decoded as the DMS's
     ``AllocationInfo`` again (a quarter of a snapshot)."""

@@ -257,7 +257,7 @@ class _Deployment:
             return _State(
                 _terminated(code, seen, now, "the DMS deployment ended"), allocation_id=ident
             )
-        if status in _WAITING and seen.restart_count:
+        if status in _WAITING and (seen.restart_count or seen.ended):
             return _State(_waiting(CRASH_LOOP, "restarting"), allocation_id=ident)
         if status in _UNLISTED and seen.running:
             running = k8s.ContainerStateRunning(started_at=seen.started_at or now)
@@ -325,6 +325,7 @@ def container_statuses(
     for container in pod.spec.init_containers:
         own = seen.get(container.name, ContainerObservation())
         state = deployment.state(container.name, own, now)
+        own = _last_run(state, own, now)
         if not ends_pod and state.failed:
             state, own = _restarting(state, own)
         if failed:
@@ -340,6 +341,7 @@ def container_statuses(
     for container in pod.spec.containers:
         own = seen.get(container.name, ContainerObservation())
         state = deployment.state(container.name, own, now)
+        own = _last_run(state, own, now)
         if not ends_pod and (state.failed or (policy == "Always" and state.succeeded)):
             state, own = _restarting(state, own)
         if failed:
@@ -348,6 +350,16 @@ def container_statuses(
             state = _State(_waiting("PodInitializing"), allocation_id=state.allocation_id)
         main.append(_status(container, state, own))
     return PodContainerStatuses(init, main)
+
+
+def _last_run(state: _State, seen: ContainerObservation, now: datetime) -> ContainerObservation:
+    """``seen`` with the run that ended as its ``lastState`` while the DMS restarts it in
+    place (``waiting``), as the kubelet reports a container between two runs; one that runs
+    again, or is shown ``terminated``, keeps the run before it there."""
+    if state.state.waiting is None or not seen.ended:
+        return seen
+    code = FAILED_EXIT_CODE if seen.exit_code is None else seen.exit_code
+    return seen._replace(last_state=_terminated(code, seen, now))
 
 
 def _restarting(ended: _State, seen: ContainerObservation) -> tuple[_State, ContainerObservation]:

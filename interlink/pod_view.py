@@ -6,7 +6,9 @@ One pod's object (:func:`pod_view`), the same in the ``/pods`` list and wherever
 shown: ``namespace``, ``name``, ``uid``, ``phase`` (the Kubernetes pod phase the containers'
 states make), ``gatewayPhase`` (where the gateway is in the pod's life), ``ensemble``,
 ``node`` and ``peer`` (the ensemble node and the provider's peer ID running it, read once
-from the deployment's manifest when it first runs or ends; ``""`` until then), ``restarts``,
+from the deployment's manifest when it first runs or ends; ``""`` until then), ``restarts``
+(kubectl's RESTARTS: :func:`pod_restarts`), ``redeploys`` (how often the gateway deployed
+the pod again),
 ``endpoints`` (where its services are reached, :mod:`.endpoints`; empty until its deployment
 has run once with ports), ``containers`` (init containers first, each with ``init``, its
 Kubernetes ``state``, ``ready``, ``restarts`` and, when the DMS measured it, ``usage``) and the
@@ -35,7 +37,7 @@ from .pod_record import Phase, PodRecord
 from .snapshots import containers_phase
 from .usage import ContainerUsage
 
-__all__ = ["PodFacts", "pod_phase", "pod_view", "stats_summary", "usage_json"]
+__all__ = ["PodFacts", "pod_phase", "pod_restarts", "pod_view", "stats_summary", "usage_json"]
 
 _MS_PER_SECOND = 1_000
 
@@ -55,6 +57,15 @@ def pod_phase(record: PodRecord, containers: str) -> str:
     (:func:`containers_phase`), else ``Failed`` for a pod that ended before any ran and
     ``Pending`` for one on its way."""
     return containers or ("Failed" if record.phase == Phase.TERMINAL else "Pending")
+
+
+def pod_restarts(inits: Sequence[ContainerStatus], mains: Sequence[ContainerStatus]) -> int:
+    """kubectl's RESTARTS of a pod: while an init container has not completed, the init
+    containers' restart counts; then the main containers' (decision 68)."""
+    initializing = any(
+        s.state.terminated is None or s.state.terminated.exit_code != 0 for s in inits
+    )
+    return sum(s.restart_count for s in (inits if initializing else mains))
 
 
 def _time(ms: int) -> str:
@@ -130,7 +141,8 @@ def pod_view(facts: PodFacts) -> dict[str, Any]:
         "ensemble": record.ensemble_id,
         "node": node,
         "peer": peer,
-        "restarts": record.restarts,
+        "restarts": pod_restarts(inits, mains),
+        "redeploys": record.restarts,
         ENDPOINTS_KEY: list(record.observed.get(ENDPOINTS_KEY) or ()),
         "containers": [
             *(_container(s, usage.get(s.name), init=True) for s in inits),

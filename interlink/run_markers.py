@@ -9,9 +9,11 @@ line to stderr when it starts the command and one when the command has ended::
     dmsgw.io/exit-code=3
 
 A restarted allocation appends to the same log, so the markers in its ``stderr.log`` are the
-history of its runs. A marker is recognised at the end of a line, after whatever unterminated
-output the command left; an exit code outside 0-255 is not a marker. Pure: parsing, and the
-filter that keeps the markers out of the logs users read.
+history of its runs. The start marker is written on stdout as well, so that each run's part
+of ``stdout.log`` can be told apart too (:mod:`dmsgw.interlink.kept_logs`). A marker is
+recognised at the end of a line, after whatever unterminated output the command left; an
+exit code outside 0-255 is not a marker. Pure: parsing, and the filter that keeps the
+markers out of the logs users read.
 
 A container with probes has the wrapper run them (the DMS cannot reach the container, and
 its health check restarts whatever fails), and report their outcomes the same way
@@ -35,6 +37,7 @@ from typing import NamedTuple
 
 __all__ = [
     "EXIT_CODE_MARKER",
+    "is_start_marker",
     "PROBE_MARKER",
     "STARTED_MARKER",
     "Marker",
@@ -97,6 +100,13 @@ def _run_match(line: bytes) -> re.Match[bytes] | None:
 def _match(line: bytes) -> re.Match[bytes] | None:
     """A run's marker or a probe's, at the end of ``line``."""
     return _run_match(line) or _PROBE.search(line)
+
+
+def is_start_marker(line: bytes) -> bool:
+    """Whether ``line`` ends with a run's start marker (the wrapper writes one on stdout
+    too, where the runs of one allocation are told apart by it alone)."""
+    found = _run_match(line)
+    return found is not None and found.group(1) is None
 
 
 def markers(text: bytes) -> Iterator[Marker]:

@@ -23,16 +23,26 @@ __all__ = ["Shown", "Snapshots", "containers_phase"]
 
 
 def containers_phase(snapshot: PodStatus | None) -> str:
-    """The pod phase the virtual kubelet derives from the main containers: ``Succeeded`` or
-    ``Failed`` once every one has terminated (all with 0, or not), ``Running`` while one runs,
-    ``""`` otherwise (and before the first snapshot)."""
+    """The pod phase the kubelet gives the main containers' states (its ``getPhase``, decision
+    68): ``""`` (Pending) while one has not started yet; ``Running`` while one runs, or when
+    none runs and one that ended is waiting to run again (a crash loop is Running, not
+    Pending); ``Succeeded`` or ``Failed`` once every one has terminated for good (all with 0,
+    or not); ``""`` before the first snapshot."""
     statuses = snapshot.containers if snapshot is not None else []
-    ended = [s.state.terminated for s in statuses]
-    if statuses and all(t is not None for t in ended):
-        return "Succeeded" if all(t is not None and t.exit_code == 0 for t in ended) else "Failed"
-    if any(s.state.running is not None for s in statuses):
+    if not statuses:
+        return ""
+    running = restarting = False
+    for s in statuses:
+        if s.state.running is not None:
+            running = True
+        elif s.state.terminated is None:  # waiting: to run again after a run, or to start
+            if s.last_state.terminated is None:
+                return ""
+            restarting = True
+    if running or restarting:
         return "Running"
-    return ""
+    ended = [s.state.terminated for s in statuses]
+    return "Succeeded" if all(t is not None and t.exit_code == 0 for t in ended) else "Failed"
 
 
 class Shown:

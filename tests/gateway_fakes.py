@@ -64,6 +64,8 @@ class FakeDeployment:
     containers: tuple[str, ...]
     status: str = "Running"
     holds: Resources = dataclasses.field(default_factory=Resources)
+    allocations: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Container name -> its allocation's status, where it is not ``running``."""
 
 
 class FakeDMS:
@@ -175,7 +177,8 @@ class FakeDMS:
             running = found.status == "Running"
             info = {
                 f"{found.id}_pod.{c}": AllocationInfo(
-                    allocation_id=f"{found.id}_pod.{c}", status="running"
+                    allocation_id=f"{found.id}_pod.{c}",
+                    status=found.allocations.get(c, "running"),
                 )
                 for c in found.containers
             }

@@ -20,10 +20,10 @@ from dmsgw.interlink import logs
 from dmsgw.interlink.bodies import ContainerLogOpts
 from dmsgw.interlink.container_runs import Runs
 from dmsgw.interlink.logs import READ_ON_LOOP_BYTES, lines_after, new_lines, read_logs
-from dmsgw.interlink.pod_follower import read_runs
 from dmsgw.interlink.pod_record import PodRecord
 from dmsgw.interlink.probe_state import ProbeState
 from dmsgw.interlink.run_markers import Marker, markers, strip_marker
+from dmsgw.interlink.run_reads import read_runs
 
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"
 
@@ -145,7 +145,7 @@ def test_a_ledger_round_trips_through_its_map() -> None:
         ended=2,
         exit_code=137,
         previous_exit_code=3,
-        earlier_restarts=4,
+        earlier_runs=4,
         earlier_ended=True,
         earlier_exit_code=None,
         started_ns=5,
@@ -296,7 +296,7 @@ def test_only_a_run_the_wrapper_saw_end_with_137_was_oom_killed() -> None:
 
 
 def _last(runs: Runs) -> tuple[int, str, str] | None:
-    terminated = runs.observation(0).last_state
+    terminated = runs.observation().last_state
     if terminated is None or terminated.terminated is None:
         return None
     t = terminated.terminated
@@ -305,15 +305,15 @@ def _last(runs: Runs) -> tuple[int, str, str] | None:
 
 def test_the_dms_restarts_of_a_container_are_counted_with_the_previous_run() -> None:
     first = read(Runs(), START)
-    assert (first.observation(0).restart_count, _last(first)) == (0, None)
+    assert (first.observation().restart_count, _last(first)) == (0, None)
     again = read(first, EXIT % 3 + START)  # failed, restarted by the DMS
-    assert again.observation(0).restart_count == 1
+    assert again.observation().restart_count == 1
     assert _last(again) == (3, "Error", "")
     oom = read(again, EXIT % 137 + START)
-    assert oom.observation(2).restart_count == 4  # two pod redeploys on top
+    assert oom.observation().restart_count == 2
     assert _last(oom) == (137, "OOMKilled", "")
     ended = read(oom, EXIT % 0)  # the current run ended: lastState is the one before
-    seen = ended.observation(0)
+    seen = ended.observation()
     assert (seen.exit_code, seen.restart_count, _last(ended)) == (0, 2, (137, "OOMKilled", ""))
 
 
@@ -330,7 +330,7 @@ def test_restarts_and_the_last_run_carry_over_to_the_next_deployment() -> None:
     assert _last(new) == (5, "Error", "")  # waiting or running: the old ensemble's last run
     assert _last(read(new, START)) == (5, "Error", "")
     assert _last(read(new, START + EXIT % 0)) == (5, "Error", "")
-    assert read(new, START + EXIT % 0 + START).restarts == 2
+    assert read(new, START + EXIT % 0 + START).restarts == 3  # four runs started
     # A deployment in which the container never ran keeps what came before.
     assert new.next_ensemble() == new
     assert Runs().next_ensemble() == Runs()
@@ -357,19 +357,49 @@ def test_each_run_keeps_the_times_it_was_seen_to_start_and_end_across_ensembles(
     (persisted with the pod's record) and carried to the run's last state."""
     s = 1_000_000_000
     first = Runs().read(markers(START), 10, at_ns=100 * s)
-    running = first.observation(0)
+    running = first.observation()
     assert (_seconds(running.started_at), running.finished_at, running.running) == (100, None, True)
     ended = first.read(markers(EXIT % 3), 20, at_ns=107 * s)
-    seen = ended.observation(0)
+    seen = ended.observation()
     assert (_seconds(seen.started_at), _seconds(seen.finished_at)) == (100, 107)
     again = Runs.from_map(ended.to_map()).read(markers(START), 30, at_ns=120 * s)
-    last = again.observation(0).last_state
+    last = again.observation().last_state
     assert last is not None and last.terminated is not None
     times = (_seconds(last.terminated.started_at), _seconds(last.terminated.finished_at))
     assert times == (100, 107)
-    assert _seconds(again.observation(0).started_at) == 120
+    assert _seconds(again.observation().started_at) == 120
     redeployed = again.read(markers(EXIT % 1), 40, at_ns=130 * s).next_ensemble()
-    carried = Runs.from_map(redeployed.to_map()).observation(1).last_state
+    carried = Runs.from_map(redeployed.to_map()).observation().last_state
     assert carried is not None and carried.terminated is not None
     times = (_seconds(carried.terminated.started_at), _seconds(carried.terminated.finished_at))
     assert times == (120, 130)
+
+
+# --- the kubelet's restart count ----------------------------------------------------------------
+
+
+def test_the_restart_count_grows_when_a_run_starts_not_when_one_ends() -> None:
+    """The kubelet's rule: four runs that ended, the fifth not started yet (the pod backs
+    off, or is being deployed again), show 3 restarts; the fifth run's start makes it 4."""
+    runs = Runs()
+    for deployment in range(2):  # two runs in each deployment: one first, one restart
+        runs = read(runs, START + EXIT % 1 + START + EXIT % 1)
+        if deployment == 0:
+            runs = runs.next_ensemble()
+    assert runs.observation().restart_count == 3
+    waiting = runs.next_ensemble()  # redeployed, its container not started yet
+    assert waiting.observation().restart_count == 3
+    assert read(waiting, START).observation().restart_count == 4
+
+
+def test_a_deployment_in_which_the_container_never_ran_adds_no_restart() -> None:
+    ran_once = read(Runs(), START + EXIT % 3).next_ensemble()
+    never_ran = ran_once.next_ensemble().next_ensemble()
+    assert never_ran.observation().restart_count == 0
+    assert read(never_ran, START).observation().restart_count == 1
+
+
+def test_a_ledger_stored_with_counted_restarts_reads_as_runs() -> None:
+    old = {"earlier_restarts": 2, "earlier_ended": True, "earlier_exit_code": 1}
+    assert Runs.from_map(old).earlier_runs == 3
+    assert read(Runs.from_map(old), START).observation().restart_count == 3

@@ -23,6 +23,7 @@ from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.pytest_plugin import EmbeddedDevnet, start_embedded
 from dmsgw.devnet.sandbox import Isolation
 from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.interlink.run_markers import strip_marker
 from dmsgw.interlink.translate import POD_NODE, pod_to_ensemble
 
 ISOLATIONS = sorted({Isolation.REWRITE, asyncio.run(probe_isolation())})
@@ -97,7 +98,9 @@ def _deploy(
 
 
 def _stdout(h: EmbeddedDevnet, eid: str, container: str) -> str:
-    return h.stdout(eid, f"{POD_NODE}.{container}")
+    """The container's output, as ``/getLogs`` serves it (the wrapper's markers left out)."""
+    raw = h.stdout(eid, f"{POD_NODE}.{container}").encode()
+    return b"".join(strip_marker(line) for line in raw.splitlines(keepends=True)).decode()
 
 
 def _statuses(h: EmbeddedDevnet, eid: str) -> dict[str, str]:

@@ -16,9 +16,9 @@ import pytest
 
 from dmsgw.clock import NS_PER_SECOND
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS
-from dmsgw.interlink.container_runs import Runs
+from dmsgw.interlink.container_runs import Runs, latest_runs
 from dmsgw.interlink.follow_reports import BackedOff
-from dmsgw.interlink.pod import PodActor, _latest_runs
+from dmsgw.interlink.pod import PodActor
 from dmsgw.interlink.pod_record import Phase, PodPolicy, PodRecord, snapshot_of
 from dmsgw.interlink.translate import allocation_key
 from tests.test_gateway_e2e import plugin
@@ -176,10 +176,10 @@ def test_a_fresh_ensemble_is_not_stopped_for_the_run_its_redeployment_answered()
     with that run as its last state: it must not read as the service ending again."""
     ended = Runs(started=1, ended=1, exit_code=0)
     record = _waiting_record(ended.next_ensemble())
-    assert _latest_runs(snapshot_of(record, now_ns=1), record.runs) == []
+    assert latest_runs(snapshot_of(record, now_ns=1), record.runs) == []
 
 
 def test_a_run_that_ended_in_the_current_ensemble_still_counts() -> None:
     ended_twice = Runs(started=2, ended=2, exit_code=0, previous_exit_code=0)
     record = _waiting_record(ended_twice)
-    assert [r.exit_code for r in _latest_runs(snapshot_of(record, now_ns=1), record.runs)] == [0]
+    assert [r.exit_code for r in latest_runs(snapshot_of(record, now_ns=1), record.runs)] == [0]

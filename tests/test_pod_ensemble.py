@@ -931,7 +931,8 @@ def test_the_init_wrapper_marks_completion_only_on_success(
     config = translate(make_pod(container(), initContainers=[init]))
     (tmp_path / "init-failed").write_text("init\n")  # an earlier try in the same volume failed
     result = subprocess.run(_wrapper(config, "init", tmp_path), capture_output=True, text=True)
-    assert (result.returncode, result.stdout) == (code, "running\n")
+    # the run's start is marked on stdout too (each run's part of the log is cut there)
+    assert (result.returncode, result.stdout) == (code, "dmsgw.io/started\nrunning\n")
     assert (tmp_path / "init.done").exists() is marked
     failed = tmp_path / "init-failed"
     assert (failed.read_text() if failed.exists() else None) == (None if marked else "init\n")
@@ -1011,7 +1012,7 @@ def test_a_plain_container_is_wrapped_and_reports_its_start_and_exit_on_stderr(
 ) -> None:
     config = translate(make_pod(container(command=["sh", "-c", f"echo out; {script}"])))
     result = subprocess.run(_wrapper(config, "main", tmp_path), capture_output=True, timeout=10)
-    assert (result.returncode, result.stdout) == (code, b"out\n")
+    assert (result.returncode, result.stdout) == (code, b"dmsgw.io/started\nout\n")
     assert list(markers(result.stderr)) == [Marker(None), Marker(code)]
 
 

@@ -124,7 +124,6 @@ RECORD = PodRecord(
         {"dms_status": "Completed"},
         {"observed": {"status": "Running", "error": "boom"}},
         {"runs": {"main": {"started": 2}}},
-        {"restarts": 1},
         {"message": "why"},
         {"phase": Phase.TERMINAL},
         {"phase": Phase.ENDING},  # final too: a failed init container's pod ends at once
@@ -184,7 +183,7 @@ def test_a_snapshot_reads_a_stored_reply_as_the_reply_itself(
     )
     record = dataclasses.replace(RECORD, observed=kept(reply))
     read = snapshot_of(record, now_ns=CLOCK()).wire()
-    monkeypatch.setattr(pod_record, "_live_allocations", _decoded_allocations)
+    monkeypatch.setattr(pod_record, "live_allocations", _decoded_allocations)
     assert read == snapshot_of(record, now_ns=CLOCK()).wire()
 
 

@@ -198,7 +198,7 @@ def test_runs_carry_the_probes_to_the_status_and_the_kill_to_the_last_state() ->
     runs = Runs().read(markers(_LOG), len(_LOG)).read_probes(probe_markers(_LOG))
     assert Runs.from_map(runs.to_map()) == runs
     assert unpack(pack(runs.to_map())) == runs.to_map()  # a resumed pod compares the two
-    seen = runs.observation(0)
+    seen = runs.observation()
     assert seen.last_state is not None and seen.last_state.terminated is not None
     assert seen.last_state.terminated.exit_code == 143
     assert seen.last_state.terminated.message.startswith("killed by the gateway: its liveness")

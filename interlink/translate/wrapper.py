@@ -122,6 +122,7 @@ def wrapper_script(
         '  kill -TERM "$pid" 2>/dev/null',
         "}",
         "trap dmsgw_stop TERM INT",
+        f"echo {shlex.quote(STARTED_MARKER)}",  # on stdout too: where each run's output starts
         f"echo {shlex.quote(STARTED_MARKER)} >&2",
         f'{CONTAINER_PATH} "$@" &',
         "pid=$!",
