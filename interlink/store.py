@@ -78,16 +78,19 @@ class PodStore:
         self._lock = threading.Lock()
         try:
             if str(path) != ":memory:":
-                _make_private(self.path)
+                _make_private(self.path)  # an empty file is refused before anything opens it
             self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the state file {self.path}: {exc}") from None
+        try:
             migrated_from = migrate(self._db, self.path)  # first: a newer file stays as it is
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open the state file {self.path}: {exc}") from None
-        except DmsgwError:
+        except (sqlite3.Error, DmsgwError) as exc:
             self._db.close()
-            raise
+            if isinstance(exc, DmsgwError):
+                raise
+            raise StoreError(f"cannot open the state file {self.path}: {exc}") from None
         if migrated_from < STATE_SCHEMA and self.count():
             log.info(
                 "the state file %s was brought from schema %d to %d",

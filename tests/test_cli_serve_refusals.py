@@ -23,6 +23,7 @@ import pytest
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
 from dmsgw.interlink.config import load_config
 from dmsgw.interlink.state_binding import EMBEDDED_DEVNET, DmsIdentity, StateBinding
+from dmsgw.interlink.state_schema import STATE_SCHEMA
 from dmsgw.interlink.store import PodStore
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
@@ -225,13 +226,14 @@ def test_a_state_from_a_newer_release_is_refused_naming_its_version(
     state = tmp_path / "gw.sqlite3"
     db = sqlite3.connect(state)
     db.execute("CREATE TABLE pods (uid TEXT PRIMARY KEY, record BLOB NOT NULL) WITHOUT ROWID")
-    db.execute("PRAGMA user_version = 2")
+    db.execute(f"PRAGMA user_version = {STATE_SCHEMA + 1}")
     db.commit()
     db.close()
     before = digest(state)
     assert refused(env, "--devnet", "--state-path", str(state)) == (
-        f"the state file {state} was written by a newer dmsgw (state schema 2; this release "
-        "reads up to 1): run that release or a newer one, or give this one another "
+        f"the state file {state} was written by a newer dmsgw (state schema {STATE_SCHEMA + 1}; "
+        "this release "
+        f"reads up to {STATE_SCHEMA}): run that release or a newer one, or give this one another "
         "state_path; the file is left as it is"
     )
     assert digest(state) == before

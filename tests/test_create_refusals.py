@@ -28,7 +28,8 @@ async def setup(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Fak
     dms = FakeDMS(tmp_path / "logs")
     clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
     gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
-    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")})
+    env = {"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")}
+    config = load_config(env=env)
     server = PluginServer(gateway, config.server_options(), Metrics(process=False))
     client = TestClient(
         TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}

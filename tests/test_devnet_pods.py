@@ -264,7 +264,8 @@ def _shut_down_once_up(h: EmbeddedDevnet, eid: str) -> str:
     main = h.faults.allocation(eid, "main")
     h.background.call(main.shutdown())  # what a deployment's shutdown does to each allocation
     assert main.plan is not None  # read on disk: a deployment's shutdown would remove it
-    return main.plan.stdout.read_text()
+    raw = main.plan.stdout.read_bytes()
+    return b"".join(strip_marker(line) for line in raw.splitlines(keepends=True)).decode()
 
 
 def test_a_failed_init_container_fails_the_deployment_instead_of_leaving_it_provisioning() -> None:

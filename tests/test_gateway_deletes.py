@@ -188,7 +188,8 @@ async def test_a_create_refused_with_409_while_a_delete_outlasts_the_wait(
     gateway = await gateway_on(
         dms, tmp_path / "state", owner=OWNER, clock=clock, recreate_wait_s=0.05
     )
-    config = load_config(env={"DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")})
+    env = {"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")}
+    config = load_config(env=env)
     server = PluginServer(gateway, config.server_options(), Metrics(process=False))
     client = TestClient(
         TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}

@@ -33,12 +33,12 @@ def _resources(defaults: TranslationOptions) -> tuple[float, int]:
 
 
 def test_by_default_half_a_core_and_512_mib() -> None:
-    assert _resources(_pod_defaults(load_config(env={}))) == (0.5, 512 * MIB)
-    assert _pod_defaults(load_config(env={})) == TranslationOptions()
+    assert _resources(_pod_defaults(load_config(env={"DMSGW_DEVNET": "1"}))) == (0.5, 512 * MIB)
+    assert _pod_defaults(load_config(env={"DMSGW_DEVNET": "1"})) == TranslationOptions()
 
 
 def test_the_operator_sets_them() -> None:
-    env = {"DMSGW_DEFAULT_CPU_CORES": "0.25"}
+    env = {"DMSGW_DEVNET": "1", "DMSGW_DEFAULT_CPU_CORES": "0.25"}
     config = load_config(env=env, flags={"default_memory_mib": "256"})
     assert _resources(_pod_defaults(config)) == (0.25, 256 * MIB)
 
@@ -50,7 +50,7 @@ def test_a_default_that_is_no_amount_is_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, flag: str, value: str
 ) -> None:
     monkeypatch.delenv("DMSGW_CONFIG", raising=False)
-    assert cli.main(["serve", flag, value]) == 2
+    assert cli.main(["serve", "--devnet", flag, value]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"dmsgw: error: {flag[2:].replace('-', '_')} (flag {flag}): ")
     assert err.count("\n") == 1

@@ -104,6 +104,7 @@ def test_a_stopped_wrapper_runs_pre_stop_terms_and_kills_after_the_grace(tmp_pat
     )
     try:
         assert wrapper.stdout is not None
+        assert strip_marker(wrapper.stdout.readline()) == b""  # the run's start, on stdout too
         assert wrapper.stdout.readline() == b"ready\n"  # TERM is ignored from now on
         wrapper.terminate()
         assert wrapper.wait(timeout=RUN_TIMEOUT_S) == 137

@@ -70,7 +70,7 @@ async def test_a_first_release_file_is_brought_forward_with_every_pod(
     assert store.meta("dms") is None
     await store.close()
     assert version_of(path) == STATE_SCHEMA
-    assert f"the state file {path} was brought from schema 0 to 1" in caplog.text
+    assert f"the state file {path} was brought from schema 0 to {STATE_SCHEMA}" in caplog.text
 
 
 async def test_a_file_from_a_newer_release_is_refused_naming_its_version(tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ async def test_a_file_from_a_newer_release_is_refused_naming_its_version(tmp_pat
         PodStore(path)
     assert str(caught.value) == (
         f"the state file {path} was written by a newer dmsgw (state schema 7; this release "
-        "reads up to 1): run that release or a newer one, or give this one another "
+        f"reads up to {STATE_SCHEMA}): run that release or a newer one, or give this one another "
         "state_path; the file is left as it is"
     )
     assert digest(path) == before and version_of(path) == 7
