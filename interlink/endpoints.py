@@ -104,3 +104,11 @@ def describe(endpoints: Sequence[Mapping[str, Any]]) -> str:
         f"{e['address'] or 'peer ' + str(e['peer'])}:{e['port']}"
         for e in endpoints
     )
+
+
+def where_it_runs(
+    pod: k8s.Pod, manifest: EnsembleManifest
+) -> tuple[dict[str, str] | None, list[dict[str, Any]] | None]:
+    """Where a running deployment runs, and its endpoints (``None``: the pod has no ports).
+    A function of its own, so that the follower's loop keeps no parsed pod between polls."""
+    return placement_of(pod, manifest), endpoints_of(pod, manifest) if has_ports(pod) else None

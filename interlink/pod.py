@@ -18,10 +18,8 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import random
-import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -62,6 +60,7 @@ from .pod_record import (
     entry_of,
     kept_reply,
     live_allocations,
+    plain_reply,
     request_data,
     shown_by,
     stored,
@@ -153,14 +152,15 @@ class PodActor(AsyncActor):
         elif record.phase == Phase.DEPLOYING:
             self._run(self._follower.deploy(record.attempt))
         elif record.phase == Phase.BACKOFF:  # the ended (or still running) ensemble stops first
-            self._run(self._follower.back_off(record.attempt, stop=record.ensemble_id))
+            stop, runs = record.ensemble_id, dict(record.runs)
+            self._run(self._follower.back_off(record.attempt, stop=stop, runs=runs))
         elif record.phase == Phase.RUNNING:  # resumed: its snapshot shows what the DMS said
             resumed = bool(record.dms_status)
             self._run(self._follower.follow(record.ensemble_id, dict(record.runs), resumed=resumed))
         elif record.phase == Phase.DELETING:
             self._run(self._follower.shut_down(record.ensemble_id, record.attempt))
         elif record.phase == Phase.ENDING:
-            self._run(self._follower.end(record.ensemble_id))
+            self._run(self._follower.end(record.ensemble_id, dict(record.runs)))
         self._heap.took()  # what the start made (its follower, its task) is settled in time
 
     async def on_stop(self) -> None:
@@ -354,7 +354,7 @@ class PodActor(AsyncActor):
             # The DMS stops listing allocations when the deployment ends: keep how they ended.
             observed["allocation_info"] = record.observed["allocation_info"]
         if message.manifest is not None:
-            observed["manifest"] = _plain(message.manifest)
+            observed["manifest"] = plain_reply(message.manifest)
         if message.endpoints is not None:
             log.info(
                 "pod %s/%s reachable at %s",
@@ -385,7 +385,9 @@ class PodActor(AsyncActor):
             delay = self._count_restart()
             await self._save()
             self._run(
-                self._follower.back_off(record.attempt, delay_s=delay, stop=record.ensemble_id)
+                self._follower.back_off(
+                    record.attempt, delay_s=delay, stop=record.ensemble_id, runs=dict(record.runs)
+                )
             )
             return
         if message.status not in TERMINAL_DMS and (failed := self._init_failed_for_good()):
@@ -447,7 +449,7 @@ class PodActor(AsyncActor):
         record.reason = INIT_CONTAINER_FAILED
         record.finished_ns = self._clock()
         await self._save()
-        self._run(self._follower.end(record.ensemble_id))
+        self._run(self._follower.end(record.ensemble_id, dict(record.runs)))
 
     async def _on_ended(self, message: Ended) -> None:
         if self.record.phase != Phase.ENDING or message.ensemble_id != self.record.ensemble_id:
@@ -586,15 +588,3 @@ class PodActor(AsyncActor):
 def _followed(record: PodRecord) -> tuple[Any, ...]:
     """What following a running ensemble may change in its pod's record."""
     return (record.dms_status, record.observed, record.runs, record.started_ns, record.running_ns)
-
-
-def _plain(reply: Any) -> dict[str, Any]:
-    """A reply as a plain map, to persist what was last observed. Every pod keeps one, with
-    the same two dozen keys: they are interned, not a copy of each per pod (~1 KiB)."""
-    raw = reply.to_json() if hasattr(reply, "to_json") else b"{}"
-    value = json.loads(raw, object_pairs_hook=_interned)
-    return value if isinstance(value, dict) else {}
-
-
-def _interned(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    return {sys.intern(key): value for key, value in pairs}

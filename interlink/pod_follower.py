@@ -35,15 +35,14 @@ from ..behaviors.deployment import (
 )
 from ..behaviors.ensemble import EnsembleConfig
 from ..behaviors.node import DMSBehaviorError, Invoke
-from ..behaviors.status import DeploymentStatus, EnsembleManifest
+from ..behaviors.status import DeploymentStatus
 from ..clock import Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import DMSError, DMSErrorKind, TransportError
-from . import k8s
 from .admission import Order, Wait, demand_of
 from .admission_queue import AdmissionQueue
 from .deployment_board import DeploymentBoard, Listed
-from .endpoints import endpoints_of, has_ports, placement_of
+from .endpoints import placement_of, where_it_runs
 from .follow_reports import (
     Admitted,
     BackedOff,
@@ -67,7 +66,7 @@ from .pod_record import (
 )
 from .poll_pace import PollPace
 from .recovery import labelled
-from .run_reads import read_runs, read_together
+from .run_reads import keep_last_runs, read_runs, read_together
 from .translation import Translate, TranslationNotReadyError
 
 log = logging.getLogger(__name__)
@@ -458,7 +457,7 @@ class PodFollower:
             running = await self._manifest(f.ensemble_id)
             if running is not None:
                 f.placement_due = False
-                placement, endpoints = _where(parsed_request(self._request).pod, running)
+                placement, endpoints = where_it_runs(parsed_request(self._request).pod, running)
         listed = (manifest.allocations or {}) if manifest is not None else {}
         states = {name: allocation_state(name, listed, allocations) for name in f.containers}
         read = [name for name in f.containers if reads_log(f, name, states, ended=ended)]
@@ -523,13 +522,17 @@ class PodFollower:
             return None
         return reply.manifest
 
-    async def back_off(self, attempt: int, *, delay_s: float = 0.0, stop: str = "") -> None:
-        """Stop the ensemble ``stop`` (at once when it has ended already), wait ``delay_s``,
-        then report :class:`BackedOff`: the actor records the next attempt and deploys it.
-        An ensemble the DMS is still provisioning (it shuts down only a running one) is
-        stopped beside the next attempt, as soon as it runs or ends: its provisioning may
-        wait minutes for an init container that failed, and the pod's restart cannot (a
-        gateway that restarts meanwhile collects it as an orphan)."""
+    async def back_off(
+        self, attempt: int, *, delay_s: float = 0.0, stop: str = "", runs: Mapping[str, Any] = {}
+    ) -> None:
+        """Keep the last runs' logs of the ensemble ``stop`` and stop it (at once when it has
+        ended already), wait ``delay_s``, then report :class:`BackedOff`: the actor records the
+        next attempt and deploys it. An ensemble the DMS is still provisioning (it shuts down
+        only a running one) is stopped beside the next attempt, as soon as it runs or ends: its
+        provisioning may wait minutes for an init container that failed, and the pod's restart
+        cannot (a gateway that restarts meanwhile collects it as an orphan)."""
+        if stop:
+            await self._keep_last(stop, runs)
         if stop and not await self._stop(stop, provisioning=False):
             task = asyncio.ensure_future(self._stop(stop))
             _STOPPING.add(task)
@@ -538,10 +541,12 @@ class PodFollower:
             await asyncio.sleep(delay_s)
         self._report(BackedOff(attempt))
 
-    async def end(self, ensemble_id: str) -> None:
-        """Shut down the ensemble of a pod that has ended for good, then report :class:`Ended`.
-        The DMS shuts down only a ``Running`` deployment: one still provisioning (it retries
-        until its deadline) is shut down as soon as it runs, or left to end by itself."""
+    async def end(self, ensemble_id: str, runs: Mapping[str, Any]) -> None:
+        """Keep the last runs' logs (``runs``: the record's ledger), then shut down the ensemble
+        of a pod that has ended for good and report :class:`Ended`. The DMS shuts down only a
+        ``Running`` deployment: one still provisioning (it retries until its deadline) is shut
+        down as soon as it runs, or left to end by itself."""
+        await self._keep_last(ensemble_id, runs)
         await self._stop(ensemble_id)
         self._report(Ended(ensemble_id))
 
@@ -566,6 +571,10 @@ class PodFollower:
                 return reply.ensemble_id
         return await self._find_existing(attempt)
 
+    async def _keep_last(self, ensemble_id: str, runs: Mapping[str, Any]) -> None:
+        if self._kept is not None:  # before a stop: the DMS may remove the ensemble's files
+            await keep_last_runs(self._invoke, self._kept, self._uid, ensemble_id, runs)
+
     async def _stop(self, ensemble_id: str, *, provisioning: bool = True) -> bool:
         """Shut ``ensemble_id`` down until it has ended; ``False`` at once when it is still
         provisioning and ``provisioning`` says not to wait for it."""
@@ -587,11 +596,3 @@ class PodFollower:
             tries += 1
             await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
         return True
-
-
-def _where(
-    pod: k8s.Pod, manifest: EnsembleManifest
-) -> tuple[dict[str, str] | None, list[dict[str, Any]] | None]:
-    """Where a running deployment runs, and its endpoints (``None``: the pod has no ports).
-    A function of its own, so that the follower's loop keeps no parsed pod between polls."""
-    return placement_of(pod, manifest), endpoints_of(pod, manifest) if has_ports(pod) else None

@@ -16,7 +16,7 @@ from . import k8s
 from .bodies import LogStruct
 from .container_runs import Runs
 from .kept_logs import KeptLogs, NoRunError, kept_fetch, wanted_run
-from .logs import Fetch, fetched_logs, read_logs
+from .logs import LOG_FILES, Fetch, fetched_logs, read_logs
 from .parsing import PluginRequestError
 from .pod_record import PodRecord, request_data
 from .server import UnknownPodError
@@ -80,15 +80,19 @@ def _shown(snapshots: Snapshots, record: PodRecord, container: str) -> k8s.Conta
 
 def _dms_fetch(invoke: Invoke, ensemble: str, container: str, kept: Path | None) -> Fetch:
     """The allocation's log files from the DMS, by its key (no manifest needed); when the
-    DMS no longer has them, the copy ``kept`` of the run asked for."""
+    DMS no longer has them (it forgot the deployment, or removed its files), the copy
+    ``kept`` of the run asked for."""
     allocation = allocation_key(container)
 
     @contextlib.asynccontextmanager
     async def fetch() -> AsyncIterator[Path]:
         try:
             async with fetched_logs(invoke, ensemble, allocation) as directory:
-                yield directory
-                return
+                if kept is None or any((directory / name).exists() for name in LOG_FILES):
+                    yield directory
+                    return
+                # a DMS that shut the deployment down may have removed its files (the devnet
+                # does): the run's kept copy then stands in
         except DMSError as exc:
             if kept is None:  # the DMS answered it has none: the client's 404
                 raise UnknownPodError(

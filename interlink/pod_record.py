@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -351,3 +352,15 @@ def live_allocations(observed: Mapping[str, Any]) -> dict[str, LiveAllocation]:
 def _text(value: object) -> str:
     """A stored string field; anything else (absent, garbled) reads as Go's zero value."""
     return value if isinstance(value, str) else ""
+
+
+def plain_reply(reply: Any) -> dict[str, Any]:
+    """A reply as a plain map, to persist what was last observed. Every pod keeps one, with
+    the same two dozen keys: they are interned, not a copy of each per pod (~1 KiB)."""
+    raw = reply.to_json() if hasattr(reply, "to_json") else b"{}"
+    value = json.loads(raw, object_pairs_hook=_interned)
+    return value if isinstance(value, dict) else {}
+
+
+def _interned(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {sys.intern(key): value for key, value in pairs}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +68,21 @@ async def read_together(reads: list[Coroutine[Any, Any, Runs | None]]) -> list[R
     if len(reads) <= 1:
         return [await read for read in reads]
     return list(await asyncio.gather(*reads))
+
+
+async def keep_last_runs(
+    invoke: Invoke, kept: KeptLogs, uid: str, ensemble_id: str, runs: Mapping[str, Any]
+) -> None:
+    """Keep each container's last ended run of ``ensemble_id`` that is not kept yet, before
+    the ensemble is shut down (a DMS may remove its files then: the devnet does). ``runs`` is
+    the record's ledger by container; a log the DMS cannot give is left as it is."""
+    for container, ledger in runs.items():
+        now = Runs.from_map(ledger)
+        run = now.earlier_runs + now.ended
+        if now.ended < 1 or kept.directory(uid, container, run) is not None:
+            continue
+        try:
+            async with fetched_logs(invoke, ensemble_id, allocation_key(container)) as directory:
+                await kept.keep(uid, container, run, directory, now.ended)
+        except (DmsgwError, OSError) as exc:
+            log.info("pod %s: the last run of %s was not kept: %s", uid, container, exc)
