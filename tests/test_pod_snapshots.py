@@ -29,7 +29,6 @@ from dmsgw.errors import DmsgwError
 from dmsgw.interlink import following as poll_rules
 from dmsgw.interlink import k8s, pod_record
 from dmsgw.interlink.bodies import PodStatus, RetrievedPodData
-from dmsgw.interlink.pod import _plain
 from dmsgw.interlink.pod_follower import PodFollower
 from dmsgw.interlink.pod_record import (
     Phase,
