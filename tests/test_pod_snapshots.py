@@ -35,6 +35,7 @@ from dmsgw.interlink.pod_record import (
     PodPolicy,
     PodRecord,
     kept_reply,
+    plain_reply,
     shown_by,
     snapshot_of,
 )
@@ -161,7 +162,7 @@ def _decoded_allocations(observed: dict[str, Any]) -> Any:
     return DeploymentStatusResponse.from_json(json.dumps(observed)).allocation_info
 
 
-@pytest.mark.parametrize("kept", [kept_reply, _plain], ids=["kept", "whole"])
+@pytest.mark.parametrize("kept", [kept_reply, plain_reply], ids=["kept", "whole"])
 @pytest.mark.parametrize("health", ["", "healthy", "unhealthy"])
 @pytest.mark.parametrize("status", [*AllocationStatus, ""])
 def test_a_snapshot_reads_a_stored_reply_as_the_reply_itself(
