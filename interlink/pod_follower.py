@@ -228,13 +228,9 @@ class PodFollower:
 
     async def queue(self, attempt: int, order: Order) -> None:
         """Wait in the admission queue at ``order`` with ``attempt``'s ensemble, reporting
-        each change of why (:class:`Queued`), then :class:`Admitted`; a pod that does not
-        translate is :class:`DeployFailed` at once."""
-        await self._take_turn()
-        try:
-            ensemble = await self._ensemble(attempt)
-        except DmsgwError as exc:
-            self._report(DeployFailed(attempt, str(exc)))
+        each change of why (:class:`Queued`), then :class:`Admitted`."""
+        ensemble = await self._translated(attempt)
+        if ensemble is None:
             return
         if self._admission is not None:
             tell = functools.partial(self._queued, attempt)
@@ -247,11 +243,8 @@ class PodFollower:
     async def deploy(self, attempt: int) -> None:
         """Deploy ``attempt`` (the actor recorded it, admitted): report it :class:`Deployed`
         or :class:`DeployFailed`; transient DMS failures are retried with backoff."""
-        await self._take_turn()
-        try:
-            ensemble = await self._ensemble(attempt)
-        except DmsgwError as exc:
-            self._report(DeployFailed(attempt, str(exc)))
+        ensemble = await self._translated(attempt)
+        if ensemble is None:
             return
         if self._admission is not None:  # held already, unless a restart resumes it
             self._admission.hold(self._uid, demand_of(ensemble))
@@ -293,6 +286,15 @@ class PodFollower:
                 return
             self._report(Deployed(attempt, reply.ensemble_id))
             return
+
+    async def _translated(self, attempt: int) -> EnsembleConfig | None:
+        """``attempt``'s ensemble, in a turn; ``None``: it does not translate (reported)."""
+        await self._take_turn()
+        try:
+            return await self._ensemble(attempt)
+        except DmsgwError as exc:
+            self._report(DeployFailed(attempt, str(exc)))
+            return None
 
     async def _ensemble(self, attempt: int) -> EnsembleConfig:
         """The pod translated; a translation that is not ready waits for what it lacks (and
