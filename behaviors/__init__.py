@@ -3,8 +3,8 @@
 Everything here is a plain model or a pure function (no I/O besides reading ensemble files),
 shared by the gateway's client and its simulated DMS. The main names are re-exported; the
 payload models live in one module per DMS behavior group (:mod:`.peers`, :mod:`.deployment`,
-:mod:`.onboarding`, :mod:`.node_resources`, :mod:`.allocations`, :mod:`.public`, :mod:`.cap`,
-:mod:`.volume`, :mod:`.logger`).
+:mod:`.onboarding`, :mod:`.node_resources`, :mod:`.allocations`, :mod:`.public`,
+:mod:`.cap_anchors`, :mod:`.volume`, :mod:`.logger`).
 """
 
 from .catalog import (

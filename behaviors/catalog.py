@@ -37,7 +37,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 
 from ..errors import DmsgwError
 from .allocations import AllocationsListResponse
-from .cap import (
+from .cap_anchors import (
     CapAnchorRequest,
     CapAnchorResponse,
     CapListRequest,

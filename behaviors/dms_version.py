@@ -22,14 +22,7 @@ from typing import Any
 
 from ..errors import DmsgwError
 from ..transport.rest import DMSErrorKind, DMSTimeoutError
-from .catalog import (
-    DEPLOYMENT_INFO,
-    DMS_V05,
-    DMS_V06,
-    DMS_VERSIONS,
-    ONBOARDING_STATUS,
-    Behavior,
-)
+from .catalog import DEPLOYMENT_INFO, DMS_V05, DMS_V06, DMS_VERSIONS, ONBOARDING_STATUS, Behavior
 from .deployment import DeploymentInfoRequest
 from .node import DMSBehaviorError, Invoke, ReplyError
 

@@ -10,7 +10,7 @@ The facade offers the behaviors of one DMS version (``dms_version``): the newest
 one named, or ``"auto"``, the version learned from the DMS (:meth:`Node.learn_version`).
 
 With no URL given or in ``$DMSGW_DMS_URL`` it talks to node 0 of a running ``dmsgw devnet up``
-(:mod:`dmsgw.behaviors.devnet_record`), else to ``http://127.0.0.1:9999``. A node on its private
+(:mod:`dmsgw.devnet_files.devnet_record`), else to ``http://127.0.0.1:9999``. A node on its private
 loop is closed by ``with``/``async with``, :meth:`Node.close`, or at the latest when it is garbage
 collected or the interpreter exits, so a script that forgets to close leaves no warnings.
 """
@@ -28,18 +28,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..clock import Clock, system_clock
+from ..devnet_files import devnet_record
+from ..devnet_files.devnet_record import RunningDevnet, grant_command
 from ..errors import DmsgwError
 from ..keys.crypto import PrivKey
 from ..keys.loading import load_capabilities, load_dms_model, load_key
 from ..keys.ucan.context import CapabilityContext
 from ..transport.rest import DEFAULT_URL, RestTransport, Transport
 from ..transport.security import SecurityContext
-from . import devnet_record
 from .catalog import DMS_VERSIONS, NEWEST_DMS, Behavior, Rep, Req
-from .client import build_namespaces, invoke_by_name, run
-from .devnet_record import RunningDevnet, grant_command
 from .dms_version import learn_dms_version
 from .node import GrantHint, NodeActor, NodeClient, NotGrantedError, dms_grant_hint
+from .typed_client import build_namespaces, invoke_by_name, run
 
 log = logging.getLogger(__name__)
 

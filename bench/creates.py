@@ -46,11 +46,11 @@ from dmsgw.behaviors.deployment import (
 from dmsgw.clock import system_clock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.times import parse_rfc3339
+from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts
-from dmsgw.interlink.parsing import parse_create_body
-from dmsgw.interlink.pod_record import POD_UID_KEY, snapshot_of
-from dmsgw.interlink.resources import Capacity, ResourceActor
-from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.pods.pod_record import POD_UID_KEY, snapshot_of
+from dmsgw.interlink.state.pod_store import PodStore
+from dmsgw.interlink.wire.parsing import parse_create_body
 
 LOOK_S = 0.02
 SEED = "bench-follow"  # the client's grant is made with this seed's node key (follow.py)

@@ -60,14 +60,14 @@ from dmsgw.behaviors.status import AllocationInfo, DeploymentStatus, EnsembleMan
 from dmsgw.clock import system_clock
 from dmsgw.devnet.devnet import Devnet, node_key
 from dmsgw.devnet.handlers_deployment import Deployments
+from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
-from dmsgw.interlink.heap import FREEZE_EVERY
-from dmsgw.interlink.parsing import parse_create_body
-from dmsgw.interlink.pod_record import DEFAULT_POLICY, POD_UID_KEY, PodPolicy, snapshot_of
-from dmsgw.interlink.recovery import OWNER_KEY
-from dmsgw.interlink.resources import Capacity, ResourceActor
-from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.pods.heap import FREEZE_EVERY
+from dmsgw.interlink.pods.pod_record import DEFAULT_POLICY, POD_UID_KEY, PodPolicy, snapshot_of
+from dmsgw.interlink.state.pod_store import PodStore
+from dmsgw.interlink.state.recovery import OWNER_KEY
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
+from dmsgw.interlink.wire.parsing import parse_create_body
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.trust import provider_from_private_key

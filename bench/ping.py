@@ -53,12 +53,12 @@ from dmsgw.behaviors.node_resources import ResourcesResponse
 from dmsgw.behaviors.peers import PeerAddrInfoResponse, PeersListResponse
 from dmsgw.behaviors.resources import CPU, GPU, RAM, Disk, Resources
 from dmsgw.clock import system_clock
-from dmsgw.interlink.config import load_config
+from dmsgw.interlink.capacity.resource_actor import PEER_CONCURRENCY, Capacity, ResourceActor
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway, GatewayParts
-from dmsgw.interlink.pod_record import snapshot_of
-from dmsgw.interlink.resources import PEER_CONCURRENCY, Capacity, ResourceActor
+from dmsgw.interlink.pods.pod_record import snapshot_of
 from dmsgw.interlink.server import Metrics, PluginServer
-from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 
 COLD_TARGET_S = 1.0

@@ -119,23 +119,20 @@ from dmsgw.behaviors.deployment import (
 )
 from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.clock import system_clock
-from dmsgw.interlink.admission import AdmissionPolicy
-from dmsgw.interlink.bodies import RetrievedPodData
-from dmsgw.interlink.config import load_config
-from dmsgw.interlink.gateway import (
-    Gateway,
-    GatewayParts,
-)
-from dmsgw.interlink.heap import FREEZE_EVERY
-from dmsgw.interlink.parsing import parse_create_body, parse_delete_body
-from dmsgw.interlink.pod_record import DEFAULT_POLICY, PodPolicy, PodRecord, snapshot_of
-from dmsgw.interlink.poll_pace import DEFAULT_POLLS_PER_S
-from dmsgw.interlink.resources import Capacity, ResourceActor
-from dmsgw.interlink.run_markers import STARTED_MARKER
+from dmsgw.interlink.capacity.admission import AdmissionPolicy
+from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
+from dmsgw.interlink.configuration.serve_config import load_config
+from dmsgw.interlink.following.poll_pace import DEFAULT_POLLS_PER_S
+from dmsgw.interlink.gateway import Gateway, GatewayParts
+from dmsgw.interlink.pods.heap import FREEZE_EVERY
+from dmsgw.interlink.pods.pod_record import DEFAULT_POLICY, PodPolicy, PodRecord, snapshot_of
+from dmsgw.interlink.pods.run_markers import STARTED_MARKER
 from dmsgw.interlink.server import LoopStalls, Metrics, PluginServer
 from dmsgw.interlink.server.metrics import STALL_PROBE_S
-from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
+from dmsgw.interlink.wire.bodies import RetrievedPodData
+from dmsgw.interlink.wire.parsing import parse_create_body, parse_delete_body
 
 RSS_TARGET_KIB = 16
 P99_TARGET = 1.5

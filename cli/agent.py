@@ -386,7 +386,6 @@ def _warm() -> None:
 
     for module in dict.fromkeys(COMMANDS.values()):
         _register_of(module)
-    from ..behaviors import session  # noqa: F401
 
 
 def _listen(path: Path) -> socket.socket:

@@ -21,7 +21,7 @@ from ..behaviors.session import Node
 from ..behaviors.status import is_terminal
 from ..errors import DmsgwError
 from . import summary
-from .client import _add_connection_options, _connect
+from .client_commands import _add_connection_options, _connect
 
 FOLLOW_INTERVAL_S = 1.0
 

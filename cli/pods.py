@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import DmsgwError
-from ..interlink.config import OPERATOR_TOKEN_ENV
+from ..interlink.configuration.serve_config import OPERATOR_TOKEN_ENV
 from ..interlink.server.listening import AddressError, ListenAddress
 from ..interlink.server.options import DEFAULT_OPERATOR_PORT
 from . import summary

@@ -1,7 +1,7 @@
 """``dmsgw serve``: the gateway as interLink's plugin (sidecar), until SIGTERM or Ctrl-C.
 
-It reads the configuration (:mod:`dmsgw.interlink.config`: flags, ``$DMSGW_*``, a YAML
-file), sets up the JSON-lines log on stderr, and runs :class:`~dmsgw.interlink.server.Serve`
+It reads the configuration (:mod:`dmsgw.interlink.configuration.serve_config`: flags, ``$DMSGW_*``,
+a YAML file), sets up the JSON-lines log on stderr, and runs :class:`~dmsgw.interlink.server.Serve`
 over the gateway that :func:`dmsgw.interlink.app.start_backend` assembles.
 Where it listens goes to stdout, one line each, as soon as both servers accept connections;
 ``dmsgw serve: stopped`` follows a clean shutdown.
@@ -16,15 +16,9 @@ import sys
 from collections.abc import Awaitable
 from typing import Any, TextIO
 
-from ..interlink.config import CONFIG_ENV, SETTINGS, GatewayConfig, load_config
-from ..interlink.log_lines import configure_logging
-from ..interlink.server import (
-    BackendFactory,
-    Metrics,
-    PluginBackend,
-    Serve,
-    ServeInfo,
-)
+from ..interlink.configuration.serve_config import CONFIG_ENV, SETTINGS, GatewayConfig, load_config
+from ..interlink.gateway_log import configure_logging
+from ..interlink.server import BackendFactory, Metrics, PluginBackend, Serve, ServeInfo
 from . import summary
 
 log = logging.getLogger("dmsgw.serve")

@@ -27,10 +27,9 @@ from typing import Any
 from ..behaviors.executor_stats import AllocationStatsResponse, ExecutorStats
 from ..behaviors.status import AllocationStatus
 from ..transport.envelope import Envelope, Handle
-from .actor import Actor
+from .basic_actor import BasicActor
 from .confinement import unreachable_command
 from .executor import OOM_ERROR, Execution, ProcessExecutor
-from .node import DmsNode
 from .protocol import (
     ALLOCATION_LOGS,
     ALLOCATION_RESTART,
@@ -46,9 +45,10 @@ from .protocol import (
     OkResponse,
     allocation_status_behavior,
 )
+from .run_usage import RunMeter
 from .sandbox import SandboxError, SandboxPlan
+from .simulated_node import DmsNode
 from .timeouts import Timeouts
-from .usage import RunMeter
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Allocation:
         self._meter: RunMeter | None = None
         """Measures the current run (``/dms/allocation/stats``)."""
         executor.hold(allocation_id, config)
-        self.actor: Actor = node.spawn_actor(allocation_id)
+        self.actor: BasicActor = node.spawn_actor(allocation_id)
         for name, handler in (
             (ALLOCATION_START, self._handle_start),
             (ALLOCATION_RESTART, self._handle_restart),

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 
 from ..behaviors.ensemble import EnsembleConfigV1
 from ..transport.envelope import Envelope, Handle, HandleError
-from .actor import Actor
+from .basic_actor import BasicActor
+from .node_resources import total
 from .protocol import (
     BID_REPLY,
     BID_REQUEST,
@@ -34,7 +35,6 @@ from .protocol import (
     bid_is_valid,
     location_satisfies,
 )
-from .resources import total
 
 
 def bid_requests(config: EnsembleConfigV1) -> list[BidRequestV1]:
@@ -60,7 +60,7 @@ def bid_requests(config: EnsembleConfigV1) -> list[BidRequestV1]:
 
 
 async def _request_from(
-    actor: Actor, peer: str, payload: EnsembleBidRequest, window_s: float
+    actor: BasicActor, peer: str, payload: EnsembleBidRequest, window_s: float
 ) -> None:
     """A pinned node's request goes to its peer alone ("the entire deployment must fail"
     when that peer cannot be reached)."""
@@ -78,7 +78,7 @@ async def _request_from(
 
 
 async def bid_round(
-    actor: Actor,
+    actor: BasicActor,
     ensemble_id: str,
     config: EnsembleConfigV1,
     round_no: int,

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..behaviors.devnet_record import process_start_time
+from ..devnet_files.devnet_record import process_start_time
 from ..errors import DmsgwError
 from .tools import tool
 

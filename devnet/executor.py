@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..behaviors.ensemble import HealthCheckManifest
-from ..behaviors.log_times import times_path
+from ..devnet_files.log_times import times_path
 from .cgroups import Cgroups, RunGroup
 from .confinement import Identities, RunAs, Watchdog, child_setup
 from .forwarding import AllocationNetworks
@@ -52,14 +52,7 @@ from .http_check import http_check
 from .netns import alone as netns_alone
 from .output import OutputCopies
 from .protocol import AllocationDeploymentConfig
-from .sandbox import (
-    Isolation,
-    SandboxError,
-    SandboxPlan,
-    materialise,
-    named_volumes,
-    plan_sandbox,
-)
+from .sandbox import Isolation, SandboxError, SandboxPlan, materialise, named_volumes, plan_sandbox
 from .tools import SETUP_ENVIRONMENT, have, tool
 
 OUTPUT_LIMIT = 4096

@@ -18,7 +18,7 @@ from ..behaviors.peers import (
 )
 from ..behaviors.public import HelloResponse
 from ..transport.envelope import Envelope
-from .node import DmsNode
+from .simulated_node import DmsNode
 
 
 def install_basic_behaviors(node: DmsNode) -> None:

@@ -45,13 +45,13 @@ from ..behaviors.ensemble_validation import validate_ensemble
 from ..behaviors.status import DeploymentStatus
 from ..clock import NS_PER_SECOND
 from ..transport.envelope import Envelope
-from .actor import InvokeError
+from .basic_actor import InvokeError
 from .changes import ChangeFeed
 from .forwarding import AllocationNetworks
-from .node import DmsNode
 from .orchestrator import Orchestrator
 from .protocol import DeploymentError
 from .sandbox import SandboxError, command_of
+from .simulated_node import DmsNode
 from .timeouts import Timeouts
 from .times import parse_rfc3339, rfc3339
 

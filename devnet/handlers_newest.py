@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..behaviors.cap import CapAnchorResponse, CapTokenAnchorRequest
+from ..behaviors.cap_anchors import CapAnchorResponse, CapTokenAnchorRequest
 from ..behaviors.subnet import SubnetCreateResponse, SubnetDestroyResponse, SubnetJoinResponse
 from ..behaviors.tokenomics import (
     CollectUsagesAndForwardToPaymentProvidersReponse,
@@ -44,7 +44,7 @@ from ..behaviors.tokenomics import (
 from ..errors import DmsgwError
 from ..gojson import GoStruct
 from ..transport.envelope import Envelope
-from .node import DmsNode
+from .simulated_node import DmsNode
 
 NO_SUBNETS = "subnets are not supported by the devnet: its allocations share the host's network"
 NO_TOKENOMICS = "tokenomics is not supported by the devnet: it holds no contracts"

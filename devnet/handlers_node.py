@@ -4,7 +4,8 @@ Onboarding status/onboard/offboard, resources free/allocated/onboarded, hardware
 ``/public/status``, ``/dms/cap/list`` and ``/dms/node/allocations/list``
 (``dms/node/behaviors_onboarding.go``, ``behaviors_resources.go``, ``behaviors_public.go``,
 ``behaviors_cap.go``, ``behaviors_allocation.go``), answered from the node's
-:class:`~dmsgw.devnet.resources.ResourceLedger` and capability context with the catalog's models.
+:class:`~dmsgw.devnet.node_resources.ResourceLedger` and capability context with the catalog's
+models.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..behaviors.allocations import AllocationsListResponse
-from ..behaviors.cap import CapListRequest, CapListResponse
+from ..behaviors.cap_anchors import CapListRequest, CapListResponse
 from ..behaviors.node_resources import ResourcesResponse
 from ..behaviors.onboarding import (
     OffboardResponse,
@@ -27,9 +28,9 @@ from ..behaviors.public import PublicStatusResponse
 from ..behaviors.resources import ResourceError, Resources
 from ..behaviors.status import AllocationInfo
 from ..transport.envelope import Envelope
-from .node import DmsNode
+from .node_resources import NodeProfile, ResourceLedger
 from .provider import Provider
-from .resources import NodeProfile, ResourceLedger
+from .simulated_node import DmsNode
 from .times import rfc3339
 
 

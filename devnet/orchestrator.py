@@ -10,8 +10,8 @@ It deploys as the DMS's ``BasicOrchestrator`` does (``dms/orchestrator/orchestra
 3. ``Committing``: every allocation's resources committed on its provider, then the
    allocations created (``/dms/deployment/allocate``); any failure reverts and starts over.
 4. ``Provisioning``: allocations started in ``depends_on`` order.
-5. ``Running``: allocations report their state; the :mod:`.supervisor` runs health checks and
-   applies ``failure_recovery``; an ensemble of tasks only is ``Completed`` when all have ended.
+5. ``Running``: allocations report their state; the :mod:`.ensemble_supervisor` runs health checks
+   and applies ``failure_recovery``; an ensemble of tasks only is ``Completed`` when all have ended.
    ``shutdown`` goes ``ShuttingDown`` -> ``Completed``. A deployment that cannot be placed in
    time is ``Failed``.
 """
@@ -31,7 +31,6 @@ from typing import Any
 
 from ..behaviors.ensemble import AllocationType, EnsembleConfigV1, NodeConfig
 from ..behaviors.executor_stats import AllocationStatsResponse, ExecutorStats
-from ..behaviors.log_times import times_path
 from ..behaviors.status import (
     AllocationInfo,
     AllocationManifest,
@@ -41,11 +40,12 @@ from ..behaviors.status import (
     NodeManifest,
 )
 from ..clock import NS_PER_SECOND
+from ..devnet_files.log_times import times_path
 from ..transport.envelope import Envelope
-from .actor import Actor, InvokeError
+from .basic_actor import BasicActor, InvokeError
 from .bidding import bid_round
 from .changes import ChangeFeed
-from .node import DmsNode
+from .ensemble_supervisor import EnsembleSupervisor
 from .placement import Placed, start_waves
 from .protocol import (
     ALLOCATE,
@@ -73,7 +73,7 @@ from .protocol import (
     allocation_status_behavior,
     full_allocation_id,
 )
-from .supervisor import Supervisor
+from .simulated_node import DmsNode
 from .timeouts import Timeouts
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class Orchestrator:
         self.rng = rng
         self.changes = changes
         self.logs_dir = logs_dir
-        self.actor: Actor = node.spawn_actor(ensemble_id)
+        self.actor: BasicActor = node.spawn_actor(ensemble_id)
         self.status = DeploymentStatus.PREPARING
         self.history: list[DeploymentStatus] = [DeploymentStatus.PREPARING]
         self.error = ""
@@ -112,7 +112,7 @@ class Orchestrator:
         self._allocations: dict[str, Placed] = {}
         self._round = 0
         self._finishing = False
-        self.supervisor = Supervisor(
+        self.supervisor = EnsembleSupervisor(
             node, self.actor, config.allocations or {}, timeouts, changes.notify
         )
         self.actor.add_behavior(

@@ -3,7 +3,7 @@
 A run's stdout and stderr are pipes that the devnet reads, rather than files the process writes
 itself, so that the devnet knows when each piece of output arrived: it appends the bytes to the
 log file unchanged (what a DMS writes, which the gateway and any DMS reader read as before) and
-records the time in the side record of :mod:`dmsgw.behaviors.log_times`. That is what lets the
+records the time in the side record of :mod:`dmsgw.devnet_files.log_times`. That is what lets the
 gateway's ``Timestamps`` and ``SinceTime`` use the time a line was written, not the time it was
 read. The pipes are plain file descriptors read by the event loop (not the subprocess's own
 pipes), so the process is waited for as before, whatever holds the pipes.
@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-from ..behaviors.log_times import entry, times_path
 from ..clock import Clock, system_clock
+from ..devnet_files.log_times import entry, times_path
 
 CHUNK = 1 << 16
 DRAIN_S = 1.0

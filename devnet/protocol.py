@@ -329,7 +329,7 @@ class AllocationLogsRequest(GoStruct):
 @dataclasses.dataclass(frozen=True, slots=True)
 class AllocationLogsResponse(GoStruct):
     """The DMS's reply, and (the devnet's own) the side records of when each log was written
-    (:mod:`dmsgw.behaviors.log_times`)."""
+    (:mod:`dmsgw.devnet_files.log_times`)."""
 
     stdout: bytes | None = go_field("Stdout", BYTES, default=None)
     stderr: bytes | None = go_field("Stderr", BYTES, default=None)

@@ -25,7 +25,7 @@ from ..clock import NS_PER_SECOND
 from ..transport.envelope import Envelope
 from .allocation import Allocation
 from .executor import ProcessExecutor
-from .node import DmsNode
+from .node_resources import NodeProfile, ResourceLedger
 from .protocol import (
     ALLOCATE,
     BID_REQUEST,
@@ -44,7 +44,7 @@ from .protocol import (
     location_satisfies,
     sign_bid,
 )
-from .resources import NodeProfile, ResourceLedger
+from .simulated_node import DmsNode
 from .timeouts import Timeouts
 
 PUBLIC_ADDRESS = "127.0.0.1"

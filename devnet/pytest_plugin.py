@@ -25,8 +25,8 @@ Fixtures:
     started as root runs each pod as an unprivileged user of its own, who cannot reach a
     test's ``tmp_path``); removed afterwards.
 
-Only the standard library, pytest and :mod:`dmsgw.behaviors.devnet_record` (standard library only)
-are imported until a fixture is used.
+Only the standard library, pytest and :mod:`dmsgw.devnet_files.devnet_record` (standard library
+only) are imported until a fixture is used.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from ..behaviors.devnet_record import GATEWAY_CAPABILITIES, GATEWAY_TOPICS
+from ..devnet_files.devnet_record import GATEWAY_CAPABILITIES, GATEWAY_TOPICS
 
 if TYPE_CHECKING:
     from ..behaviors.session import Node

@@ -22,34 +22,14 @@ syntax errors), :mod:`.parse` (JSON text to raw values), :mod:`.types` (scalar t
 ``json.RawMessage``).
 """
 
+from .codec_errors import DecodeContext, GoDecodeError, GoEncodeError, NotPlainError
 from .containers import MapOf, Ptr, SliceOf
-from .errors import (
-    DecodeContext,
-    GoDecodeError,
-    GoEncodeError,
-    NotPlainError,
-)
 from .fields import go_field
 from .floats import format_float32, format_float64
 from .interface import ANY, PLAIN, RAW, compact_json, decode_any, decode_plain, encode_any
 from .strings import encode_string
-from .structs import (
-    GoStruct,
-    StructOf,
-    marshal,
-    marshal_without,
-    unmarshal,
-)
-from .types import (
-    BOOL,
-    BYTES,
-    FLOAT32,
-    FLOAT64,
-    INT64,
-    STRING,
-    UINT64,
-    GoType,
-)
+from .structs import GoStruct, StructOf, marshal, marshal_without, unmarshal
+from .types import BOOL, BYTES, FLOAT32, FLOAT64, INT64, STRING, UINT64, GoType
 
 __all__ = [
     "ANY",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .errors import DecodeContext, GoEncodeError, NotPlainError
+from .codec_errors import DecodeContext, GoEncodeError, NotPlainError
 from .parse import is_array, json_kind
 from .strings import encode_value_string
 from .types import GoType

@@ -10,7 +10,7 @@ import math
 import struct
 from fractions import Fraction
 
-from .errors import GoEncodeError
+from .codec_errors import GoEncodeError
 
 __all__ = [
     "format_float32",

@@ -19,8 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .codec_errors import DecodeContext, GoEncodeError, NotPlainError
 from .containers import encode_map
-from .errors import DecodeContext, GoEncodeError, NotPlainError
 from .floats import format_float64, number_as_float64
 from .parse import GoNumber, json_kind, parse
 from .scanner import go_syntax_error

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from .errors import GoDecodeError
+from .codec_errors import GoDecodeError
 from .scanner import go_syntax_error
 from .strings import LONE_SURROGATE
 

@@ -13,12 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any, ClassVar, TypeVar
 
-from .errors import (
-    DecodeContext,
-    GoDecodeError,
-    GoEncodeError,
-    NotPlainError,
-)
+from .codec_errors import DecodeContext, GoDecodeError, GoEncodeError, NotPlainError
 from .fields import Encoder, FieldSpec, StructInfo, struct_info
 from .fold import fold
 from .parse import Pairs, json_kind, parse

@@ -14,12 +14,7 @@ import math
 from typing import Any
 
 from .base64 import CorruptInputError, go_base64_decode
-from .errors import (
-    DecodeContext,
-    GoDecodeError,
-    GoEncodeError,
-    NotPlainError,
-)
+from .codec_errors import DecodeContext, GoDecodeError, GoEncodeError, NotPlainError
 from .floats import (
     format_float32,
     format_float64,

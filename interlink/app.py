@@ -1,11 +1,11 @@
 """``dmsgw serve``'s gateway, assembled: :func:`start_backend`.
 
-The one module that wires together the configuration (:mod:`~dmsgw.interlink.config`), the
-gateway's key and capabilities (:mod:`~dmsgw.keys.loading`), the DMS client (a
-:class:`~dmsgw.behaviors.node.NodeClient` over the REST transport), the state bound to its DMS
-(:mod:`~dmsgw.interlink.state_binding`) and, when asked for (``devnet``), the embedded devnet.
-Everything else in :mod:`dmsgw.interlink` is handed what it needs, so that tests assemble the
-same parts over an in-memory DMS.
+The one module that wires together the configuration
+(:mod:`~dmsgw.interlink.configuration.serve_config`), the gateway's key and capabilities
+(:mod:`~dmsgw.keys.loading`), the DMS client (a :class:`~dmsgw.behaviors.node.NodeClient` over the
+REST transport), the state bound to its DMS (:mod:`~dmsgw.interlink.state.state_binding`) and, when
+asked for (``devnet``), the embedded devnet. Everything else in :mod:`dmsgw.interlink` is handed
+what it needs, so that tests assemble the same parts over an in-memory DMS.
 """
 
 from __future__ import annotations
@@ -36,24 +36,24 @@ from ..keys.trust import provider_from_private_key
 from ..keys.ucan.context import CapabilityContext
 from ..transport.rest import DMSError, RestTransport, TransportError
 from ..transport.security import SecurityContext
-from .admission import AdmissionPolicy
-from .config import GatewayConfig
+from .capacity.admission import AdmissionPolicy
+from .capacity.resource_actor import Capacity, GpuCatalog, ResourceActor
+from .configuration.serve_config import GatewayConfig
 from .gateway import Gateway, GatewayParts
-from .heap import FREEZE_EVERY
-from .pod_record import Snapshot, snapshot_of
-from .pod_report import PodReport
-from .resources import Capacity, GpuCatalog, ResourceActor
+from .pods.heap import FREEZE_EVERY
+from .pods.pod_record import Snapshot, snapshot_of
+from .pods.pod_translation import Translator
+from .reports.pod_report import PodReport
+from .reports.pod_usage import UsageBook
 from .server import DmsCalls, Metrics
-from .state_binding import (
+from .state.pod_store import PodStore
+from .state.state_binding import (
     EMBEDDED_DEVNET,
     DmsIdentity,
     StateBinding,
     StateFromAnotherDmsError,
 )
-from .store import PodStore
 from .translate import TranslationOptions
-from .translation import Translator
-from .usage import UsageBook
 
 log = logging.getLogger(__name__)
 

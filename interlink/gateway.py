@@ -3,12 +3,13 @@
 It owns the pod registry (pod UID → ``PodActor``, supervised one-for-one: a crashed pod actor
 restarts from its stored record), creates pod actors idempotently, answers ``/status`` from the
 snapshots the pod actors publish (no round trip to the DMS), relays deletes, finds log files,
-and answers the ping with the peers' capacity (:class:`~dmsgw.interlink.resources.Capacity`).
-On start it resumes every stored pod and reconciles with the DMS: pods it knows are followed
-again, and two background passes collect what interLink has demonstrably forgotten (see
-:meth:`Gateway.collect_orphans`, and :mod:`~dmsgw.interlink.recovery` for the owner label and
-the ledger of polls they rely on). When the root supervisor gives up, the gateway says so
-through :attr:`Gateway.gave_up`, and ``dmsgw serve`` ends (crash-only).
+and answers the ping with the peers' capacity
+(:class:`~dmsgw.interlink.capacity.resource_actor.Capacity`). On start it resumes every stored pod
+and reconciles with the DMS: pods it knows are followed again, and two background passes collect
+what interLink has demonstrably forgotten (see :meth:`Gateway.collect_orphans`, and
+:mod:`~dmsgw.interlink.state.recovery` for the owner label and the ledger of polls they rely on).
+When the root supervisor gives up, the gateway says so through :attr:`Gateway.gave_up`, and
+``dmsgw serve`` ends (crash-only).
 """
 
 from __future__ import annotations
@@ -34,16 +35,15 @@ from ..behaviors.node import Invoke
 from ..clock import NS_PER_SECOND, Clock, system_clock
 from ..errors import DmsgwError
 from ..transport.rest import TransportError
-from . import k8s
-from .admission_queue import AdmissionPolicy, AdmissionQueue
-from .bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
-from .deployment_board import DeploymentBoard
-from .heap import HeapFreezer
-from .kept_logs import KeptLogs
-from .parsing import PodRef, in_turns
-from .pod import PodActor
-from .pod_logs import pod_logs
-from .pod_record import (
+from .capacity.admission_queue import AdmissionPolicy, AdmissionQueue
+from .capacity.resource_actor import Capacity
+from .following.deployment_board import DeploymentBoard
+from .following.poll_pace import DEFAULT_POLLS_PER_S, PollPace
+from .logs.get_logs import pod_logs
+from .logs.kept_logs import KeptLogs
+from .pods.heap import HeapFreezer
+from .pods.pod_actor import PodActor
+from .pods.pod_record import (
     DEFAULT_POLICY,
     Kept,
     Phase,
@@ -56,15 +56,16 @@ from .pod_record import (
     request_data,
     stored,
 )
-from .pod_report import PodReport
-from .poll_pace import DEFAULT_POLLS_PER_S, PollPace
-from .recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_status
-from .resources import Capacity
+from .pods.pod_translation import Translate, refuse_what_cannot_run
+from .pods.snapshots import Shown, Snapshots
+from .pods.under_way import RECREATE_WAIT_S, UnderWay
+from .reports.pod_report import PodReport
 from .server import BackendUnavailable, UnknownPodError
-from .snapshots import Shown, Snapshots
-from .store import PodStore
-from .translation import Translate, refuse_what_cannot_run
-from .under_way import RECREATE_WAIT_S, UnderWay
+from .state.pod_store import PodStore
+from .state.recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_status
+from .wire import k8s
+from .wire.bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
+from .wire.parsing import PodRef, in_turns
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class GatewayParts:
     clock: Clock = system_clock
     orphan_grace_s: float = ORPHAN_GRACE_S
     owner: str = ""
-    """Stamped on every ensemble (:data:`~dmsgw.interlink.recovery.OWNER_KEY`); a gateway
+    """Stamped on every ensemble (:data:`~dmsgw.interlink.state.recovery.OWNER_KEY`); a gateway
     without one (``""``) collects and re-adopts nothing."""
     intensity: Intensity = ROOT_INTENSITY
     backoff: Backoff = ROOT_BACKOFF
@@ -112,7 +113,7 @@ class GatewayParts:
     when the gateway closes."""
     freeze_every: int = 0
     """Freeze the heap after this many pods taken on (:class:`HeapFreezer`; ``dmsgw serve``
-    sets :data:`~dmsgw.interlink.heap.FREEZE_EVERY`); 0 never freezes."""
+    sets :data:`~dmsgw.interlink.pods.heap.FREEZE_EVERY`); 0 never freezes."""
     polls_per_s: float = DEFAULT_POLLS_PER_S
     """Status polls of the DMS a second, all followed pods together (:class:`PollPace`)."""
     admission: AdmissionPolicy = dataclasses.field(default_factory=AdmissionPolicy)
@@ -458,7 +459,8 @@ class Gateway:
         return await self.parts.capacity.ping()
 
     def logs(self, request: LogStruct) -> AsyncIterator[bytes]:
-        """The container's log from the files the DMS writes (see :mod:`dmsgw.interlink.logs`)."""
+        """The container's log from the files the DMS writes (see
+        :mod:`dmsgw.interlink.logs.dms_logs`)."""
         record = self._records.get(request.pod_uid)
         if record is None:
             raise UnknownPodError(f"no pod with UID {request.pod_uid!r} is known to this gateway")

@@ -14,13 +14,7 @@ import base58
 
 from ..errors import DmsgwError
 from ..gojson import STRING, GoStruct, go_field
-from .crypto import (
-    Ed25519PubKey,
-    KeyFormatError,
-    KeyType,
-    PubKey,
-    Secp256k1PubKey,
-)
+from .crypto import Ed25519PubKey, KeyFormatError, KeyType, PubKey, Secp256k1PubKey
 from .varint import VarintError, decode_uvarint, encode_uvarint
 
 KEY_PREFIX = "did:key:"

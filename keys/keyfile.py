@@ -24,16 +24,7 @@ from collections.abc import Mapping
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..errors import DmsgwError
-from ..gojson import (
-    INT64,
-    STRING,
-    GoDecodeError,
-    GoStruct,
-    StructOf,
-    go_field,
-    marshal,
-    unmarshal,
-)
+from ..gojson import INT64, STRING, GoDecodeError, GoStruct, StructOf, go_field, marshal, unmarshal
 from .crypto import KeyFormatError, PrivKey, unmarshal_private_key
 
 __all__ = [

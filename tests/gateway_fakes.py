@@ -36,16 +36,16 @@ from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.behaviors.status import AllocationInfo, EnsembleManifest
 from dmsgw.clock import FixedClock
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
-from dmsgw.devnet.resources import total
-from dmsgw.interlink.admission import minus
-from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.devnet.node_resources import total
+from dmsgw.interlink.capacity.admission import minus
+from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
-from dmsgw.interlink.parsing import parse_create_body, read_status_body
-from dmsgw.interlink.pod_record import POD_UID_KEY, PodPolicy, snapshot_of
-from dmsgw.interlink.resources import Capacity, ResourceActor
-from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.pods.pod_record import POD_UID_KEY, PodPolicy, snapshot_of
+from dmsgw.interlink.pods.pod_translation import Translate
+from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
-from dmsgw.interlink.translation import Translate
+from dmsgw.interlink.wire.bodies import RetrievedPodData
+from dmsgw.interlink.wire.parsing import parse_create_body, read_status_body
 from dmsgw.transport.rest import TransportError
 
 FAST = PodPolicy(poll_min_s=0.02, poll_max_s=0.1, retry_min_s=0.02, restart_min_s=0.02)

@@ -21,19 +21,19 @@ from dmsgw.behaviors.status import AllocationManifest, EnsembleManifest
 from dmsgw.cli.pods import table
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.errors import DmsgwError
-from dmsgw.interlink.admission import (
+from dmsgw.interlink.capacity.admission import (
     Wait,
     never_fits,
     placement,
     refused_for_capacity,
     shortfall,
 )
-from dmsgw.interlink.config import load_config
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import POD_UID_KEY, Phase
-from dmsgw.interlink.pod_report import PodReport
-from dmsgw.interlink.pod_status import UNSCHEDULABLE, WAITING_FOR_CAPACITY
-from dmsgw.interlink.usage import UsageBook
+from dmsgw.interlink.pods.pod_record import POD_UID_KEY, Phase
+from dmsgw.interlink.pods.pod_status import UNSCHEDULABLE, WAITING_FOR_CAPACITY
+from dmsgw.interlink.reports.pod_report import PodReport
+from dmsgw.interlink.reports.pod_usage import UsageBook
 from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, poll, uid, until
 
 GIB = 1 << 30

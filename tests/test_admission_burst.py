@@ -21,15 +21,15 @@ import pytest
 from dmsgw.behaviors.catalog import DEPLOYMENT_NEW, Behavior
 from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.devnet.devnet import Devnet
-from dmsgw.devnet.resources import NodeProfile
+from dmsgw.devnet.node_resources import NodeProfile
 from dmsgw.devnet.timeouts import TEST_TIMEOUTS
-from dmsgw.interlink.admission import AdmissionPolicy
 from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.config import load_config
+from dmsgw.interlink.capacity.admission import AdmissionPolicy
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.parsing import parse_create_body
-from dmsgw.interlink.pod_record import POD_UID_KEY
+from dmsgw.interlink.pods.pod_record import POD_UID_KEY
 from dmsgw.interlink.server import Metrics
+from dmsgw.interlink.wire.parsing import parse_create_body
 from tests.gateway_fakes import FAST
 
 GIB = 1 << 30

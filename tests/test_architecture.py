@@ -19,16 +19,26 @@ ROOT = Path(__file__).resolve().parent.parent
 FOUNDATION = {"clock", "errors"}  # single modules every layer may use
 ALLOWED: dict[str, set[str]] = {
     "gojson": set(),
+    "devnet_files": set(),
     "keys": {"gojson"},
     "transport": {"gojson", "keys"},
     "actors": set(),
-    "behaviors": {"gojson", "keys", "transport", "actors"},
-    "devnet": {"gojson", "keys", "transport", "actors", "behaviors"},
-    "interlink": {"gojson", "keys", "transport", "actors", "behaviors", "devnet"},
-    "cli": {"gojson", "keys", "transport", "actors", "behaviors", "devnet", "interlink"},
+    "behaviors": {"gojson", "devnet_files", "keys", "transport", "actors"},
+    "devnet": {"gojson", "devnet_files", "keys", "transport", "actors", "behaviors"},
+    "interlink": {"gojson", "devnet_files", "keys", "transport", "actors", "behaviors", "devnet"},
+    "cli": {
+        "gojson",
+        "devnet_files",
+        "keys",
+        "transport",
+        "actors",
+        "behaviors",
+        "devnet",
+        "interlink",
+    },
 }
 SOCKET_MODULES = {"socket", "aiohttp", "asyncio.streams", "http.server", "urllib.request"}
-WIRING: set[tuple[str, ...]] = {("interlink", "config"), ("devnet",)}
+WIRING: set[tuple[str, ...]] = {("interlink", "configuration"), ("devnet",)}
 """The gateway's configuration and the devnet: what only the wiring may import."""
 WIRED_BY: set[tuple[str, ...]] = {("interlink", "app"), ("cli",)}
 """The wiring: ``dmsgw serve``'s assembly, and the commands."""

@@ -22,9 +22,8 @@ from dmsgw.behaviors import (
     is_terminal,
 )
 from dmsgw.behaviors.allocations import AllocationsListResponse
-from dmsgw.behaviors.cap import CapAnchorResponse, CapListResponse, CapTokenAnchorRequest
+from dmsgw.behaviors.cap_anchors import CapAnchorResponse, CapListResponse, CapTokenAnchorRequest
 from dmsgw.behaviors.catalog import DEPLOYMENT_NEW
-from dmsgw.behaviors.client import build_request
 from dmsgw.behaviors.deployment import (
     DeploymentListRequest,
     DeploymentListResponse,
@@ -40,6 +39,7 @@ from dmsgw.behaviors.peers import PeersListResponse, PingRequest, PingResponse
 from dmsgw.behaviors.public import DiscoveryStatusResponse, HelloResponse
 from dmsgw.behaviors.resources import CPU, GPU, RAM, Disk
 from dmsgw.behaviors.status import AllocationStatus
+from dmsgw.behaviors.typed_client import build_request
 from dmsgw.gojson import GoDecodeError
 
 GIB = 1 << 30

@@ -1,4 +1,5 @@
-"""``dmsgw.interlink.capacity``: the ping reply consolidating the free resources of DMS peers.
+"""``dmsgw.interlink.capacity.node_capacity``: the ping reply consolidating the free resources of
+DMS peers.
 
 The GPU class names are checked against the examples of NuNet's design (seed
 ``000_ec49260dc4413ad0.txt``): its ``dht/dump`` peers consolidate into
@@ -15,8 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dmsgw.behaviors.resources import CPU, GPU, RAM, Resources
-from dmsgw.interlink.bodies import PingResponse
-from dmsgw.interlink.capacity import (
+from dmsgw.interlink.capacity.node_capacity import (
     GPU_RESOURCE_PREFIX,
     NVIDIA_GPU_RESOURCE,
     QUALIFIED_GPU_PREFIX,
@@ -26,6 +26,7 @@ from dmsgw.interlink.capacity import (
     gpu_resource_name,
     parse_gpu_resource_name,
 )
+from dmsgw.interlink.wire.bodies import PingResponse
 
 MIB = 1 << 20
 GIB = 1 << 30

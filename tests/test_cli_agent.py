@@ -245,7 +245,7 @@ def test_help_lists_every_command_without_importing_any() -> None:
         "with contextlib.redirect_stdout(out):\n"
         "    try: main(['--help'])\n"
         "    except SystemExit: pass\n"
-        "heavy = ('aiohttp', 'pydantic', 'dmsgw.behaviors', 'dmsgw.cli.client')\n"
+        "heavy = ('aiohttp', 'pydantic', 'dmsgw.behaviors', 'dmsgw.cli.client_commands')\n"
         "print(repr([m for m in heavy if m in sys.modules])); print(out.getvalue())\n"
     )
     done = subprocess.run(

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.behaviors import devnet_record as state
 from dmsgw.cli import main
-from dmsgw.cli.client import Console, reply_json
+from dmsgw.cli.client_commands import Console, reply_json
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
+from dmsgw.devnet_files import devnet_record as state
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
 from dmsgw.keys.keystore import KeyStore

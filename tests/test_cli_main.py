@@ -27,8 +27,8 @@ def test_each_family_adds_the_commands_the_table_gives_it(module: str) -> None:
 def test_a_client_command_does_not_import_the_gateway() -> None:
     probe = (
         "import sys; from dmsgw.cli import build_parser; build_parser('invoke'); "
-        "print(sorted(m for m in ('dmsgw.interlink.config', 'dmsgw.cli.serve', 'dmsgw.cli.cap') "
-        "if m in sys.modules))"
+        "print(sorted(m for m in ('dmsgw.interlink.configuration.serve_config', "
+        "'dmsgw.cli.serve', 'dmsgw.cli.cap') if m in sys.modules))"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60

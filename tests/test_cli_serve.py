@@ -26,7 +26,7 @@ FAKE_GATEWAY = """
 import os, sys, types
 from dmsgw import cli
 from dmsgw.errors import DmsgwError
-from dmsgw.interlink.bodies import PingResponse
+from dmsgw.interlink.wire.bodies import PingResponse
 
 class Backend:
     async def create(self, pods):

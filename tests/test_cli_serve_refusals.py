@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
-from dmsgw.interlink.config import load_config
-from dmsgw.interlink.state_binding import EMBEDDED_DEVNET, DmsIdentity, StateBinding
-from dmsgw.interlink.state_schema import STATE_SCHEMA
-from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.configuration.serve_config import load_config
+from dmsgw.interlink.state.pod_store import PodStore
+from dmsgw.interlink.state.state_binding import EMBEDDED_DEVNET, DmsIdentity, StateBinding
+from dmsgw.interlink.state.state_schema import STATE_SCHEMA
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
 from dmsgw.keys.keyfile import ScryptParams

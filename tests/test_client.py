@@ -11,21 +11,21 @@ from typing import Any
 import pytest
 
 import dmsgw
-from dmsgw.behaviors import devnet_record as state
 from dmsgw.behaviors.catalog import UnknownBehaviorError
-from dmsgw.behaviors.client import (
+from dmsgw.behaviors.deployment import DeploymentLogsResponse, DeploymentManifestResponse
+from dmsgw.behaviors.node import DMSBehaviorError, NotGrantedError
+from dmsgw.behaviors.peers import PeersListResponse
+from dmsgw.behaviors.status import AllocationManifest, EnsembleManifest
+from dmsgw.behaviors.typed_client import (
     AllocationLogs,
     ClientArgumentError,
     LogsUnreadableError,
     Pending,
     build_namespaces,
 )
-from dmsgw.behaviors.deployment import DeploymentLogsResponse, DeploymentManifestResponse
-from dmsgw.behaviors.node import DMSBehaviorError, NotGrantedError
-from dmsgw.behaviors.peers import PeersListResponse
-from dmsgw.behaviors.status import AllocationManifest, EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
+from dmsgw.devnet_files import devnet_record as state
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.trust import provider_from_private_key

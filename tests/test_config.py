@@ -13,8 +13,13 @@ import pytest
 from aiohttp import web
 from pydantic import ValidationError
 
-from dmsgw.interlink.config import SETTINGS, ConfigError, GatewayConfig, load_config
-from dmsgw.interlink.log_lines import configure_logging
+from dmsgw.interlink.configuration.serve_config import (
+    SETTINGS,
+    ConfigError,
+    GatewayConfig,
+    load_config,
+)
+from dmsgw.interlink.gateway_log import configure_logging
 from dmsgw.interlink.server import ListenAddress
 
 TOKEN = "tok-5f1e0c9a7b3d"

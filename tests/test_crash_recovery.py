@@ -21,10 +21,9 @@ from dmsgw.behaviors.deployment import (
     NewDeploymentResponse,
 )
 from dmsgw.clock import system_clock
-from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
-from dmsgw.interlink.parsing import read_status_body
-from dmsgw.interlink.pod_record import (
+from dmsgw.interlink.pods.pod_record import (
     ATTEMPT_KEY,
     POD_UID_KEY,
     Phase,
@@ -32,11 +31,12 @@ from dmsgw.interlink.pod_record import (
     PodRecord,
     snapshot_of,
 )
-from dmsgw.interlink.recovery import OWNER_KEY
-from dmsgw.interlink.resources import Capacity, ResourceActor
 from dmsgw.interlink.server import BackendUnavailable
-from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.state.pod_store import PodStore
+from dmsgw.interlink.state.recovery import OWNER_KEY
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
+from dmsgw.interlink.wire.bodies import RetrievedPodData
+from dmsgw.interlink.wire.parsing import read_status_body
 from dmsgw.transport.rest import DMSTimeoutError
 
 UID = "5c0ffee0-1d2e-4f3a-9b4c-5d6e7f809112"

@@ -14,10 +14,10 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink.config import load_config
-from dmsgw.interlink.parsing import MAX_CONTAINERS_PER_POD
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.translate.env import MAX_ARG_STRLEN
+from dmsgw.interlink.wire.parsing import MAX_CONTAINERS_PER_POD
 from tests.gateway_fakes import FakeDMS, gateway_on, pod, uid
 
 OWNER = "did:key:the-gateway"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dmsgw.interlink.config import GatewayConfig, load_config
+from dmsgw.interlink.configuration.serve_config import GatewayConfig, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"

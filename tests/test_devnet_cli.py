@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.behaviors import devnet_record as state
 from dmsgw.cli import main
 from dmsgw.devnet.devnet import node_key
+from dmsgw.devnet_files import devnet_record as state
 from dmsgw.keys.did import DID
 from dmsgw.keys.ucan import load_context
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.behaviors.client import ClientArgumentError
 from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.behaviors.resources import Resources
+from dmsgw.behaviors.typed_client import ClientArgumentError
 from dmsgw.devnet.pytest_plugin import (
     SMALL_RESOURCES,
     DevnetHandle,

@@ -15,7 +15,7 @@ import pytest
 
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.cgroups import RunGroup
-from dmsgw.devnet.usage import RunMeter
+from dmsgw.devnet.run_usage import RunMeter
 
 HELD = 16 * 1024 * 1024
 BURNER = (

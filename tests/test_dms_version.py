@@ -14,7 +14,7 @@ import pytest
 
 import dmsgw
 from dmsgw.behaviors import catalog
-from dmsgw.behaviors.cap import CapTokenAnchorRequest
+from dmsgw.behaviors.cap_anchors import CapTokenAnchorRequest
 from dmsgw.behaviors.catalog import (
     DMS_V05,
     DMS_V06,
@@ -29,7 +29,7 @@ from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.behaviors.onboarding import OnboardStatusResponse
 from dmsgw.behaviors.peers import PeerAddrInfoResponse
 from dmsgw.devnet.devnet import Devnet
-from dmsgw.devnet.rest import DmsApi
+from dmsgw.devnet.rest_api import DmsApi
 from dmsgw.interlink.app import DmsConnection, _dms_info, _show_version
 from dmsgw.interlink.server import Metrics
 from dmsgw.keys.crypto import Ed25519PrivKey

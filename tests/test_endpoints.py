@@ -22,7 +22,6 @@ import pytest
 from aiohttp import ClientError, ClientSession
 from aiohttp.test_utils import TestClient, TestServer
 
-from dmsgw.behaviors.devnet_record import process_start_time
 from dmsgw.behaviors.status import EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
@@ -37,15 +36,16 @@ from dmsgw.devnet.netns import (
     veth_name,
 )
 from dmsgw.devnet.sandbox import Isolation, SandboxError
-from dmsgw.interlink import k8s
+from dmsgw.devnet_files.devnet_record import process_start_time
 from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.endpoints import endpoints_of
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import PodRecord
-from dmsgw.interlink.pod_report import PodReport
+from dmsgw.interlink.pods.endpoints import endpoints_of
+from dmsgw.interlink.pods.pod_record import PodRecord
+from dmsgw.interlink.reports.pod_report import PodReport
+from dmsgw.interlink.reports.pod_usage import UsageBook
 from dmsgw.interlink.server import Health, Metrics, PluginServer, Pods, operator_app
 from dmsgw.interlink.translate.wrapper import UNWRAPPED_ANNOTATION
-from dmsgw.interlink.usage import UsageBook
+from dmsgw.interlink.wire import k8s
 from tests.gateway_fakes import FAST, WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
 from tests.test_gateway_passes import _gateway_config
 from tests.test_plugin_server import FakeBackend, loopback_options, start_serve
@@ -468,7 +468,7 @@ async def test_a_pods_http_answer_through_its_reported_endpoint(
     against the container's 127.0.0.1) run inside it; from inside, a pod reaches the other's public
     port at the host's address, and nothing beyond the host; deleted, their namespaces and
     veths go."""
-    caplog.set_level(logging.INFO, logger="dmsgw.interlink.pod")
+    caplog.set_level(logging.INFO, logger="dmsgw.interlink.pods.pod_actor")
     port = unused_tcp_port_factory()
     http_probe = {"httpGet": {"path": "/", "port": port}, "periodSeconds": 1}
     connect = f"import socket; socket.create_connection(('127.0.0.1', {port}), 2)"
@@ -495,7 +495,7 @@ async def test_a_pods_http_answer_through_its_reported_endpoint(
         with pytest.raises(OSError) as beyond:  # no NAT: no route beyond the host
             await in_namespace(inside, lambda: socket.create_connection(("192.0.2.1", 80), 5))
         assert beyond.value.errno == errno.ENETUNREACH
-        records = [r for r in caplog.records if r.name == "dmsgw.interlink.pod"]
+        records = [r for r in caplog.records if r.name == "dmsgw.interlink.pods.pod_actor"]
         reachable = {r.getMessage() for r in records if "reachable at" in r.getMessage()}
         assert reachable == {
             f"pod default/p-000{n} reachable at main:{port} -> 127.0.0.1:{e['port']}"

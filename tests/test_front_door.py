@@ -23,15 +23,6 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dmsgw.interlink import k8s, parsing
-from dmsgw.interlink.bodies import (
-    CreateStruct,
-    LogStruct,
-    PingResponse,
-    PodStatus,
-    RetrievedPodData,
-)
-from dmsgw.interlink.parsing import PodRef
 from dmsgw.interlink.server import (
     CLIENT_GONE,
     Health,
@@ -43,6 +34,15 @@ from dmsgw.interlink.server import (
     host_is_local,
     operator_app,
 )
+from dmsgw.interlink.wire import k8s, parsing
+from dmsgw.interlink.wire.bodies import (
+    CreateStruct,
+    LogStruct,
+    PingResponse,
+    PodStatus,
+    RetrievedPodData,
+)
+from dmsgw.interlink.wire.parsing import PodRef
 from tests.test_plugin_server import (
     INTERLINK,
     UID,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink.store import pack
+from dmsgw.interlink.state.pod_store import pack
 from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
 
 OWNER = "did:key:the-gateway"
@@ -32,7 +32,7 @@ async def test_a_corrupt_record_is_set_aside_and_the_other_pods_resume(
     db.execute("UPDATE pods SET record = ? WHERE uid = ?", (pack({"uid": uid(3)}), uid(3)))
     db.commit()
     db.close()
-    with caplog.at_level(logging.ERROR, logger="dmsgw.interlink.store"):
+    with caplog.at_level(logging.ERROR, logger="dmsgw.interlink.state.pod_store"):
         again = await gateway_on(dms, state, owner=OWNER, clock=clock)
     try:
         assert set(again._records) == {uid(1)}

@@ -29,11 +29,11 @@ from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS, Timeouts
 from dmsgw.interlink import app
 from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.config import load_config
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import INIT_CONTAINER_FAILED, Phase, PodRecord, snapshot_of
+from dmsgw.interlink.pods.pod_record import INIT_CONTAINER_FAILED, Phase, PodRecord, snapshot_of
 from dmsgw.interlink.server import Metrics, PluginServer
-from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.state.pod_store import PodStore
 from tests.gateway_fakes import FAST
 from tests.test_gateway_pods import _container, _create, _pod
 

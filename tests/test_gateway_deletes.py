@@ -18,12 +18,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.behaviors.deployment import DeploymentShutdownResponse
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink import k8s
-from dmsgw.interlink.config import load_config
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import Phase
+from dmsgw.interlink.pods.pod_record import Phase
 from dmsgw.interlink.server import Metrics, PluginServer
-from dmsgw.interlink.store import PodStore, StoreError
+from dmsgw.interlink.state.pod_store import PodStore, StoreError
+from dmsgw.interlink.wire import k8s
 from tests.gateway_fakes import WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
 
 OWNER = "did:key:the-gateway"

@@ -19,9 +19,9 @@ from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
 from dmsgw.behaviors.dms_version import UnsupportedDmsError
 from dmsgw.interlink import app
 from dmsgw.interlink.app import DmsConnection, start_backend
-from dmsgw.interlink.config import load_config
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway, job_id
-from dmsgw.interlink.pod_record import PodPolicy
+from dmsgw.interlink.pods.pod_record import PodPolicy
 from dmsgw.interlink.server import Metrics, PluginServer
 
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
@@ -209,7 +209,7 @@ async def test_pods_resume_after_a_restart_of_the_gateway(tmp_path: Path) -> Non
     )
     first = await start_backend(config, metrics=Metrics())
     spec = pod("55555555-2222-3333-4444-555555555555", args="sleep 30")
-    from dmsgw.interlink.parsing import parse_create_body
+    from dmsgw.interlink.wire.parsing import parse_create_body
 
     await first.create(
         parse_create_body(json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode())

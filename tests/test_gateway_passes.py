@@ -25,13 +25,13 @@ from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.interlink import gateway as gateway_module
 from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.config import load_config
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import ROOT_BACKOFF, Gateway
-from dmsgw.interlink.parsing import parse_create_body
-from dmsgw.interlink.pod import _TaskCrashed
-from dmsgw.interlink.pod_record import POD_UID_KEY, Phase
-from dmsgw.interlink.recovery import ORPHAN_GRACE_S, OWNER_KEY
+from dmsgw.interlink.pods.pod_actor import _TaskCrashed
+from dmsgw.interlink.pods.pod_record import POD_UID_KEY, Phase
 from dmsgw.interlink.server import Metrics
+from dmsgw.interlink.state.recovery import ORPHAN_GRACE_S, OWNER_KEY
+from dmsgw.interlink.wire.parsing import parse_create_body
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
 from dmsgw.keys.keystore import KeyStore

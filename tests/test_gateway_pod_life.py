@@ -28,11 +28,11 @@ from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
 from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.bodies import PingResponse
-from dmsgw.interlink.config import load_config
+from dmsgw.interlink.capacity.resource_actor import Capacity, GpuCatalog, ResourceActor
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import DEPLOYMENT_LOST, INIT_CONTAINER_FAILED, Phase
-from dmsgw.interlink.resources import Capacity, GpuCatalog, ResourceActor
+from dmsgw.interlink.pods.pod_record import DEPLOYMENT_LOST, INIT_CONTAINER_FAILED, Phase
+from dmsgw.interlink.pods.pod_translation import Translator
 from dmsgw.interlink.server import (
     BackendGaveUpError,
     ListenAddress,
@@ -42,8 +42,8 @@ from dmsgw.interlink.server import (
     ServeInfo,
     ServerOptions,
 )
-from dmsgw.interlink.store import PodStore
-from dmsgw.interlink.translation import Translator
+from dmsgw.interlink.state.pod_store import PodStore
+from dmsgw.interlink.wire.bodies import PingResponse
 from dmsgw.transport.rest import DMSError, DMSErrorKind, DMSTimeoutError, TransportError
 from tests.gateway_fakes import (
     FAST,
@@ -465,7 +465,7 @@ async def test_serve_reports_not_ready_then_fails_when_the_backend_gives_up() ->
 GIVING_UP_GATEWAY = """
 import asyncio, sys, types
 from dmsgw import cli
-from dmsgw.interlink.bodies import PingResponse
+from dmsgw.interlink.wire.bodies import PingResponse
 
 class Backend:
     def __init__(self):

@@ -43,11 +43,7 @@ from dmsgw.gojson import (
     marshal,
     unmarshal,
 )
-from dmsgw.gojson.base64 import (
-    CorruptInputError,
-    go_base64_decode,
-    go_base64_decode_exact,
-)
+from dmsgw.gojson.base64 import CorruptInputError, go_base64_decode, go_base64_decode_exact
 from dmsgw.gojson.floats import repr_digits, shortest_decimal
 
 UINT64_MAX = (1 << 64) - 1

@@ -26,7 +26,7 @@ from dmsgw.behaviors.node import (
 )
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
-from dmsgw.devnet.rest import DmsApi
+from dmsgw.devnet.rest_api import DmsApi
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.id import ID

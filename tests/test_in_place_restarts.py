@@ -17,13 +17,13 @@ from dmsgw.behaviors.deployment import (
     DeploymentStatusResponse,
 )
 from dmsgw.behaviors.status import AllocationInfo
-from dmsgw.interlink.bodies import RetrievedPodData
-from dmsgw.interlink.container_runs import Runs
-from dmsgw.interlink.following import MARKER_READ_EVERY
-from dmsgw.interlink.pod_follower import PodFollower
-from dmsgw.interlink.pod_record import PodPolicy
-from dmsgw.interlink.pod_status import container_statuses
-from dmsgw.interlink.run_markers import markers
+from dmsgw.interlink.following.follow_state import MARKER_READ_EVERY
+from dmsgw.interlink.following.pod_follower import PodFollower
+from dmsgw.interlink.pods.container_runs import Runs
+from dmsgw.interlink.pods.pod_record import PodPolicy
+from dmsgw.interlink.pods.pod_status import container_statuses
+from dmsgw.interlink.pods.run_markers import markers
+from dmsgw.interlink.wire.bodies import RetrievedPodData
 from tests.gateway_fakes import plain_translation, pod, uid
 
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"

@@ -39,9 +39,9 @@ from dmsgw.gojson import (
     marshal,
     unmarshal,
 )
-from dmsgw.interlink import k8s, parsing
-from dmsgw.interlink.apimachinery import GoModel, parse_time, wire_json
-from dmsgw.interlink.bodies import (
+from dmsgw.interlink.wire import k8s, parsing
+from dmsgw.interlink.wire.apimachinery import GoModel, parse_time, wire_json
+from dmsgw.interlink.wire.bodies import (
     AcceleratorResponse,
     CreateStruct,
     PingResponse,
@@ -50,7 +50,7 @@ from dmsgw.interlink.bodies import (
     TaintResponse,
     encode_pod_statuses,
 )
-from dmsgw.interlink.parsing import (
+from dmsgw.interlink.wire.parsing import (
     MAX_PODS_PER_REQUEST,
     PluginRequestError,
     TooManyPodsError,
@@ -924,7 +924,7 @@ def test_mutated_valid_bodies_raise_only_plugin_errors(
 
 
 def test_remembered_status_bodies_are_bounded_by_their_bytes() -> None:
-    from dmsgw.interlink.parsing import _BodyMemo
+    from dmsgw.interlink.wire.parsing import _BodyMemo
 
     memo = _BodyMemo(max_entries=100, max_bytes=600)
     for i in range(12):

@@ -1,4 +1,4 @@
-"""``dmsgw.interlink.apimachinery`` and ``dmsgw.interlink.k8s``: quantities and times as
+"""``dmsgw.interlink.wire.apimachinery`` and ``dmsgw.interlink.wire.k8s``: quantities and times as
 apimachinery reads and writes them, and pods as interLink sends them.
 
 Quantity expectations are the cases of apimachinery's ``quantity_test.go`` (``TestQuantityParse``,
@@ -20,15 +20,15 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from dmsgw.errors import DmsgwError
-from dmsgw.interlink import k8s
-from dmsgw.interlink.apimachinery import (
+from dmsgw.interlink.wire import k8s
+from dmsgw.interlink.wire.apimachinery import (
     QuantityError,
     format_quantity,
     format_time,
     parse_quantity,
     parse_time,
 )
-from dmsgw.interlink.k8s import (
+from dmsgw.interlink.wire.k8s import (
     ConfigMap,
     ContainerState,
     ContainerStateRunning,

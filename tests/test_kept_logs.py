@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.interlink import k8s, kept_logs
-from dmsgw.interlink.container_runs import Runs
-from dmsgw.interlink.kept_logs import KeptLogs, NoRunError, wanted_run
-from dmsgw.interlink.logs import run_part
+from dmsgw.interlink.logs import kept_logs
+from dmsgw.interlink.logs.dms_logs import run_part
+from dmsgw.interlink.logs.kept_logs import KeptLogs, NoRunError, wanted_run
+from dmsgw.interlink.pods.container_runs import Runs
+from dmsgw.interlink.wire import k8s
 
 START = b"dmsgw.io/started\n"
 

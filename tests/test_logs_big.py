@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.interlink.bodies import ContainerLogOpts
-from dmsgw.interlink.logs import read_logs
+from dmsgw.interlink.logs.dms_logs import read_logs
+from dmsgw.interlink.wire.bodies import ContainerLogOpts
 
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"
 BIG = 40 * 1024 * 1024
@@ -60,7 +60,7 @@ async def test_a_big_log_is_not_read_whole(tmp_path: Path, opts: dict[str, int])
 
 def _whole(directory: Path, tail: int, limit: int) -> bytes:
     """What the options select, reading every file whole (the rule, stated plainly)."""
-    from dmsgw.interlink.run_markers import strip_marker
+    from dmsgw.interlink.pods.run_markers import strip_marker
 
     lines = (directory / "stdout.log").read_bytes().splitlines(keepends=True)
     lines += [

@@ -9,7 +9,7 @@ import pytest
 import dmsgw
 from dmsgw.behaviors.node import NotGrantedError
 from dmsgw.devnet.devnet import Devnet
-from dmsgw.devnet.rest import DmsApi
+from dmsgw.devnet.rest_api import DmsApi
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.keys.did import DID
 from dmsgw.keys.trust import provider_from_private_key

@@ -27,9 +27,7 @@ from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock, system_clock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.bodies import PingResponse, TaintResponse
-from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.node_taints import (
+from dmsgw.interlink.capacity.node_taints import (
     CAPACITY_EXHAUSTED,
     DMS_UNREACHABLE,
     GRANT,
@@ -40,11 +38,13 @@ from dmsgw.interlink.node_taints import (
     node_taints,
     ping_status,
 )
-from dmsgw.interlink.pod_report import PodReport
-from dmsgw.interlink.resources import Capacity, ResourceActor
+from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
+from dmsgw.interlink.gateway import Gateway
+from dmsgw.interlink.reports.pod_report import PodReport
+from dmsgw.interlink.reports.pod_usage import UsageBook
 from dmsgw.interlink.server import Metrics, PluginServer, ServerOptions
 from dmsgw.interlink.server.operator_port import Health
-from dmsgw.interlink.usage import UsageBook
+from dmsgw.interlink.wire.bodies import PingResponse, TaintResponse
 from dmsgw.keys.ucan.token import format_second
 from dmsgw.transport.rest import TransportError
 from tests.gateway_fakes import FakeDMS, gateway_on, pod, uid, until

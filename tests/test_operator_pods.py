@@ -20,13 +20,20 @@ from dmsgw.behaviors.node import DMSBehaviorError, NotGrantedError
 from dmsgw.cli import main
 from dmsgw.cli.pods import table, watch
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink.bodies import PodStatus
-from dmsgw.interlink.pod_record import Phase, PodRecord
-from dmsgw.interlink.pod_report import PodReport
-from dmsgw.interlink.server import Health, ListenAddress, Metrics, Pods, ServerOptions, operator_app
+from dmsgw.interlink.pods.pod_record import Phase, PodRecord
+from dmsgw.interlink.pods.snapshots import Shown
+from dmsgw.interlink.reports.pod_report import PodReport
+from dmsgw.interlink.reports.pod_usage import ContainerUsage, UsageBook
+from dmsgw.interlink.server import (
+    Health,
+    ListenAddress,
+    Metrics,
+    Pods,
+    ServerOptions,
+    operator_app,
+)
 from dmsgw.interlink.server.metrics import call_outcome
-from dmsgw.interlink.snapshots import Shown
-from dmsgw.interlink.usage import ContainerUsage, UsageBook
+from dmsgw.interlink.wire.bodies import PodStatus
 from dmsgw.transport.rest import DMSErrorKind, DMSTimeoutError
 
 TOKEN = "s3cret-operator-token"

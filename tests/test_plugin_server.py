@@ -25,16 +25,6 @@ from aiohttp.test_utils import TestClient
 
 from dmsgw.actors.turns import PER_TURN
 from dmsgw.errors import DmsgwError
-from dmsgw.interlink import k8s
-from dmsgw.interlink.bodies import (
-    CreateStruct,
-    LogStruct,
-    PingResponse,
-    PodStatus,
-    ResourcesResponse,
-    RetrievedPodData,
-)
-from dmsgw.interlink.parsing import PodRef
 from dmsgw.interlink.server import (
     SESSION_HEADER,
     AddressError,
@@ -52,6 +42,16 @@ from dmsgw.interlink.server import (
     operator_app,
     routes,
 )
+from dmsgw.interlink.wire import k8s
+from dmsgw.interlink.wire.bodies import (
+    CreateStruct,
+    LogStruct,
+    PingResponse,
+    PodStatus,
+    ResourcesResponse,
+    RetrievedPodData,
+)
+from dmsgw.interlink.wire.parsing import PodRef
 
 DATA = Path(__file__).parent / "data" / "interlink"
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"

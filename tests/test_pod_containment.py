@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 
-from dmsgw.behaviors.devnet_record import process_start_time
 from dmsgw.devnet.confinement import CLAIMS_DIR, IDENTITY_BASE, Identities, unprivileged
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.executor import probe_isolation
@@ -41,6 +40,7 @@ from dmsgw.devnet.pytest_plugin import (
     start_embedded,
 )
 from dmsgw.devnet.sandbox import Isolation
+from dmsgw.devnet_files.devnet_record import process_start_time
 from tests.gateway_fakes import pod, uid
 from tests.test_endpoints import (
     NAMESPACES_POSSIBLE,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from dmsgw.interlink import k8s
-from dmsgw.interlink.bodies import PodStatus
-from dmsgw.interlink.pod_view import pod_restarts
-from dmsgw.interlink.snapshots import containers_phase
+from dmsgw.interlink.pods.snapshots import containers_phase
+from dmsgw.interlink.reports.pod_view import pod_restarts
+from dmsgw.interlink.wire import k8s
+from dmsgw.interlink.wire.bodies import PodStatus
 
 _RUNNING = k8s.ContainerState(running=k8s.ContainerStateRunning())
 _CREATING = k8s.ContainerState(waiting=k8s.ContainerStateWaiting(reason="ContainerCreating"))

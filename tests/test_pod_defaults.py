@@ -7,11 +7,11 @@ import pytest
 
 from dmsgw import cli
 from dmsgw.interlink.app import _pod_defaults
-from dmsgw.interlink.bodies import RetrievedPodData
-from dmsgw.interlink.config import load_config
-from dmsgw.interlink.resources import GpuCatalog
+from dmsgw.interlink.capacity.resource_actor import GpuCatalog
+from dmsgw.interlink.configuration.serve_config import load_config
+from dmsgw.interlink.pods.pod_translation import Translator
 from dmsgw.interlink.translate import TranslationOptions
-from dmsgw.interlink.translation import Translator
+from dmsgw.interlink.wire.bodies import RetrievedPodData
 
 MIB = 1024 * 1024
 POD = {

@@ -32,10 +32,7 @@ from dmsgw.behaviors.ensemble import (
 )
 from dmsgw.behaviors.ensemble_validation import validate_ensemble
 from dmsgw.behaviors.resources import GPU
-from dmsgw.interlink import k8s
-from dmsgw.interlink.bodies import RetrievedPodData
-from dmsgw.interlink.parsing import parse_create_body
-from dmsgw.interlink.run_markers import Marker, markers
+from dmsgw.interlink.pods.run_markers import Marker, markers
 from dmsgw.interlink.translate import (
     CONTROL_MOUNT,
     EXCLUDE_PEERS_ANNOTATION,
@@ -55,7 +52,10 @@ from dmsgw.interlink.translate import (
     is_wrapped,
     pod_to_ensemble,
 )
-from dmsgw.interlink.translate.ensemble import DMS_PORT_RANGE
+from dmsgw.interlink.translate.pod_ensemble import DMS_PORT_RANGE
+from dmsgw.interlink.wire import k8s
+from dmsgw.interlink.wire.bodies import RetrievedPodData
+from dmsgw.interlink.wire.parsing import parse_create_body
 
 DATA = Path(__file__).parent / "data" / "interlink"
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"

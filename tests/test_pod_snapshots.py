@@ -26,11 +26,11 @@ from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.behaviors.status import AllocationInfo, AllocationStatus
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.errors import DmsgwError
-from dmsgw.interlink import following as poll_rules
-from dmsgw.interlink import k8s, pod_record
-from dmsgw.interlink.bodies import PodStatus, RetrievedPodData
-from dmsgw.interlink.pod_follower import PodFollower
-from dmsgw.interlink.pod_record import (
+from dmsgw.interlink.following import follow_state as poll_rules
+from dmsgw.interlink.following.pod_follower import PodFollower
+from dmsgw.interlink.following.poll_pace import PollPace
+from dmsgw.interlink.pods import pod_record
+from dmsgw.interlink.pods.pod_record import (
     Phase,
     PodPolicy,
     PodRecord,
@@ -39,8 +39,9 @@ from dmsgw.interlink.pod_record import (
     shown_by,
     snapshot_of,
 )
-from dmsgw.interlink.poll_pace import PollPace
-from dmsgw.interlink.store import pack, unpack
+from dmsgw.interlink.state.pod_store import pack, unpack
+from dmsgw.interlink.wire import k8s
+from dmsgw.interlink.wire.bodies import PodStatus, RetrievedPodData
 from tests.gateway_fakes import (
     ClosedTurns,
     FakeDMS,

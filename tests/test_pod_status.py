@@ -1,4 +1,4 @@
-"""``dmsgw.interlink.pod_status``: DMS deployment state as the pod's container statuses.
+"""``dmsgw.interlink.pods.pod_status``: DMS deployment state as the pod's container statuses.
 
 The rules checked are those the virtual kubelet relies on (``interlink-plugin.md`` §3.2):
 every container reported, init containers in order, a failed init container terminating the
@@ -21,15 +21,15 @@ from dmsgw.behaviors.status import (
     EnsembleManifest,
 )
 from dmsgw.errors import DmsgwError
-from dmsgw.interlink import bodies as interlink
-from dmsgw.interlink import k8s
-from dmsgw.interlink.apimachinery import parse_time
-from dmsgw.interlink.pod_status import (
+from dmsgw.interlink.pods.pod_status import (
     NOT_RUN_EXIT_CODE,
     ContainerObservation,
     container_statuses,
     pod_status,
 )
+from dmsgw.interlink.wire import bodies as interlink
+from dmsgw.interlink.wire import k8s
+from dmsgw.interlink.wire.apimachinery import parse_time
 
 DATA = Path(__file__).parent / "data" / "interlink"
 NOW = datetime(2026, 7, 14, 10, 5, tzinfo=UTC)

@@ -26,11 +26,11 @@ from dmsgw.behaviors.deployment import DeploymentStatusRequest
 from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.cli import main
 from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.config import load_config
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import PodPolicy
+from dmsgw.interlink.pods.pod_record import PodPolicy
+from dmsgw.interlink.reports.pod_usage import UsageBook
 from dmsgw.interlink.server import ListenAddress, Metrics, Serve, ServeInfo, ServerOptions
-from dmsgw.interlink.usage import UsageBook
 from tests.test_deploy import alert_metrics
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"

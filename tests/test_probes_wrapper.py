@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 
 from dmsgw.behaviors.status import AllocationInfo
-from dmsgw.interlink import k8s
-from dmsgw.interlink.container_runs import Runs
-from dmsgw.interlink.pod_status import ContainerObservation, container_statuses
-from dmsgw.interlink.probe_state import ProbeState
-from dmsgw.interlink.run_markers import ProbeMarker, markers, probe_markers, strip_marker
-from dmsgw.interlink.store import pack, unpack
+from dmsgw.interlink.pods.container_runs import Runs
+from dmsgw.interlink.pods.pod_status import ContainerObservation, container_statuses
+from dmsgw.interlink.pods.probe_state import ProbeState
+from dmsgw.interlink.pods.run_markers import ProbeMarker, markers, probe_markers, strip_marker
+from dmsgw.interlink.state.pod_store import pack, unpack
 from dmsgw.interlink.translate.inputs import Container
 from dmsgw.interlink.translate.probes import probe_runs
 from dmsgw.interlink.translate.wrapper import Hooks, wrapper_script
+from dmsgw.interlink.wire import k8s
 
 RUN_TIMEOUT_S = 30
 """A generous bound: the scripts below end within a few probe periods."""

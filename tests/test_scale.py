@@ -25,21 +25,23 @@ from dmsgw.actors.registry import Registry
 from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
 from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink import heap, k8s, pod_record, resources
-from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.interlink.capacity import resource_actor as resources
+from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, job_id
-from dmsgw.interlink.heap import HeapFreezer
-from dmsgw.interlink.parsing import (
+from dmsgw.interlink.pods import heap, pod_record
+from dmsgw.interlink.pods.heap import HeapFreezer
+from dmsgw.interlink.pods.pod_record import Phase, PodRecord, parsed_request
+from dmsgw.interlink.server import front_door, host_is_local
+from dmsgw.interlink.state.pod_store import PodStore
+from dmsgw.interlink.wire import k8s
+from dmsgw.interlink.wire.bodies import RetrievedPodData
+from dmsgw.interlink.wire.parsing import (
     MEMO_BYTES,
     MEMO_ENTRIES,
     _BodyMemo,
     held_bytes,
     parse_create_body,
 )
-from dmsgw.interlink.pod_record import Phase, PodRecord, parsed_request
-from dmsgw.interlink.resources import Capacity, ResourceActor
-from dmsgw.interlink.server import front_door, host_is_local
-from dmsgw.interlink.store import PodStore
 from tests.gateway_fakes import (
     WAIT_S,
     ClosedTurns,

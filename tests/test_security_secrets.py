@@ -22,12 +22,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.config import ConfigError, load_config
+from dmsgw.interlink.configuration.serve_config import ConfigError, load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.log_lines import configure_logging
-from dmsgw.interlink.pod_record import PodPolicy
+from dmsgw.interlink.gateway_log import configure_logging
+from dmsgw.interlink.pods.pod_record import PodPolicy
 from dmsgw.interlink.server import Metrics, PluginServer
-from dmsgw.interlink.store import PodStore
+from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.keyfile import ScryptParams, WrongPassphraseError
 from dmsgw.keys.keystore import KeyStore

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from dmsgw.behaviors import devnet_record as state
 from dmsgw.behaviors.session import ConnectSettingError, resolve_url
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
+from dmsgw.devnet_files import devnet_record as state
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
 from dmsgw.keys.keystore import KeyStore

@@ -13,14 +13,14 @@ import pytest
 
 from dmsgw.behaviors.catalog import ONBOARDING_STATUS
 from dmsgw.interlink.app import DmsConnection, _give_up_on_another_dms
-from dmsgw.interlink.state_binding import (
+from dmsgw.interlink.state.pod_store import PodStore, pack
+from dmsgw.interlink.state.state_binding import (
     EMBEDDED_DEVNET,
     DmsIdentity,
     StateBinding,
     StateFromAnotherDmsError,
 )
-from dmsgw.interlink.state_schema import STATE_SCHEMA, NewerStateError
-from dmsgw.interlink.store import PodStore, pack
+from dmsgw.interlink.state.state_schema import STATE_SCHEMA, NewerStateError
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.transport.envelope import Handle
 

@@ -20,12 +20,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.actors.turns import PER_TURN
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink import k8s, parsing
-from dmsgw.interlink.bodies import PodStatus
-from dmsgw.interlink.config import load_config
+from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pod_record import Phase
+from dmsgw.interlink.pods.pod_record import Phase
 from dmsgw.interlink.server import Metrics, PluginServer, routes
+from dmsgw.interlink.wire import k8s, parsing
+from dmsgw.interlink.wire.bodies import PodStatus
 from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
 
 OWNER = "did:key:the-gateway"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dmsgw.actors.turns import PER_TURN
-from dmsgw.interlink.store import PodStore, StoreError, pack, unpack
+from dmsgw.interlink.state.pod_store import PodStore, StoreError, pack, unpack
 
 
 async def test_records_survive_a_reopen(tmp_path: Path) -> None:
@@ -135,7 +135,7 @@ async def test_an_older_world_readable_state_is_tightened_on_open(
     wal.write_bytes(b"")
     for file in (path, wal):
         file.chmod(0o644)
-    with caplog.at_level(logging.WARNING, logger="dmsgw.interlink.store"):
+    with caplog.at_level(logging.WARNING, logger="dmsgw.interlink.state.pod_store"):
         store = PodStore(path)
     assert store.load_all() == [{"uid": "a"}]
     assert (_mode(directory), _mode(path), _mode(wal)) == (0o700, 0o600, 0o600)
@@ -152,7 +152,7 @@ async def test_a_shared_directory_is_left_alone_but_the_state_is_private(
     private without changing the operator's directory."""
     tmp_path.chmod(0o755)
     (tmp_path / "notes.txt").write_text("not the gateway's")
-    with caplog.at_level(logging.WARNING, logger="dmsgw.interlink.store"):
+    with caplog.at_level(logging.WARNING, logger="dmsgw.interlink.state.pod_store"):
         store = PodStore(tmp_path / "gw.sqlite3")
     await store.put("a", {"uid": "a"})
     assert _mode(tmp_path) == 0o755
@@ -181,7 +181,7 @@ async def test_a_corrupt_record_is_set_aside_by_uid_and_the_others_are_served(
         return value["uid"]
 
     again = PodStore(path)
-    with caplog.at_level(logging.ERROR, logger="dmsgw.interlink.store"):
+    with caplog.at_level(logging.ERROR, logger="dmsgw.interlink.state.pod_store"):
         assert again.load_each(read) == ["good"]
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert "pod unreadable" in logged and "extra data" in logged

@@ -1,7 +1,7 @@
 """An in-memory transport: the DMS REST API's semantics without sockets, for tests.
 
 It speaks to anything that answers the API's routes as ``(status, body)`` — the embedded
-devnet's :class:`~dmsgw.devnet.rest.DmsApi` — and shares everything else with
+devnet's :class:`~dmsgw.devnet.rest_api.DmsApi` — and shares everything else with
 :class:`~dmsgw.transport.rest.RestTransport` (handle caching, status codes to typed errors,
 reply decoding), so code tested over it behaves as over HTTP.
 """

@@ -28,12 +28,7 @@ import argparse
 from ...keys.ucan.expiry import EXPIRY_FORMATS
 from .. import summary
 from .check import cmd_check
-from .common import (
-    DEFAULT_CONTEXT,
-    DEFAULT_DMS_CONTEXT,
-    DMSGW_CAP_DIR_ENV,
-    CapCliError,
-)
+from .common import DEFAULT_CONTEXT, DEFAULT_DMS_CONTEXT, DMSGW_CAP_DIR_ENV, CapCliError
 from .contexts import cmd_anchor, cmd_new, cmd_show
 from .issue import cmd_delegate, cmd_grant, cmd_revoke
 

@@ -16,7 +16,7 @@ address (:mod:`.operator_port`, :mod:`.metrics`).
 
 What the gateway actors implement is :class:`PluginBackend` (:mod:`.backend`); :class:`Serve`
 runs the two apps over one until SIGTERM/SIGINT and then shuts down in order (stop accepting,
-drain, close) (:mod:`.serve`). How both behave is :class:`ServerOptions` (:mod:`.options`).
+drain, close) (:mod:`.runner`). How both behave is :class:`ServerOptions` (:mod:`.options`).
 """
 
 from .backend import (
@@ -48,7 +48,7 @@ from .options import (
     ServerOptions,
 )
 from .routes import SESSION_HEADER, PluginServer
-from .serve import BackendFactory, Serve, ServeInfo
+from .runner import BackendFactory, Serve, ServeInfo
 
 __all__ = [
     "CLIENT_GONE",

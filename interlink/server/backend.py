@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from ...errors import DmsgwError
-from .. import k8s
-from ..bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
-from ..parsing import PodRef
+from ..wire import k8s
+from ..wire.bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
+from ..wire.parsing import PodRef
 
 
 class BackendUnavailable(DmsgwError):  # noqa: N818 (the name the actors use)
@@ -45,7 +45,7 @@ class PluginBackend(Protocol):
     A backend may also have ``gave_up``, an :class:`asyncio.Future` that completes with a
     reason when it can no longer serve (its root supervisor gave up): :class:`Serve` then
     reports not ready, shuts down and raises :class:`BackendGaveUpError`. And it may have
-    ``pod_report``, a :class:`~dmsgw.interlink.pod_report.PodReport`: the operator port then
+    ``pod_report``, a :class:`~dmsgw.interlink.reports.pod_report.PodReport`: the operator port then
     serves ``/pods``, ``/stats/summary`` and the per-pod series of ``/metrics`` from it.
     """
 

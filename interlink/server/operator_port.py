@@ -23,8 +23,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import Metric
 
 from ...errors import DmsgwError
-from ..bodies import PingResponse
-from ..pod_report import PodReport
+from ..reports.pod_report import PodReport
+from ..wire.bodies import PingResponse
 from .backend import BackendUnavailable, PluginBackend
 from .front_door import (
     CLIENT_GONE,

@@ -18,7 +18,8 @@ DEFAULT_BODY_TIMEOUT_S = 10.0
 
 @dataclasses.dataclass(frozen=True)
 class ServerOptions:
-    """How the plugin and operator servers behave; :mod:`dmsgw.interlink.config` builds one."""
+    """How the plugin and operator servers behave;
+    :mod:`dmsgw.interlink.configuration.serve_config` builds one."""
 
     listen: ListenAddress = ListenAddress()
     operator_listen: ListenAddress = ListenAddress(port=DEFAULT_OPERATOR_PORT)

@@ -4,7 +4,7 @@ interLink 0.6.2 calls its plugin (us) on four routes with JSON bodies, GET ones 
 counts anything but exactly HTTP 200 as a failure whose text it copies into the pod's status
 (its ``ReqWithError``). So every answer here is either the Go type's JSON with 200, or a status
 code with one line of plain text that names the problem: a body that does not parse (400, the
-:class:`~dmsgw.interlink.parsing.PluginRequestError` path and reason), a body over the size
+:class:`~dmsgw.interlink.wire.parsing.PluginRequestError` path and reason), a body over the size
 limit (413), a missing or wrong bearer token (401), an unknown pod on ``/getLogs`` (404), the
 DMS being unreachable or a call outliving the deadline (503), a backend failure (500, never a
 traceback; bugs are logged with theirs).
@@ -29,8 +29,8 @@ from aiohttp import web
 
 from ...actors.turns import take_turn
 from ...errors import DmsgwError
-from ..bodies import LogStruct, encode_pod_statuses
-from ..parsing import (
+from ..wire.bodies import LogStruct, encode_pod_statuses
+from ..wire.parsing import (
     PluginRequestError,
     TooManyPodsError,
     in_turns,

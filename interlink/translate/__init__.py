@@ -15,7 +15,7 @@ makes it):
 * **One node** (``pod``) holds one allocation per container, named after it (container names
   are DNS labels, as allocation names must be). Init containers are ``task`` allocations;
   main containers are ``task``\\s, or ``service``\\s under ``restartPolicy: Always``
-  (:mod:`.ensemble`).
+  (:mod:`.pod_ensemble`).
 * **Order.** The DMS's ``depends_on`` only orders *starts*, while Kubernetes runs each init
   container to completion first. So each init container depends on the previous one and every
   main container on the last; on top of that a container waits, in its provision script, for a
@@ -28,14 +28,14 @@ makes it):
   ``command`` runs under a shell wrapper that reports its runs (:mod:`.wrapper`).
 * **Environment** (:mod:`.env`): literal values, and ``valueFrom`` resolved from what interLink
   sent and from the pod (:mod:`.values`).
-* **Resources** (:mod:`.resources`): cpu cores, RAM and disk bytes, and GPUs resolved to the
+* **Resources** (:mod:`.reservation`): cpu cores, RAM and disk bytes, and GPUs resolved to the
   exact vendor and model peers report (``options.gpu_models``, built by
-  :func:`dmsgw.interlink.capacity.gpu_catalog`).
+  :func:`dmsgw.interlink.capacity.node_capacity.gpu_catalog`).
 * **Volumes** (:mod:`.files`) are DMS ``local`` volumes with named sources: one per emptyDir
   for the whole pod, one per file volume and container, filled by the provision script.
 * **Probes** run in the pod wrapper with the kubelet's semantics; an unwrapped container's
   liveness probe becomes the allocation's health check (:mod:`.probes`).
-* **Placement** (:mod:`.placement`): a pinned peer, excluded peers, the GPU type a selector
+* **Placement** (:mod:`.pod_placement`): a pinned peer, excluded peers, the GPU type a selector
   requires.
 * **Identity and policy** go into the metadata: :data:`METADATA_POD_UID` and its siblings,
   ``restartPolicy`` (which the PodActor applies), the termination grace period and active
@@ -43,13 +43,12 @@ makes it):
 
 The modules, foundation first: :mod:`.checks` (the error, fields the models do not type),
 :mod:`.names` (what the ensemble is keyed by), :mod:`.inputs` (options, containers),
-:mod:`.placement`, :mod:`.resources`, :mod:`.context` (the pod indexed), :mod:`.values`,
-:mod:`.env`, :mod:`.wrapper`, :mod:`.files`, :mod:`.probes` and :mod:`.ensemble`
+:mod:`.pod_placement`, :mod:`.reservation`, :mod:`.pod_context` (the pod indexed), :mod:`.values`,
+:mod:`.env`, :mod:`.wrapper`, :mod:`.files`, :mod:`.probes` and :mod:`.pod_ensemble`
 (:func:`pod_to_ensemble`).
 """
 
 from .checks import PodTranslationError
-from .ensemble import pod_to_ensemble
 from .inputs import TranslationOptions
 from .names import (
     CONTROL_MOUNT,
@@ -64,7 +63,8 @@ from .names import (
     POD_NODE,
     allocation_key,
 )
-from .placement import EXCLUDE_PEERS_ANNOTATION, GPU_TYPE_LABELS, PEER_ANNOTATION
+from .pod_ensemble import pod_to_ensemble
+from .pod_placement import EXCLUDE_PEERS_ANNOTATION, GPU_TYPE_LABELS, PEER_ANNOTATION
 from .wrapper import UNWRAPPED_ANNOTATION, is_wrapped
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Every refusal is a :class:`PodTranslationError` naming the pod field it is about
 (``spec.volumes[2] (nfs): volume kind not supported``). The Kubernetes models keep fields they
-do not type (:class:`~dmsgw.interlink.k8s.K8sModel`); :func:`check_extras` refuses any such
+do not type (:class:`~dmsgw.interlink.wire.k8s.K8sModel`); :func:`check_extras` refuses any such
 field that has a value, unless it is listed as having no effect once the pod is offloaded.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from ...errors import DmsgwError
-from .. import k8s
+from ..wire import k8s
 
 
 class PodTranslationError(DmsgwError):

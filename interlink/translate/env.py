@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .. import k8s
+from ..wire import k8s
 from .checks import PodTranslationError, check_extras
-from .context import PodContext
 from .inputs import Container
+from .pod_context import PodContext
 from .values import field_value, resource_value, secret_data, utf8
 
 _ENV_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")

@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
 from ...behaviors.ensemble import VolumeConfig
-from .. import k8s
+from ..wire import k8s
 from .checks import MOUNT_IGNORED, PodTranslationError, check_extras
-from .context import File, PodContext
 from .inputs import Container
 from .names import CONTROL_MOUNT, INIT_FAILED, TOOLS_PATH
+from .pod_context import File, PodContext
 from .values import config_map_data, field_value, resource_value, secret_data, utf8
 
 _DEFAULT_FILE_MODE = 0o644

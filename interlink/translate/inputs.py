@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from ...behaviors.resources import GPU
-from .. import k8s
+from ..wire import k8s
 
 _MIB = 1 << 20
 _GIB = 1 << 30
@@ -19,9 +19,9 @@ class TranslationOptions:
     """What the translation needs besides the pod.
 
     ``gpu_models`` maps a GPU class (``nvidia.rtx.3080.10gb``) to the GPU peers report for it
-    (:func:`~dmsgw.interlink.capacity.gpu_catalog`); a pod asking for a class not in it is
-    refused. ``pod_ip`` answers ``fieldRef: status.podIP`` (else the pod's own status is used).
-    ``generation`` counts earlier deployments of the same pod, so that an init container's
+    (:func:`~dmsgw.interlink.capacity.node_capacity.gpu_catalog`); a pod asking for a class not in
+    it is refused. ``pod_ip`` answers ``fieldRef: status.podIP`` (else the pod's own status is
+    used). ``generation`` counts earlier deployments of the same pod, so that an init container's
     completion marker from one of them cannot let this one's main containers start early.
     ``memory_emptydir_on_disk`` accepts ``emptyDir.medium: Memory`` as an ordinary (disk)
     volume instead of refusing it.

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from ...behaviors.ensemble import HealthCheckManifest
-from .. import k8s
+from ..wire import k8s
 from .checks import PodTranslationError, check_extras
 from .inputs import Container
 

@@ -9,10 +9,10 @@ import re
 from collections.abc import Mapping
 from decimal import Decimal
 
-from .. import k8s
+from ..wire import k8s
 from .checks import PodTranslationError
-from .context import PodContext
-from .resources import PLAIN_RESOURCES, quantity
+from .pod_context import PodContext
+from .reservation import PLAIN_RESOURCES, quantity
 
 _FIELD_KEY = re.compile(r"metadata\.(labels|annotations)\['(.*)'\]", re.DOTALL)
 

@@ -1,15 +1,15 @@
 """The shell wrapper that runs a container's command and reports its runs.
 
 A container with a ``command`` runs ``/bin/sh -c <wrapper> dmsgw-pod <command> <args>``: the
-wrapper reports the command's start and exit status on stderr (:mod:`dmsgw.interlink.run_markers`:
-the DMS reports neither), starts the command, runs the ``postStart`` hook beside it (killing it
-if the hook fails), runs ``preStop`` when it is asked to stop, forwards the signal, runs the
-container's probes with the kubelet's semantics (:func:`probe_script`), writes an init
-container's completion marker and exits with the command's status. The image needs
-``/bin/sh`` then; a container named in the pod's :data:`UNWRAPPED_ANNOTATION` runs its command
-as it is. A container without a ``command`` runs the image's own entrypoint, which cannot be
-wrapped: its exit code stays unknown, and an init container or one with lifecycle hooks is
-refused.
+wrapper reports the command's start and exit status on stderr
+(:mod:`dmsgw.interlink.pods.run_markers`: the DMS reports neither), starts the command, runs the
+``postStart`` hook beside it (killing it if the hook fails), runs ``preStop`` when it is asked to
+stop, forwards the signal, runs the container's probes with the kubelet's semantics
+(:func:`probe_script`), writes an init container's completion marker and exits with the command's
+status. The image needs ``/bin/sh`` then; a container named in the pod's
+:data:`UNWRAPPED_ANNOTATION` runs its command as it is. A container without a ``command`` runs the
+image's own entrypoint, which cannot be wrapped: its exit code stays unknown, and an init container
+or one with lifecycle hooks is refused.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from .. import k8s
-from ..run_markers import EXIT_CODE_MARKER, PROBE_MARKER, STARTED_MARKER
+from ..pods.run_markers import EXIT_CODE_MARKER, PROBE_MARKER, STARTED_MARKER
+from ..wire import k8s
 from .checks import PodTranslationError, check_extras
 from .inputs import Container
 from .names import INIT_FAILED, TOOLS_PATH
@@ -314,7 +314,7 @@ def probe_script(probes: Sequence[ProbeRun], hooks: Hooks, grace_s: int) -> str:
     a row make a probe succeed, ``failureThreshold`` failures fail it. A failed liveness or
     startup probe runs ``preStop``, then TERMs the command and KILLs it after ``grace_s``:
     the DMS's failure recovery (the pod's ``restartPolicy``) decides what comes next. Each
-    outcome is reported on stderr (:data:`~dmsgw.interlink.run_markers.PROBE_MARKER`)."""
+    outcome is reported on stderr (:data:`~dmsgw.interlink.pods.run_markers.PROBE_MARKER`)."""
     functions = _filled(
         _PROBE_FUNCTIONS,
         {

@@ -10,13 +10,7 @@ from .context import (
     SelfSign,
     TokenOutcome,
 )
-from .store import (
-    CapabilityContextView,
-    StoreError,
-    default_cap_dir,
-    load_context,
-    save_context,
-)
+from .store import CapabilityContextView, StoreError, default_cap_dir, load_context, save_context
 from .token import (
     NONCE_LENGTH,
     SIGNATURE_PREFIX,

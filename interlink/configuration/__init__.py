@@ -1,0 +1,1 @@
+"""``dmsgw serve``'s configuration: every setting, the YAML file, and the checked result."""
