@@ -48,7 +48,7 @@ from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.times import parse_rfc3339
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts
-from dmsgw.interlink.pods.pod_record import POD_UID_KEY, snapshot_of
+from dmsgw.interlink.records.pod_record import POD_UID_KEY, snapshot_of
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.wire.parsing import parse_create_body
 

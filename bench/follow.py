@@ -63,7 +63,7 @@ from dmsgw.devnet.handlers_deployment import Deployments
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
 from dmsgw.interlink.pods.heap import FREEZE_EVERY
-from dmsgw.interlink.pods.pod_record import DEFAULT_POLICY, POD_UID_KEY, PodPolicy, snapshot_of
+from dmsgw.interlink.records.pod_record import DEFAULT_POLICY, POD_UID_KEY, PodPolicy, snapshot_of
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.state.recovery import OWNER_KEY
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble

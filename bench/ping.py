@@ -56,7 +56,7 @@ from dmsgw.clock import system_clock
 from dmsgw.interlink.capacity.resource_actor import PEER_CONCURRENCY, Capacity, ResourceActor
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway, GatewayParts
-from dmsgw.interlink.pods.pod_record import snapshot_of
+from dmsgw.interlink.records.pod_record import snapshot_of
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble

@@ -122,15 +122,15 @@ from dmsgw.clock import system_clock
 from dmsgw.interlink.capacity.admission import AdmissionPolicy
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.configuration.serve_config import load_config
-from dmsgw.interlink.following.poll_pace import DEFAULT_POLLS_PER_S
 from dmsgw.interlink.gateway import Gateway, GatewayParts
 from dmsgw.interlink.pods.heap import FREEZE_EVERY
-from dmsgw.interlink.pods.pod_record import DEFAULT_POLICY, PodPolicy, PodRecord, snapshot_of
-from dmsgw.interlink.pods.run_markers import STARTED_MARKER
+from dmsgw.interlink.pods.poll_pace import DEFAULT_POLLS_PER_S
+from dmsgw.interlink.records.pod_record import DEFAULT_POLICY, PodPolicy, PodRecord, snapshot_of
 from dmsgw.interlink.server import LoopStalls, Metrics, PluginServer
 from dmsgw.interlink.server.metrics import STALL_PROBE_S
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
+from dmsgw.interlink.translate.run_markers import STARTED_MARKER
 from dmsgw.interlink.wire.bodies import RetrievedPodData
 from dmsgw.interlink.wire.parsing import parse_create_body, parse_delete_body
 

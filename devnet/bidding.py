@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from ..behaviors.ensemble import EnsembleConfigV1
 from ..transport.envelope import Envelope, Handle, HandleError
 from .basic_actor import BasicActor
-from .node_resources import total
 from .protocol import (
     BID_REPLY,
     BID_REQUEST,
@@ -35,6 +34,7 @@ from .protocol import (
     bid_is_valid,
     location_satisfies,
 )
+from .resource_ledger import total
 
 
 def bid_requests(config: EnsembleConfigV1) -> list[BidRequestV1]:

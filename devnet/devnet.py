@@ -2,7 +2,7 @@
 
 Each node has its own Ed25519 identity (derived from the devnet's seed, so a restarted node
 and a re-run devnet keep their identities), its own capability context, a machine
-(:mod:`.node_resources`), and serves the DMS's behaviors. Between nodes, capabilities are granted
+(:mod:`.resource_ledger`), and serves the DMS's behaviors. Between nodes, capabilities are granted
 as on a DMS network: every node grants every other ``/dms/deployment``, ``/dms/allocation``,
 ``/dms/ensemble`` and the health check (a provide anchor on the grantee), so that any node can
 orchestrate on the others and they can answer; and every node admits chains rooted in any
@@ -61,9 +61,9 @@ from .handlers_node import install_node_behaviors
 from .host_paths import remove_tree
 from .netns import Namespaces, private_loopback_possible
 from .network import Network
-from .node_resources import NodeProfile, ResourceLedger, default_profiles
 from .protocol import PEER_CAPABILITIES, PEER_TOPICS
 from .provider import PUBLIC_ADDRESS, Provider
+from .resource_ledger import NodeProfile, ResourceLedger, default_profiles
 from .rest_api import make_app
 from .sandbox import Isolation, SandboxError
 from .simulated_node import DmsNode

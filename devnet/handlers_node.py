@@ -4,7 +4,7 @@ Onboarding status/onboard/offboard, resources free/allocated/onboarded, hardware
 ``/public/status``, ``/dms/cap/list`` and ``/dms/node/allocations/list``
 (``dms/node/behaviors_onboarding.go``, ``behaviors_resources.go``, ``behaviors_public.go``,
 ``behaviors_cap.go``, ``behaviors_allocation.go``), answered from the node's
-:class:`~dmsgw.devnet.node_resources.ResourceLedger` and capability context with the catalog's
+:class:`~dmsgw.devnet.resource_ledger.ResourceLedger` and capability context with the catalog's
 models.
 """
 
@@ -28,8 +28,8 @@ from ..behaviors.public import PublicStatusResponse
 from ..behaviors.resources import ResourceError, Resources
 from ..behaviors.status import AllocationInfo
 from ..transport.envelope import Envelope
-from .node_resources import NodeProfile, ResourceLedger
 from .provider import Provider
+from .resource_ledger import NodeProfile, ResourceLedger
 from .simulated_node import DmsNode
 from .times import rfc3339
 

@@ -25,7 +25,6 @@ from ..clock import NS_PER_SECOND
 from ..transport.envelope import Envelope
 from .allocation import Allocation
 from .executor import ProcessExecutor
-from .node_resources import NodeProfile, ResourceLedger
 from .protocol import (
     ALLOCATE,
     BID_REQUEST,
@@ -44,6 +43,7 @@ from .protocol import (
     location_satisfies,
     sign_bid,
 )
+from .resource_ledger import NodeProfile, ResourceLedger
 from .simulated_node import DmsNode
 from .timeouts import Timeouts
 

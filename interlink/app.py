@@ -41,8 +41,8 @@ from .capacity.resource_actor import Capacity, GpuCatalog, ResourceActor
 from .configuration.serve_config import GatewayConfig
 from .gateway import Gateway, GatewayParts
 from .pods.heap import FREEZE_EVERY
-from .pods.pod_record import Snapshot, snapshot_of
 from .pods.pod_translation import Translator
+from .records.pod_record import Snapshot, snapshot_of
 from .reports.pod_report import PodReport
 from .reports.pod_usage import UsageBook
 from .server import DmsCalls, Metrics

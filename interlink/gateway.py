@@ -37,13 +37,16 @@ from ..errors import DmsgwError
 from ..transport.rest import TransportError
 from .capacity.admission_queue import AdmissionPolicy, AdmissionQueue
 from .capacity.resource_actor import Capacity
-from .following.deployment_board import DeploymentBoard
-from .following.poll_pace import DEFAULT_POLLS_PER_S, PollPace
 from .logs.get_logs import pod_logs
 from .logs.kept_logs import KeptLogs
+from .plugin_errors import BackendUnavailable, UnknownPodError
+from .pods.deployment_board import DeploymentBoard
 from .pods.heap import HeapFreezer
 from .pods.pod_actor import PodActor
-from .pods.pod_record import (
+from .pods.pod_translation import Translate, refuse_what_cannot_run
+from .pods.poll_pace import DEFAULT_POLLS_PER_S, PollPace
+from .pods.under_way import RECREATE_WAIT_S, UnderWay
+from .records.pod_record import (
     DEFAULT_POLICY,
     Kept,
     Phase,
@@ -56,11 +59,8 @@ from .pods.pod_record import (
     request_data,
     stored,
 )
-from .pods.pod_translation import Translate, refuse_what_cannot_run
-from .pods.snapshots import Shown, Snapshots
-from .pods.under_way import RECREATE_WAIT_S, UnderWay
+from .records.snapshots import Shown, Snapshots
 from .reports.pod_report import PodReport
-from .server import BackendUnavailable, UnknownPodError
 from .state.pod_store import PodStore
 from .state.recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_status
 from .wire import k8s

@@ -36,12 +36,12 @@ from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.behaviors.status import AllocationInfo, EnsembleManifest
 from dmsgw.clock import FixedClock
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
-from dmsgw.devnet.node_resources import total
+from dmsgw.devnet.resource_ledger import total
 from dmsgw.interlink.capacity.admission import minus
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
-from dmsgw.interlink.pods.pod_record import POD_UID_KEY, PodPolicy, snapshot_of
 from dmsgw.interlink.pods.pod_translation import Translate
+from dmsgw.interlink.records.pod_record import POD_UID_KEY, PodPolicy, snapshot_of
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 from dmsgw.interlink.wire.bodies import RetrievedPodData

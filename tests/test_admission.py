@@ -22,6 +22,8 @@ from dmsgw.cli.pods import table
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.errors import DmsgwError
 from dmsgw.interlink.capacity.admission import (
+    UNSCHEDULABLE,
+    WAITING_FOR_CAPACITY,
     Wait,
     never_fits,
     placement,
@@ -30,8 +32,7 @@ from dmsgw.interlink.capacity.admission import (
 )
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.pod_record import POD_UID_KEY, Phase
-from dmsgw.interlink.pods.pod_status import UNSCHEDULABLE, WAITING_FOR_CAPACITY
+from dmsgw.interlink.records.pod_record import POD_UID_KEY, Phase
 from dmsgw.interlink.reports.pod_report import PodReport
 from dmsgw.interlink.reports.pod_usage import UsageBook
 from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, poll, uid, until

@@ -21,13 +21,13 @@ import pytest
 from dmsgw.behaviors.catalog import DEPLOYMENT_NEW, Behavior
 from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.devnet.devnet import Devnet
-from dmsgw.devnet.node_resources import NodeProfile
+from dmsgw.devnet.resource_ledger import NodeProfile
 from dmsgw.devnet.timeouts import TEST_TIMEOUTS
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.capacity.admission import AdmissionPolicy
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.pod_record import POD_UID_KEY
+from dmsgw.interlink.records.pod_record import POD_UID_KEY
 from dmsgw.interlink.server import Metrics
 from dmsgw.interlink.wire.parsing import parse_create_body
 from tests.gateway_fakes import FAST

@@ -43,6 +43,22 @@ WIRING: set[tuple[str, ...]] = {("interlink", "configuration"), ("devnet",)}
 WIRED_BY: set[tuple[str, ...]] = {("interlink", "app"), ("cli",)}
 """The wiring: ``dmsgw serve``'s assembly, and the commands."""
 MAX_LINES = 600
+ROOMS: dict[str, set[str]] = {
+    "plugin_errors": set(),
+    "gateway_log": set(),
+    "wire": {"plugin_errors"},
+    "capacity": {"wire"},
+    "translate": {"wire", "capacity"},
+    "records": {"wire", "capacity", "translate"},
+    "state": {"wire", "records"},
+    "logs": {"plugin_errors", "wire", "translate", "records"},
+    "pods": {"plugin_errors", "wire", "capacity", "translate", "records", "state", "logs"},
+    "reports": {"wire", "capacity", "records"},
+    "server": {"plugin_errors", "wire", "reports"},
+    "configuration": {"capacity", "pods", "server"},
+}
+"""``interlink/``'s rooms, bottom up, and the rooms each may import. The gateway and the app
+above them may import any; nothing imports those two but ``cli/``."""
 
 
 def _sources() -> list[Path]:
@@ -177,3 +193,33 @@ def test_no_module_waits_with_asyncio_wait_for() -> None:
         and node.value.id == "asyncio"
     ]
     assert users == []
+
+
+def _room(module: tuple[str, ...] | list[str]) -> str:
+    return module[1] if len(module) > 1 and module[0] == "interlink" else ""
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_a_room_of_the_plugin_imports_only_the_rooms_below_it(room: str) -> None:
+    used = {
+        _room(target)
+        for path in _sources()
+        if _room(_module(path)) == room
+        for target in _imports(path)
+        if _room(target) not in ("", room)
+    }
+    assert used <= ROOMS[room], f"interlink/{room} imports {sorted(used - ROOMS[room])}"
+
+
+def test_every_room_of_the_plugin_is_in_the_floor_plan() -> None:
+    found = {_room(_module(p)) for p in (ROOT / "interlink").rglob("*.py")} - {"", "__init__"}
+    assert found == set(ROOMS) | {"app", "gateway"}
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """A reader (and a tool) that follows a module's name lands in one file."""
+    by_name: dict[str, list[str]] = {}
+    for path in _sources():
+        if path.name != "__init__.py":
+            by_name.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {n: ps for n, ps in by_name.items() if len(ps) > 1} == {}

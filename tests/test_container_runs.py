@@ -16,13 +16,13 @@ import pytest
 from dmsgw.behaviors.catalog import DEPLOYMENT_LOGS, Behavior
 from dmsgw.behaviors.deployment import DeploymentLogsResponse
 from dmsgw.behaviors.node import DMSBehaviorError
-from dmsgw.interlink.following.run_reads import read_runs
 from dmsgw.interlink.logs import dms_logs as logs
 from dmsgw.interlink.logs.dms_logs import READ_ON_LOOP_BYTES, lines_after, new_lines, read_logs
-from dmsgw.interlink.pods.container_runs import Runs
-from dmsgw.interlink.pods.pod_record import PodRecord
-from dmsgw.interlink.pods.probe_state import ProbeState
-from dmsgw.interlink.pods.run_markers import Marker, markers, strip_marker
+from dmsgw.interlink.pods.run_reads import read_runs
+from dmsgw.interlink.records.container_runs import Runs
+from dmsgw.interlink.records.pod_record import PodRecord
+from dmsgw.interlink.records.probe_state import ProbeState
+from dmsgw.interlink.translate.run_markers import Marker, markers, strip_marker
 from dmsgw.interlink.wire.bodies import ContainerLogOpts
 
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"

@@ -23,7 +23,8 @@ from dmsgw.behaviors.deployment import (
 from dmsgw.clock import system_clock
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
-from dmsgw.interlink.pods.pod_record import (
+from dmsgw.interlink.plugin_errors import BackendUnavailable
+from dmsgw.interlink.records.pod_record import (
     ATTEMPT_KEY,
     POD_UID_KEY,
     Phase,
@@ -31,7 +32,6 @@ from dmsgw.interlink.pods.pod_record import (
     PodRecord,
     snapshot_of,
 )
-from dmsgw.interlink.server import BackendUnavailable
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.state.recovery import OWNER_KEY
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble

@@ -18,10 +18,10 @@ from dmsgw.behaviors.deployment import (
 )
 from dmsgw.behaviors.status import EnsembleManifest
 from dmsgw.clock import FixedClock
-from dmsgw.interlink.following.deployment_board import DeploymentBoard, Listed
-from dmsgw.interlink.following.pod_follower import STARTING_WAIT_S, PodFollower
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.pod_record import POD_UID_KEY, PodPolicy
+from dmsgw.interlink.pods.deployment_board import DeploymentBoard, Listed
+from dmsgw.interlink.pods.pod_follower import STARTING_WAIT_S, PodFollower
+from dmsgw.interlink.records.pod_record import POD_UID_KEY, PodPolicy
 from dmsgw.interlink.wire import k8s
 from dmsgw.transport.rest import TransportError
 

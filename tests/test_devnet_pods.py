@@ -22,8 +22,8 @@ import pytest
 from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.pytest_plugin import EmbeddedDevnet, start_embedded
 from dmsgw.devnet.sandbox import Isolation
-from dmsgw.interlink.pods.run_markers import strip_marker
 from dmsgw.interlink.translate import POD_NODE, pod_to_ensemble
+from dmsgw.interlink.translate.run_markers import strip_marker
 from dmsgw.interlink.wire.bodies import RetrievedPodData
 
 ISOLATIONS = sorted({Isolation.REWRITE, asyncio.run(probe_isolation())})

@@ -39,8 +39,8 @@ from dmsgw.devnet.sandbox import Isolation, SandboxError
 from dmsgw.devnet_files.devnet_record import process_start_time
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.endpoints import endpoints_of
-from dmsgw.interlink.pods.pod_record import PodRecord
+from dmsgw.interlink.records.endpoints import endpoints_of
+from dmsgw.interlink.records.pod_record import PodRecord
 from dmsgw.interlink.reports.pod_report import PodReport
 from dmsgw.interlink.reports.pod_usage import UsageBook
 from dmsgw.interlink.server import Health, Metrics, PluginServer, Pods, operator_app

@@ -31,7 +31,7 @@ from dmsgw.interlink import app
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.pod_record import INIT_CONTAINER_FAILED, Phase, PodRecord, snapshot_of
+from dmsgw.interlink.records.pod_record import INIT_CONTAINER_FAILED, Phase, PodRecord, snapshot_of
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.state.pod_store import PodStore
 from tests.gateway_fakes import FAST

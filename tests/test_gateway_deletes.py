@@ -20,7 +20,7 @@ from dmsgw.behaviors.deployment import DeploymentShutdownResponse
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.pod_record import Phase
+from dmsgw.interlink.records.pod_record import Phase
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.state.pod_store import PodStore, StoreError
 from dmsgw.interlink.wire import k8s

@@ -21,7 +21,7 @@ from dmsgw.interlink import app
 from dmsgw.interlink.app import DmsConnection, start_backend
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway, job_id
-from dmsgw.interlink.pods.pod_record import PodPolicy
+from dmsgw.interlink.records.pod_record import PodPolicy
 from dmsgw.interlink.server import Metrics, PluginServer
 
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"

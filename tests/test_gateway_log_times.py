@@ -21,8 +21,9 @@ from dmsgw.behaviors.deployment import DeploymentLogsResponse
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet_files.log_times import Written, entry, parse, times_path, written_by
 from dmsgw.interlink.logs.dms_logs import fetched_logs, read_logs
+from dmsgw.interlink.plugin_errors import PluginRequestError
 from dmsgw.interlink.wire.bodies import ContainerLogOpts
-from dmsgw.interlink.wire.parsing import PluginRequestError, parse_logs_body
+from dmsgw.interlink.wire.parsing import parse_logs_body
 from tests.gateway_fakes import ClosedTurns, FakeDMS, create, gateway_on, pod, uid, until
 from tests.test_gateway_e2e import plugin, wait_state
 from tests.test_gateway_pod_life import clock

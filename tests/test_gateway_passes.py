@@ -28,7 +28,7 @@ from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import ROOT_BACKOFF, Gateway
 from dmsgw.interlink.pods.pod_actor import _TaskCrashed
-from dmsgw.interlink.pods.pod_record import POD_UID_KEY, Phase
+from dmsgw.interlink.records.pod_record import POD_UID_KEY, Phase
 from dmsgw.interlink.server import Metrics
 from dmsgw.interlink.state.recovery import ORPHAN_GRACE_S, OWNER_KEY
 from dmsgw.interlink.wire.parsing import parse_create_body

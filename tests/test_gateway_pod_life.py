@@ -31,10 +31,10 @@ from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.capacity.resource_actor import Capacity, GpuCatalog, ResourceActor
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.pod_record import DEPLOYMENT_LOST, INIT_CONTAINER_FAILED, Phase
+from dmsgw.interlink.plugin_errors import BackendGaveUpError
 from dmsgw.interlink.pods.pod_translation import Translator
+from dmsgw.interlink.records.pod_record import DEPLOYMENT_LOST, INIT_CONTAINER_FAILED, Phase
 from dmsgw.interlink.server import (
-    BackendGaveUpError,
     ListenAddress,
     Metrics,
     PluginServer,

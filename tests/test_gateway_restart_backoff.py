@@ -16,10 +16,10 @@ import pytest
 
 from dmsgw.clock import NS_PER_SECOND
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS
-from dmsgw.interlink.following.follow_reports import BackedOff
-from dmsgw.interlink.pods.container_runs import Runs, latest_runs
+from dmsgw.interlink.pods.follow_reports import BackedOff
 from dmsgw.interlink.pods.pod_actor import PodActor
-from dmsgw.interlink.pods.pod_record import Phase, PodPolicy, PodRecord, snapshot_of
+from dmsgw.interlink.records.container_runs import Runs, latest_runs
+from dmsgw.interlink.records.pod_record import Phase, PodPolicy, PodRecord, snapshot_of
 from dmsgw.interlink.translate import allocation_key
 from tests.test_gateway_e2e import plugin
 from tests.test_gateway_pods import _container, _create, _pod

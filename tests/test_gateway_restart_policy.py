@@ -21,9 +21,9 @@ from dmsgw.behaviors.deployment import DeploymentLogsResponse
 from dmsgw.behaviors.status import AllocationManifest, EnsembleManifest, NodeManifest
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.container_runs import Runs
-from dmsgw.interlink.pods.endpoints import ENDPOINTS_KEY
-from dmsgw.interlink.pods.pod_record import Phase
+from dmsgw.interlink.records.container_runs import Runs
+from dmsgw.interlink.records.endpoints import ENDPOINTS_KEY
+from dmsgw.interlink.records.pod_record import Phase
 from dmsgw.interlink.wire.parsing import parse_create_body, parse_logs_body
 from tests.gateway_fakes import FAST, PEER, FakeDMS, create, gateway_on, pod, poll, uid, until
 from tests.test_gateway_pods import _log_request

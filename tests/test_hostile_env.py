@@ -26,8 +26,8 @@ from dmsgw.behaviors.ensemble_validation import validate_ensemble
 from dmsgw.devnet.protocol import AllocationDeploymentConfig
 from dmsgw.devnet.sandbox import Isolation, SandboxPlan, materialise, plan_sandbox
 from dmsgw.devnet.tools import SETUP_ENVIRONMENT
-from dmsgw.interlink.pods.run_markers import Marker, markers, strip_marker
 from dmsgw.interlink.translate import PodTranslationError, pod_to_ensemble
+from dmsgw.interlink.translate.run_markers import Marker, markers, strip_marker
 from tests.test_pod_ensemble import cm, container, data, make_pod, needs_sh
 
 CANARY = "dmsgw-canary"

@@ -17,12 +17,12 @@ from dmsgw.behaviors.deployment import (
     DeploymentStatusResponse,
 )
 from dmsgw.behaviors.status import AllocationInfo
-from dmsgw.interlink.following.follow_state import MARKER_READ_EVERY
-from dmsgw.interlink.following.pod_follower import PodFollower
-from dmsgw.interlink.pods.container_runs import Runs
-from dmsgw.interlink.pods.pod_record import PodPolicy
-from dmsgw.interlink.pods.pod_status import container_statuses
-from dmsgw.interlink.pods.run_markers import markers
+from dmsgw.interlink.pods.follow_state import MARKER_READ_EVERY
+from dmsgw.interlink.pods.pod_follower import PodFollower
+from dmsgw.interlink.records.container_runs import Runs
+from dmsgw.interlink.records.pod_record import PodPolicy
+from dmsgw.interlink.records.pod_status import container_statuses
+from dmsgw.interlink.translate.run_markers import markers
 from dmsgw.interlink.wire.bodies import RetrievedPodData
 from tests.gateway_fakes import plain_translation, pod, uid
 

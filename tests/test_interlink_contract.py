@@ -39,6 +39,7 @@ from dmsgw.gojson import (
     marshal,
     unmarshal,
 )
+from dmsgw.interlink.plugin_errors import PluginRequestError, TooManyPodsError
 from dmsgw.interlink.wire import k8s, parsing
 from dmsgw.interlink.wire.apimachinery import GoModel, parse_time, wire_json
 from dmsgw.interlink.wire.bodies import (
@@ -52,8 +53,6 @@ from dmsgw.interlink.wire.bodies import (
 )
 from dmsgw.interlink.wire.parsing import (
     MAX_PODS_PER_REQUEST,
-    PluginRequestError,
-    TooManyPodsError,
     _deeper_than,
     parse_create_body,
     parse_delete_body,

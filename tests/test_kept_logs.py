@@ -13,7 +13,7 @@ import pytest
 from dmsgw.interlink.logs import kept_logs
 from dmsgw.interlink.logs.dms_logs import run_part
 from dmsgw.interlink.logs.kept_logs import KeptLogs, NoRunError, wanted_run
-from dmsgw.interlink.pods.container_runs import Runs
+from dmsgw.interlink.records.container_runs import Runs
 from dmsgw.interlink.wire import k8s
 
 START = b"dmsgw.io/started\n"

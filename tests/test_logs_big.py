@@ -60,7 +60,7 @@ async def test_a_big_log_is_not_read_whole(tmp_path: Path, opts: dict[str, int])
 
 def _whole(directory: Path, tail: int, limit: int) -> bytes:
     """What the options select, reading every file whole (the rule, stated plainly)."""
-    from dmsgw.interlink.pods.run_markers import strip_marker
+    from dmsgw.interlink.translate.run_markers import strip_marker
 
     lines = (directory / "stdout.log").read_bytes().splitlines(keepends=True)
     lines += [

@@ -20,8 +20,8 @@ from dmsgw.behaviors.node import DMSBehaviorError, NotGrantedError
 from dmsgw.cli import main
 from dmsgw.cli.pods import table, watch
 from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink.pods.pod_record import Phase, PodRecord
-from dmsgw.interlink.pods.snapshots import Shown
+from dmsgw.interlink.records.pod_record import Phase, PodRecord
+from dmsgw.interlink.records.snapshots import Shown
 from dmsgw.interlink.reports.pod_report import PodReport
 from dmsgw.interlink.reports.pod_usage import ContainerUsage, UsageBook
 from dmsgw.interlink.server import (

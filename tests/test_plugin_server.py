@@ -25,10 +25,10 @@ from aiohttp.test_utils import TestClient
 
 from dmsgw.actors.turns import PER_TURN
 from dmsgw.errors import DmsgwError
+from dmsgw.interlink.plugin_errors import BackendUnavailable, UnknownPodError
 from dmsgw.interlink.server import (
     SESSION_HEADER,
     AddressError,
-    BackendUnavailable,
     Health,
     ListenAddress,
     Metrics,
@@ -38,7 +38,6 @@ from dmsgw.interlink.server import (
     ServeError,
     ServeInfo,
     ServerOptions,
-    UnknownPodError,
     operator_app,
     routes,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dmsgw.interlink.pods.snapshots import containers_phase
+from dmsgw.interlink.records.snapshots import containers_phase
 from dmsgw.interlink.reports.pod_view import pod_restarts
 from dmsgw.interlink.wire import k8s
 from dmsgw.interlink.wire.bodies import PodStatus

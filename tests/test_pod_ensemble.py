@@ -32,7 +32,6 @@ from dmsgw.behaviors.ensemble import (
 )
 from dmsgw.behaviors.ensemble_validation import validate_ensemble
 from dmsgw.behaviors.resources import GPU
-from dmsgw.interlink.pods.run_markers import Marker, markers
 from dmsgw.interlink.translate import (
     CONTROL_MOUNT,
     EXCLUDE_PEERS_ANNOTATION,
@@ -53,6 +52,7 @@ from dmsgw.interlink.translate import (
     pod_to_ensemble,
 )
 from dmsgw.interlink.translate.pod_ensemble import DMS_PORT_RANGE
+from dmsgw.interlink.translate.run_markers import Marker, markers
 from dmsgw.interlink.wire import k8s
 from dmsgw.interlink.wire.bodies import RetrievedPodData
 from dmsgw.interlink.wire.parsing import parse_create_body

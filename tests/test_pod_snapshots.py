@@ -26,11 +26,11 @@ from dmsgw.behaviors.resources import CPU, Resources
 from dmsgw.behaviors.status import AllocationInfo, AllocationStatus
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.errors import DmsgwError
-from dmsgw.interlink.following import follow_state as poll_rules
-from dmsgw.interlink.following.pod_follower import PodFollower
-from dmsgw.interlink.following.poll_pace import PollPace
-from dmsgw.interlink.pods import pod_record
-from dmsgw.interlink.pods.pod_record import (
+from dmsgw.interlink.pods import follow_state as poll_rules
+from dmsgw.interlink.pods.pod_follower import PodFollower
+from dmsgw.interlink.pods.poll_pace import PollPace
+from dmsgw.interlink.records import pod_record
+from dmsgw.interlink.records.pod_record import (
     Phase,
     PodPolicy,
     PodRecord,

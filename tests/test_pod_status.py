@@ -1,4 +1,4 @@
-"""``dmsgw.interlink.pods.pod_status``: DMS deployment state as the pod's container statuses.
+"""``dmsgw.interlink.records.pod_status``: DMS deployment state as the pod's container statuses.
 
 The rules checked are those the virtual kubelet relies on (``interlink-plugin.md`` §3.2):
 every container reported, init containers in order, a failed init container terminating the
@@ -21,7 +21,7 @@ from dmsgw.behaviors.status import (
     EnsembleManifest,
 )
 from dmsgw.errors import DmsgwError
-from dmsgw.interlink.pods.pod_status import (
+from dmsgw.interlink.records.pod_status import (
     NOT_RUN_EXIT_CODE,
     ContainerObservation,
     container_statuses,

@@ -28,7 +28,7 @@ from dmsgw.cli import main
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.pod_record import PodPolicy
+from dmsgw.interlink.records.pod_record import PodPolicy
 from dmsgw.interlink.reports.pod_usage import UsageBook
 from dmsgw.interlink.server import ListenAddress, Metrics, Serve, ServeInfo, ServerOptions
 from tests.test_deploy import alert_metrics

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from dmsgw.behaviors.status import AllocationInfo
-from dmsgw.interlink.pods.container_runs import Runs
-from dmsgw.interlink.pods.pod_status import ContainerObservation, container_statuses
-from dmsgw.interlink.pods.probe_state import ProbeState
-from dmsgw.interlink.pods.run_markers import ProbeMarker, markers, probe_markers, strip_marker
+from dmsgw.interlink.records.container_runs import Runs
+from dmsgw.interlink.records.pod_status import ContainerObservation, container_statuses
+from dmsgw.interlink.records.probe_state import ProbeState
 from dmsgw.interlink.state.pod_store import pack, unpack
 from dmsgw.interlink.translate.inputs import Container
 from dmsgw.interlink.translate.probes import probe_runs
+from dmsgw.interlink.translate.run_markers import ProbeMarker, markers, probe_markers, strip_marker
 from dmsgw.interlink.translate.wrapper import Hooks, wrapper_script
 from dmsgw.interlink.wire import k8s
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS
-from dmsgw.interlink.pods.pod_record import ENDED_PHASES, Phase, PodPolicy
-from dmsgw.interlink.pods.snapshots import containers_phase
+from dmsgw.interlink.records.pod_record import ENDED_PHASES, Phase, PodPolicy
+from dmsgw.interlink.records.snapshots import containers_phase
 from dmsgw.interlink.reports.pod_view import pod_phase
 from tests.test_gateway_e2e import plugin
 from tests.test_gateway_pods import _create, _log_request, _pod

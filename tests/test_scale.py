@@ -28,9 +28,10 @@ from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.capacity import resource_actor as resources
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, job_id
-from dmsgw.interlink.pods import heap, pod_record
+from dmsgw.interlink.pods import heap
 from dmsgw.interlink.pods.heap import HeapFreezer
-from dmsgw.interlink.pods.pod_record import Phase, PodRecord, parsed_request
+from dmsgw.interlink.records import pod_record
+from dmsgw.interlink.records.pod_record import Phase, PodRecord, parsed_request
 from dmsgw.interlink.server import front_door, host_is_local
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.wire import k8s

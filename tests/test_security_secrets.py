@@ -25,7 +25,7 @@ from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.configuration.serve_config import ConfigError, load_config
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.gateway_log import configure_logging
-from dmsgw.interlink.pods.pod_record import PodPolicy
+from dmsgw.interlink.records.pod_record import PodPolicy
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key

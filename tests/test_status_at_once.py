@@ -22,7 +22,7 @@ from dmsgw.actors.turns import PER_TURN
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.pod_record import Phase
+from dmsgw.interlink.records.pod_record import Phase
 from dmsgw.interlink.server import Metrics, PluginServer, routes
 from dmsgw.interlink.wire import k8s, parsing
 from dmsgw.interlink.wire.bodies import PodStatus

@@ -34,6 +34,10 @@ from ...gojson import format_float32
 
 WAITING = "waiting for DMS capacity"
 """How the message of a pod waiting for DMS capacity begins."""
+WAITING_FOR_CAPACITY = "WaitingForCapacity"
+"""The waiting reason of the containers of a pod waiting for DMS capacity."""
+UNSCHEDULABLE = "Unschedulable"
+"""The waiting reason of the containers of a pod that no DMS peer could ever hold."""
 
 Demand = tuple[Resources, ...]
 """What a pod's ensemble asks of the peers: one entry per ensemble node (a peer each)."""

@@ -18,9 +18,10 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from ...behaviors.resources import Resources
 from ...clock import NS_PER_SECOND, Clock, system_clock
-from ..pods.pod_status import UNSCHEDULABLE, WAITING_FOR_CAPACITY
 from .admission import (
+    UNSCHEDULABLE,
     WAITING,
+    WAITING_FOR_CAPACITY,
     AdmissionPolicy,
     Demand,
     Order,

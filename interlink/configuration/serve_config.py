@@ -50,7 +50,7 @@ from pydantic_core import ErrorDetails
 from ...devnet_files.devnet_record import state_dir
 from ...errors import DmsgwError
 from ..capacity.admission import DEFAULT_MAX_DEPLOYING
-from ..following.poll_pace import DEFAULT_POLLS_PER_S
+from ..pods.poll_pace import DEFAULT_POLLS_PER_S
 from ..server import (
     DEFAULT_DEADLINE_S,
     DEFAULT_MAX_BODY_BYTES,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..capacity.admission import DEFAULT_MAX_DEPLOYING
-from ..following.poll_pace import DEFAULT_POLLS_PER_S
+from ..pods.poll_pace import DEFAULT_POLLS_PER_S
 from ..server import (
     DEFAULT_DEADLINE_S,
     DEFAULT_MAX_BODY_BYTES,

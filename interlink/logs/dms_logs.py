@@ -15,8 +15,8 @@ it was written), a line that ``Follow`` sees appear with the time it was read. `
 the last lines, then ``Bytes`` (the kubelet's ``limitBytes``) the first bytes of what is left,
 over the whole reply, followed output included. The DMS writes the files when asked, so
 ``Follow`` asks again every interval and sends what is new, until the container ends. The pod
-wrapper's markers (:mod:`dmsgw.interlink.pods.run_markers`) are the gateway's, not the container's
-output: they are left out of both files.
+wrapper's markers (:mod:`dmsgw.interlink.translate.run_markers`) are the gateway's, not the
+container's output: they are left out of both files.
 
 A pod's follower reads the same files for those markers: :func:`fetched_logs` and
 :func:`lines_after` serve both.
@@ -42,7 +42,7 @@ from ...behaviors.node import Invoke
 from ...clock import NS_PER_SECOND
 from ...devnet_files.log_times import parse, times_path, written_by
 from ...errors import DmsgwError
-from ..pods.run_markers import is_start_marker, strip_marker
+from ..translate.run_markers import is_start_marker, strip_marker
 from ..wire.bodies import ContainerLogOpts
 
 STDERR_LOG = "stderr.log"

@@ -12,14 +12,13 @@ from pathlib import Path
 
 from ...behaviors.node import Invoke
 from ...transport.rest import DMSError
-from ..pods.container_runs import Runs
-from ..pods.pod_record import PodRecord, request_data
-from ..pods.snapshots import Snapshots
-from ..server import UnknownPodError
+from ..plugin_errors import PluginRequestError, UnknownPodError
+from ..records.container_runs import Runs
+from ..records.pod_record import PodRecord, request_data
+from ..records.snapshots import Snapshots
 from ..translate import allocation_key
 from ..wire import k8s
 from ..wire.bodies import LogStruct
-from ..wire.parsing import PluginRequestError
 from .dms_logs import LOG_FILES, Fetch, fetched_logs, read_logs
 from .kept_logs import KeptLogs, NoRunError, kept_fetch, wanted_run
 

@@ -18,7 +18,7 @@ The copies are the gateway's private state, beside its state file: directories 0
 ``<root>/<pod UID hex>/<container name hex>/<run>``, holding the two files as the DMS wrote
 them (the wrapper's markers included; readers leave them out), with the source's
 modification time. A run is numbered over the pod's life, first run 1
-(:attr:`~dmsgw.interlink.pods.container_runs.Runs.latest`).
+(:attr:`~dmsgw.interlink.records.container_runs.Runs.latest`).
 
 The runs of one allocation share its files: the wrapper writes a start marker on both at the
 start of each run (:func:`~dmsgw.interlink.logs.dms_logs.run_part`), so the part of any run can be
@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from ..pods.container_runs import Runs
+from ..records.container_runs import Runs
 from ..wire import k8s
 from .dms_logs import LOG_FILES, Fetch, run_part
 

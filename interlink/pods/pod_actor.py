@@ -7,7 +7,7 @@ the ensemble down until done. A deployment the DMS no longer knows ends the pod 
 ``restartPolicy`` that asks for it, is deployed again) instead of being followed forever.
 Every transition is written to the store *before* it is acted on (crash-only), and every change
 publishes a fresh snapshot that ``/status`` reads without a round trip. The DMS I/O runs beside
-the actor, in a task or in the steps of a follow (:mod:`~dmsgw.interlink.following.pod_follower`),
+the actor, in a task or in the steps of a follow (:mod:`~dmsgw.interlink.pods.pod_follower`),
 and only reports back to the actor: the actor alone changes the record and saves it, one message
 at a time.
 """
@@ -27,29 +27,18 @@ from ...actors.aio import AsyncActor
 from ...behaviors.node import Invoke
 from ...behaviors.status import AllocationStatus, DeploymentStatus
 from ...clock import NS_PER_SECOND, Clock, system_clock
-from ..capacity.admission import WAITING, Order, order_of, refused_for_capacity
-from ..capacity.admission_queue import AdmissionQueue
-from ..following.deployment_board import DeploymentBoard
-from ..following.follow_reports import (
-    Admitted,
-    BackedOff,
-    Deployed,
-    DeployFailed,
-    Ended,
-    Lost,
-    Observed,
-    Queued,
-    ShutDown,
+from ..capacity.admission import (
+    WAITING,
+    WAITING_FOR_CAPACITY,
+    Order,
+    order_of,
+    refused_for_capacity,
 )
-from ..following.pod_follower import PodFollower
-from ..following.poll_pace import PollPace
+from ..capacity.admission_queue import AdmissionQueue
 from ..logs.kept_logs import KeptLogs
-from ..state.pod_store import PodStore
-from ..wire.bodies import PodStatus
-from .container_runs import Runs, latest_runs
-from .endpoints import ENDPOINTS_KEY, PLACEMENT_KEY, describe
-from .heap import NO_FREEZER, HeapFreezer
-from .pod_record import (
+from ..records.container_runs import Runs, latest_runs
+from ..records.endpoints import ENDPOINTS_KEY, PLACEMENT_KEY, describe
+from ..records.pod_record import (
     DEFAULT_POLICY,
     DEPLOYMENT_LOST,
     INIT_CONTAINER_FAILED,
@@ -67,9 +56,26 @@ from .pod_record import (
     shown_by,
     stored,
 )
-from .pod_status import WAITING_FOR_CAPACITY, allocation_of
+from ..records.pod_status import allocation_of
+from ..records.snapshots import Snapshots
+from ..state.pod_store import PodStore
+from ..wire.bodies import PodStatus
+from .deployment_board import DeploymentBoard
+from .follow_reports import (
+    Admitted,
+    BackedOff,
+    Deployed,
+    DeployFailed,
+    Ended,
+    Lost,
+    Observed,
+    Queued,
+    ShutDown,
+)
+from .heap import NO_FREEZER, HeapFreezer
+from .pod_follower import PodFollower
 from .pod_translation import Translate
-from .snapshots import Snapshots
+from .poll_pace import PollPace
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +141,7 @@ class PodActor(AsyncActor):
         self._shown: Kept | None = kept
         """The record's last ``/status`` entry, with what it was read from (:func:`shown_by`):
         at first the one stored with the record, which the store checked it was
-        (:func:`~dmsgw.interlink.pods.pod_record.kept_snapshot`)."""
+        (:func:`~dmsgw.interlink.records.pod_record.kept_snapshot`)."""
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -234,7 +240,7 @@ class PodActor(AsyncActor):
 
     def _status(self) -> PodStatus:
         """The pod's ``/status`` entry as a model, for the decisions that read it (read back
-        from its JSON: the model is not kept, see :mod:`~dmsgw.interlink.pods.snapshots`)."""
+        from its JSON: the model is not kept, see :mod:`~dmsgw.interlink.records.snapshots`)."""
         return self._read()[1].status()
 
     def _read(self) -> Kept:

@@ -13,9 +13,9 @@ from typing import Any
 from ...behaviors.ensemble import EnsembleConfig
 from ...errors import DmsgwError
 from ..capacity.resource_actor import GpuCatalog
+from ..plugin_errors import PluginRequestError
 from ..translate import PodTranslationError, TranslationOptions, pod_to_ensemble
 from ..wire.bodies import RetrievedPodData
-from ..wire.parsing import PluginRequestError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
-from ..server import PodBeingDeletedError
+from ..plugin_errors import PodBeingDeletedError
 
 RECREATE_WAIT_S = 20.0
 """How long a ``/create`` of a UID whose delete is under way waits for that delete to end

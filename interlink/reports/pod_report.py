@@ -18,8 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from ...clock import NS_PER_SECOND, Clock, system_clock
 from ...keys.ucan.token import format_second
 from ..capacity.admission import Waiting
-from ..pods.pod_record import Phase, PodRecord
-from ..pods.snapshots import Shown
+from ..records.pod_record import Phase, PodRecord
+from ..records.snapshots import Shown
 from .pod_usage import PodToMeasure, UsageBook
 from .pod_view import PodFacts, pod_phase, pod_view, stats_summary
 

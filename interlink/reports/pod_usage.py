@@ -28,7 +28,7 @@ from ...behaviors.executor_stats import ExecutorStats
 from ...behaviors.node import Invoke
 from ...clock import NS_PER_SECOND, Clock, system_clock
 from ...errors import DmsgwError
-from ..pods.pod_status import find_allocation_key
+from ..records.pod_status import find_allocation_key
 
 __all__ = ["ContainerUsage", "PodToMeasure", "UsageBook"]
 

@@ -29,9 +29,9 @@ from typing import Any, NamedTuple
 
 from ...clock import NS_PER_SECOND
 from ..capacity.admission import Waiting
-from ..pods.endpoints import ENDPOINTS_KEY, PLACEMENT_KEY
-from ..pods.pod_record import Phase, PodRecord
-from ..pods.snapshots import containers_phase
+from ..records.endpoints import ENDPOINTS_KEY, PLACEMENT_KEY
+from ..records.pod_record import Phase, PodRecord
+from ..records.snapshots import containers_phase
 from ..wire.apimachinery import format_time
 from ..wire.bodies import PodStatus
 from ..wire.k8s import ContainerStatus

@@ -19,13 +19,7 @@ runs the two apps over one until SIGTERM/SIGINT and then shuts down in order (st
 drain, close) (:mod:`.runner`). How both behave is :class:`ServerOptions` (:mod:`.options`).
 """
 
-from .backend import (
-    BackendGaveUpError,
-    BackendUnavailable,
-    PluginBackend,
-    PodBeingDeletedError,
-    UnknownPodError,
-)
+from .backend import PluginBackend
 from .front_door import CLIENT_GONE, admit, host_is_local
 from .listening import (
     DEFAULT_PLUGIN_PORT,
@@ -63,8 +57,6 @@ __all__ = [
     "SESSION_HEADER",
     "AddressError",
     "BackendFactory",
-    "BackendGaveUpError",
-    "BackendUnavailable",
     "DmsCalls",
     "Health",
     "ListenAddress",
@@ -73,13 +65,11 @@ __all__ = [
     "MetricsError",
     "PluginBackend",
     "PluginServer",
-    "PodBeingDeletedError",
     "Pods",
     "Serve",
     "ServeError",
     "ServeInfo",
     "ServerOptions",
-    "UnknownPodError",
     "admit",
     "default_plugin_listen",
     "host_is_local",

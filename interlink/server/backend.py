@@ -8,30 +8,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-from ...errors import DmsgwError
 from ..wire import k8s
 from ..wire.bodies import CreateStruct, LogStruct, PingResponse, PodStatus, RetrievedPodData
 from ..wire.parsing import PodRef
-
-
-class BackendUnavailable(DmsgwError):  # noqa: N818 (the name the actors use)
-    """A request cannot be answered without the DMS, which did not answer: a 503 with this
-    message (interLink keeps the pod as it was and asks again). A backend's ping does not
-    raise it for a DMS outage (it taints the node instead, decision 85): a ping that does
-    marks the virtual node not Ready, and Kubernetes then evicts its pods."""
-
-
-class UnknownPodError(DmsgwError):
-    """The backend has no such pod (``/getLogs`` of a pod it never saw): answered 404."""
-
-
-class PodBeingDeletedError(DmsgwError):
-    """A ``/create`` of a UID whose delete is still under way: answered 409 (decision 70)."""
-
-
-class BackendGaveUpError(DmsgwError):
-    """The backend's supervision gave up: ``dmsgw serve`` ends with a non-zero status, so that
-    its service manager starts it again and crash-only recovery takes over."""
 
 
 class PluginBackend(Protocol):

@@ -23,9 +23,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import Metric
 
 from ...errors import DmsgwError
+from ..plugin_errors import BackendUnavailable
 from ..reports.pod_report import PodReport
 from ..wire.bodies import PingResponse
-from .backend import BackendUnavailable, PluginBackend
+from .backend import PluginBackend
 from .front_door import (
     CLIENT_GONE,
     ClientGone,

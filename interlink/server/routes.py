@@ -29,10 +29,15 @@ from aiohttp import web
 
 from ...actors.turns import take_turn
 from ...errors import DmsgwError
+from ..plugin_errors import (
+    BackendUnavailable,
+    PluginRequestError,
+    PodBeingDeletedError,
+    TooManyPodsError,
+    UnknownPodError,
+)
 from ..wire.bodies import LogStruct, encode_pod_statuses
 from ..wire.parsing import (
-    PluginRequestError,
-    TooManyPodsError,
     in_turns,
     parse_create_body,
     parse_delete_body,
@@ -40,7 +45,7 @@ from ..wire.parsing import (
     read_status_body,
     remembered_uids,
 )
-from .backend import BackendUnavailable, PluginBackend, PodBeingDeletedError, UnknownPodError
+from .backend import PluginBackend
 from .front_door import (
     CLIENT_GONE,
     ClientGone,

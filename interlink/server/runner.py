@@ -15,7 +15,8 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from .backend import BackendGaveUpError, PluginBackend
+from ..plugin_errors import BackendGaveUpError
+from .backend import PluginBackend
 from .listening import ListenAddress, Listener
 from .metrics import LoopStalls, Metrics
 from .operator_port import Health, Pods, operator_app

@@ -22,7 +22,7 @@ from ...behaviors.status import DeploymentStatus
 from ...clock import NS_PER_SECOND, Clock
 from ...errors import DmsgwError
 from ...transport.rest import TransportError
-from ..pods.pod_record import POD_UID_KEY
+from ..records.pod_record import POD_UID_KEY
 from ..wire import k8s
 from ..wire.bodies import PodStatus
 

@@ -2,9 +2,9 @@
 
 A container with a ``command`` runs ``/bin/sh -c <wrapper> dmsgw-pod <command> <args>``: the
 wrapper reports the command's start and exit status on stderr
-(:mod:`dmsgw.interlink.pods.run_markers`: the DMS reports neither), starts the command, runs the
-``postStart`` hook beside it (killing it if the hook fails), runs ``preStop`` when it is asked to
-stop, forwards the signal, runs the container's probes with the kubelet's semantics
+(:mod:`dmsgw.interlink.translate.run_markers`: the DMS reports neither), starts the command, runs
+the ``postStart`` hook beside it (killing it if the hook fails), runs ``preStop`` when it is asked
+to stop, forwards the signal, runs the container's probes with the kubelet's semantics
 (:func:`probe_script`), writes an init container's completion marker and exits with the command's
 status. The image needs ``/bin/sh`` then; a container named in the pod's
 :data:`UNWRAPPED_ANNOTATION` runs its command as it is. A container without a ``command`` runs the
@@ -20,12 +20,12 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from ..pods.run_markers import EXIT_CODE_MARKER, PROBE_MARKER, STARTED_MARKER
 from ..wire import k8s
 from .checks import PodTranslationError, check_extras
 from .inputs import Container
 from .names import INIT_FAILED, TOOLS_PATH
 from .probes import ProbeRun
+from .run_markers import EXIT_CODE_MARKER, PROBE_MARKER, STARTED_MARKER
 
 UNWRAPPED_ANNOTATION = "dmsgw.io/unwrapped-containers"
 """Pod annotation: comma-separated names of containers to run without the gateway's shell
@@ -314,7 +314,7 @@ def probe_script(probes: Sequence[ProbeRun], hooks: Hooks, grace_s: int) -> str:
     a row make a probe succeed, ``failureThreshold`` failures fail it. A failed liveness or
     startup probe runs ``preStop``, then TERMs the command and KILLs it after ``grace_s``:
     the DMS's failure recovery (the pod's ``restartPolicy``) decides what comes next. Each
-    outcome is reported on stderr (:data:`~dmsgw.interlink.pods.run_markers.PROBE_MARKER`)."""
+    outcome is reported on stderr (:data:`~dmsgw.interlink.translate.run_markers.PROBE_MARKER`)."""
     functions = _filled(
         _PROBE_FUNCTIONS,
         {

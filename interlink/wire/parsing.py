@@ -24,7 +24,7 @@ from pydantic_core import ErrorDetails
 
 from ...actors.sharded import ShardedDict
 from ...actors.turns import take_turn
-from ...errors import DmsgwError
+from ..plugin_errors import PluginRequestError, TooManyPodsError
 from . import k8s
 from .apimachinery import json_kind
 from .bodies import LogStruct, RetrievedPodData
@@ -32,10 +32,8 @@ from .bodies import LogStruct, RetrievedPodData
 __all__ = [
     "MAX_CONTAINERS_PER_POD",
     "MAX_PODS_PER_REQUEST",
-    "PluginRequestError",
     "PodRef",
     "StatusBody",
-    "TooManyPodsError",
     "in_turns",
     "parse_create_body",
     "parse_delete_body",
@@ -43,10 +41,6 @@ __all__ = [
     "parse_status_body",
     "read_status_body",
 ]
-
-
-class PluginRequestError(DmsgwError):
-    """A request body interLink should not have sent; the message names where it is wrong."""
 
 
 T = TypeVar("T")
@@ -68,11 +62,6 @@ _LOGS = TypeAdapter(LogStruct)
 # Kubernetes writes a pod's UID as an RFC 4122 UUID; the gateway names files, ensembles and
 # DMS metadata after it, so nothing else is taken.
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
-
-class TooManyPodsError(PluginRequestError):
-    """A body naming more than :data:`MAX_PODS_PER_REQUEST` pods, or a pod with more than
-    :data:`MAX_CONTAINERS_PER_POD` containers (answered 413)."""
 
 
 def parse_create_body(raw: bytes) -> list[RetrievedPodData]:

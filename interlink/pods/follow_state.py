@@ -1,7 +1,7 @@
 """What a pod's follow knows of its deployment between two polls (:class:`Following`), and the
 rules a poll applies to it: whose logs it reads for the wrapper's markers (:func:`reads_log`),
 what each container's runs are after it (:func:`runs_now`). No I/O: the pod's follower
-(:mod:`~dmsgw.interlink.following.pod_follower`) asks the DMS and reads the logs.
+(:mod:`~dmsgw.interlink.pods.pod_follower`) asks the DMS and reads the logs.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...behaviors.status import AllocationStatus
-from ..pods.container_runs import Runs
-from ..pods.pod_record import parsed_request
-from ..pods.pod_status import allocation_of
+from ..records.container_runs import Runs
+from ..records.pod_record import parsed_request
+from ..records.pod_status import allocation_of
 from ..translate import is_wrapped
 
 _NOT_STARTED = frozenset({"", AllocationStatus.PENDING})
@@ -30,7 +30,7 @@ every poll: that would double the DMS calls of a steady pod (decision 67)."""
 @dataclasses.dataclass(slots=True)
 class Following:
     """What a follower knows of a followed deployment between two polls
-    (:meth:`~dmsgw.interlink.following.pod_follower.PodFollower.poll`). Not the parsed pod (~8 KiB,
+    (:meth:`~dmsgw.interlink.pods.pod_follower.PodFollower.poll`). Not the parsed pod (~8 KiB,
     as long as the pod lives): what the polls need of it is read once (:meth:`of`), and the rest
     again (cached) when needed."""
 
@@ -153,7 +153,7 @@ def reads_log(
 def settled(f: Following) -> bool:
     """Whether only a change that the DMS's ``deployment/list`` shows can bring news of
     ``f``'s deployment, so that its follow may park on the gateway's board
-    (:mod:`~dmsgw.interlink.following.deployment_board`) instead of polling. Not while a container's
+    (:mod:`~dmsgw.interlink.pods.deployment_board`) instead of polling. Not while a container's
     wrapper runs probes (their outcomes change no DMS status), one is unhealthy (the DMS may
     restart it between two listings: its markers are the only trace), a log went unread, an
     init container may run unseen, the placement is unread or the last poll went unanswered."""

@@ -5,7 +5,7 @@ The pod wrapper (:mod:`dmsgw.interlink.translate.wrapper`) runs the probes with 
 semantics and writes their outcomes on the container's stderr (:func:`~dmsgw.interlink.
 run_markers.probe_markers`); this ledger folds them, run by run: a new run starts neither
 started nor ready, as a restarted container does under the kubelet. Pure and immutable;
-persisted inside the container's :class:`~dmsgw.interlink.pods.container_runs.Runs`.
+persisted inside the container's :class:`~dmsgw.interlink.records.container_runs.Runs`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from .run_markers import ProbeMarker
+from ..translate.run_markers import ProbeMarker
 
 __all__ = ["ProbeState"]
 
@@ -27,7 +27,7 @@ class ProbeState(NamedTuple):
     succeeded) and ``ready`` (the readiness probe's latest verdict); ``failing``, the probes
     failing now with their latest reason; ``killed_by``, why a probe killed the run.
     ``previous_killed_by``: the same for the run before. A named tuple, as
-    :class:`~dmsgw.interlink.pods.container_runs.Runs` is, for the same reason."""
+    :class:`~dmsgw.interlink.records.container_runs.Runs` is, for the same reason."""
 
     reported: bool = False
     started: bool = False

@@ -1,7 +1,7 @@
 """How often the followed pods ask the DMS for their status, all of them together.
 
 A followed pod asks the DMS about its deployment every ``poll_max_s`` at most, once nothing
-changes (:class:`~dmsgw.interlink.pods.pod_record.PodPolicy`: 5 s by default). A poll costs the
+changes (:class:`~dmsgw.interlink.records.pod_record.PodPolicy`: 5 s by default). A poll costs the
 gateway ~115 µs of CPU (``bench/pods.py``, the steady state) and the DMS a request: 10,000
 pods polled every 5 s are 2,000 polls a second, and 100,000 pods 20,000, more than two cores
 can make. :class:`PollPace` stretches the longest wait with the number of pods followed, so

@@ -171,7 +171,7 @@ def _shown_status(record: PodRecord) -> str:
 
 SHOWN_KEY = "shown"
 """Beside a stored record: its ``/status`` entry, as ``[shown_by(record), *entry.to_stored()]``
-(:class:`~dmsgw.interlink.pods.snapshots.Shown`)."""
+(:class:`~dmsgw.interlink.records.snapshots.Shown`)."""
 
 
 @functools.cache

@@ -2,8 +2,8 @@
 
 Two sources feed it, and this ledger reconciles them without counting a run twice:
 
-* the wrapper's markers (:mod:`dmsgw.interlink.pods.run_markers`) in the allocation's stderr, read
-  from where the previous read stopped: a start marker opens a run, an exit marker ends it
+* the wrapper's markers (:mod:`dmsgw.interlink.translate.run_markers`) in the allocation's stderr,
+  read from where the previous read stopped: a start marker opens a run, an exit marker ends it
   with its exit code; a start while a run is open means that run ended without a trace (its
   wrapper was killed), with an unknown exit code;
 * the allocation's status in ``deployment/status``: a run still open when the allocation has
@@ -15,8 +15,8 @@ Two sources feed it, and this ledger reconciles them without counting a run twic
 Runs after the first in one ensemble are the DMS's own restarts of the allocation (after a
 failure under ``one_for_one``, or failed health checks); :meth:`Runs.next_ensemble` carries
 their count and the last run's end over to the pod's next deployment, whose runs start again.
-:meth:`Runs.observation` is what :func:`~dmsgw.interlink.pods.pod_status.container_statuses` needs:
-the current run's exit code and times, the previous run as ``lastState``, the restart count.
+:meth:`Runs.observation` is what :func:`~dmsgw.interlink.records.pod_status.container_statuses`
+needs: the current run's exit code and times, the previous run as ``lastState``, the restart count.
 
 The restart count is the kubelet's: the runs that started over the pod's life, less the first
 (decision 67). It grows when a run starts, not when one ends: a container waiting in back-off
@@ -40,11 +40,11 @@ from typing import Any, NamedTuple
 
 from ...behaviors.status import AllocationStatus
 from ...clock import NS_PER_SECOND
+from ..translate.run_markers import Marker, ProbeMarker
 from ..wire import k8s
 from ..wire.bodies import PodStatus
 from .pod_status import CRASH_LOOP, FAILED_EXIT_CODE, ContainerObservation, terminated_state
 from .probe_state import ProbeState
-from .run_markers import Marker, ProbeMarker
 
 __all__ = ["OOM_EXIT_CODE", "Runs"]
 
@@ -152,7 +152,8 @@ class Runs(NamedTuple):
         )
 
     def observation(self) -> ContainerObservation:
-        """The container as :func:`~dmsgw.interlink.pods.pod_status.container_statuses` sees it."""
+        """The container as :func:`~dmsgw.interlink.records.pod_status.container_statuses` sees
+        it."""
         ended, code, started_ns, ended_ns = self._before_current()
         last: k8s.ContainerState | None = None
         if ended:

@@ -10,7 +10,7 @@ from typing import Any
 from ...behaviors.deployment import DeploymentStatusResponse
 from ...behaviors.status import DeploymentStatus
 from ..capacity.admission import Wait
-from ..pods.container_runs import Runs
+from ..records.container_runs import Runs
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ virtual kubelet needs to turn them into the right pod phase (``interlink-plugin.
   so the restart would never be seen;
 * a deployment that failed or completed leaves no container running;
 * ``ready`` and ``started`` come from the container's probes as its wrapper ran them
-  (:mod:`dmsgw.interlink.pods.probe_state`), or, until it has reported any, from the DMS health
+  (:mod:`dmsgw.interlink.records.probe_state`), or, until it has reported any, from the DMS health
   check of the allocation: a container with a readiness (startup) probe is ready (started)
   once that probe succeeds, one without such a probe as soon as it runs (``ready`` only once
   it has started).
@@ -72,10 +72,6 @@ FAILED_EXIT_CODE = 1
 """Exit code of a failed allocation whose real code is unknown (the DMS does not report it)."""
 CRASH_LOOP = "CrashLoopBackOff"
 """The waiting reason of a container that ended and runs again (its last state says how)."""
-WAITING_FOR_CAPACITY = "WaitingForCapacity"
-"""The waiting reason of the containers of a pod waiting for DMS capacity."""
-UNSCHEDULABLE = "Unschedulable"
-"""The waiting reason of the containers of a pod that no DMS peer could ever hold."""
 _STOPPED_EXIT_CODE = 143
 """Exit code of an allocation the DMS stopped, when its real code is unknown (SIGTERM)."""
 
@@ -97,7 +93,7 @@ class ContainerObservation(NamedTuple):
     the caller across restarts. ``running`` and ``ended`` say that the caller saw the current
     run start, or end, before the DMS lists the allocation (an init container runs while the
     DMS is still provisioning the deployment: its wrapper's markers tell). A named tuple, as
-    :class:`~dmsgw.interlink.pods.container_runs.Runs` is: each snapshot makes one per container.
+    :class:`~dmsgw.interlink.records.container_runs.Runs` is: each snapshot makes one per container.
     """
 
     started_at: datetime | None = None

@@ -42,8 +42,8 @@ from ...transport.rest import DMSError, DMSErrorKind, TransportError
 from ..capacity.admission import Order, Wait, demand_of
 from ..capacity.admission_queue import AdmissionQueue
 from ..logs.kept_logs import KeptLogs
-from ..pods.endpoints import placement_of, where_it_runs
-from ..pods.pod_record import (
+from ..records.endpoints import placement_of, where_it_runs
+from ..records.pod_record import (
     ATTEMPT_KEY,
     INCARNATION_KEY,
     POD_UID_KEY,
@@ -51,7 +51,6 @@ from ..pods.pod_record import (
     PodPolicy,
     parsed_request,
 )
-from ..pods.pod_translation import Translate, TranslationNotReadyError
 from ..state.recovery import labelled
 from .deployment_board import DeploymentBoard, Listed
 from .follow_reports import (
@@ -66,6 +65,7 @@ from .follow_reports import (
     ShutDown,
 )
 from .follow_state import Following, allocation_state, reads_log, runs_now, settled, starts_unseen
+from .pod_translation import Translate, TranslationNotReadyError
 from .poll_pace import PollPace
 from .run_reads import keep_last_runs, read_runs, read_together
 
@@ -369,7 +369,7 @@ class PodFollower:
         """Report each change of the deployment's status, of an allocation's status or of a
         container's runs (:meth:`poll`, once per wait), until the deployment ends or the DMS
         has lost it. The pod counts toward how often all followed pods poll
-        (:class:`~dmsgw.interlink.following.poll_pace.PollPace`) as long as this runs, and holds no
+        (:class:`~dmsgw.interlink.pods.poll_pace.PollPace`) as long as this runs, and holds no
         task between two polls (:class:`~dmsgw.actors.steps.Steps`).
 
         A ``resumed`` deployment, one its pod's stored snapshot shows already, is first asked

@@ -14,9 +14,9 @@ from ...behaviors.node import Invoke
 from ...errors import DmsgwError
 from ..logs.dms_logs import STDERR_LOG, fetched_logs, new_lines
 from ..logs.kept_logs import KEPT_RUNS, KeptLogs
-from ..pods.container_runs import Runs
-from ..pods.run_markers import markers, probe_markers
+from ..records.container_runs import Runs
 from ..translate import allocation_key
+from ..translate.run_markers import markers, probe_markers
 
 log = logging.getLogger(__name__)
 
