@@ -42,7 +42,7 @@ from .configuration.serve_config import GatewayConfig
 from .gateway import Gateway, GatewayParts
 from .pods.heap import FREEZE_EVERY
 from .pods.pod_translation import Translator
-from .records.pod_record import Snapshot, snapshot_of
+from .records.pod_record import DEFAULT_POLICY, PodPolicy, Snapshot, snapshot_of
 from .reports.pod_report import PodReport
 from .reports.pod_usage import UsageBook
 from .server import DmsCalls, Metrics
@@ -226,10 +226,12 @@ async def start_backend(
     metrics: Metrics,
     clock: Clock = system_clock,
     devnet: Devnet | None = None,
+    policy: PodPolicy = DEFAULT_POLICY,
 ) -> Gateway:
     """Build and start the gateway described by ``config`` and return it: the plugin server's
     backend. ``clock`` times the gateway's background passes; ``devnet`` is the embedded
-    devnet to start when ``config`` names no DMS (a default one when ``None``)."""
+    devnet to start when ``config`` names no DMS (a default one when ``None``); ``policy`` is how
+    its pods poll and retry."""
     loop = asyncio.get_running_loop()
     store = PodStore(config.state_path)
     binding = StateBinding(store)
@@ -245,7 +247,7 @@ async def start_backend(
     try:
         if not await dms.learn_version_or_defer():
             binding.check_unreachable(dms.where)
-        return await _assemble(config, dms, store, binding, metrics, clock, loop)
+        return await _assemble(config, dms, store, binding, metrics, clock, policy, loop)
     except BaseException:  # a start-up error closes the DMS's HTTP session, or asyncio says so
         await dms.close()
         await store.close()
@@ -259,6 +261,7 @@ async def _assemble(
     binding: StateBinding,
     metrics: Metrics,
     clock: Clock,
+    policy: PodPolicy,
     loop: asyncio.AbstractEventLoop,
 ) -> Gateway:
     """The gateway over a connected ``dms`` and its opened ``store``, started."""
@@ -278,6 +281,7 @@ async def _assemble(
         snapshot=snapshot_by(clock),
         capacity=capacity,
         loop=loop,
+        policy=policy,
         clock=clock,
         owner=str(dms.did),
         close_dms=dms.close,
@@ -338,7 +342,7 @@ def _show_version(info: Gauge, version: str) -> None:
 def _export_metrics(metrics: Metrics, gateway: Gateway, capabilities: CapabilityContext) -> None:
     """The gateway's own gauges on the operator port."""
     metrics.gauge("pods", "Pods the gateway tracks").set_function(
-        functools.partial(len, gateway.snapshots)
+        functools.partial(len, gateway.book.snapshots)
     )
     admission = gateway.admission
     metrics.gauge("pods_waiting_for_capacity", "Pods waiting for DMS capacity").set_function(

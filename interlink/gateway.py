@@ -18,15 +18,12 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
 
 from ..actors import bridge
 from ..actors.aio import AsyncActorRef
-from ..actors.base import ActorExit
+from ..actors.base import ActorExit, ExitHook
 from ..actors.registry import Registry
-from ..actors.sharded import ShardedDict
 from ..actors.supervision import Backoff, Intensity, Restart, Strategy
 from ..actors.supervisor import ChildSpec, Supervisor
 from ..actors.turns import Turns, wake_in_turns
@@ -43,6 +40,8 @@ from .plugin_errors import BackendUnavailable, UnknownPodError
 from .pods.deployment_board import DeploymentBoard
 from .pods.heap import HeapFreezer
 from .pods.pod_actor import PodActor
+from .pods.pod_book import PodBook
+from .pods.pod_services import PodServices
 from .pods.pod_translation import Translate, refuse_what_cannot_run
 from .pods.poll_pace import DEFAULT_POLLS_PER_S, PollPace
 from .pods.under_way import RECREATE_WAIT_S, UnderWay
@@ -59,7 +58,7 @@ from .records.pod_record import (
     request_data,
     stored,
 )
-from .records.snapshots import Shown, Snapshots
+from .records.snapshots import Shown
 from .reports.pod_report import PodReport
 from .state.pod_store import PodStore
 from .state.recovery import ORPHAN_GRACE_S, OwnedEnsembles, PollLedger, unknown_pod_status
@@ -89,7 +88,7 @@ def job_id(uid: str) -> str:
     return JID_PREFIX + uid
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class GatewayParts:
     """What the gateway is made of (built by :func:`dmsgw.interlink.app.start_backend`, or by
     tests)."""
@@ -121,6 +120,9 @@ class GatewayParts:
     kept_logs: KeptLogs | None = None
     """Where the logs of the runs seen to end are kept (decision 69); ``None``: beside the
     state file."""
+    turns: Turns = dataclasses.field(default_factory=Turns)
+    """The gate the pod actors pass: pods started together begin and hear a few per turn of
+    the loop (and the creates are answered a few per turn: ``wake_in_turns``)."""
 
 
 class Gateway:
@@ -133,16 +135,11 @@ class Gateway:
         self._pace = PollPace(parts.polls_per_s)
         self.board = DeploymentBoard(parts.invoke, parts.owner, every_s=self._list_every_s)
         self.registry = Registry()
-        self.snapshots = Snapshots()
-        self._records: ShardedDict[str, PodRecord] = ShardedDict()
-        self._latest: ShardedDict[str, PodRecord] = ShardedDict()
-        """Each pod's record as its actor last published it (:meth:`pods`)."""
+        polls = PollLedger(parts.clock, parts.orphan_grace_s)
+        self.book = PodBook(polls, UnderWay(parts.recreate_wait_s), self._heap)
         self.pod_report: PodReport | None = None
         """The pods and their usage on the operator port (set by ``start_backend``)."""
-        self._polls = PollLedger(parts.clock, parts.orphan_grace_s)
         self._owned = OwnedEnsembles(parts.invoke, parts.owner)
-        # One generator for every pod's retry jitter: a Random is 2.5 KiB, a tenth of a pod.
-        self._jitter = random.Random()
         self.gave_up: asyncio.Future[str] = parts.loop.create_future()
         """Completes with the reason when the root supervisor has given up: every pod actor
         is stopped, so the process must end and start again (crash-only). ``dmsgw serve``
@@ -155,17 +152,29 @@ class Gateway:
             clock=parts.clock,
             exit_hook=self._supervisor_ended,
         )
-        self._under_way = UnderWay(parts.recreate_wait_s)
         self._starting: list[tuple[ChildSpec, asyncio.Future[None]]] = []
         """The pod actors to start in the next supervisor message (:meth:`_spawn`)."""
         self._sending: set[asyncio.Task[None]] = set()  # the messages under way
-        self._turns = Turns()
-        """Shared by the pod actors: pods started together begin and hear a few per turn of
-        the loop (and the creates are answered a few per turn: ``wake_in_turns``)."""
         # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
         self._supervisor_proxy = self._supervisor.proxy()
         self._orphans: asyncio.Task[None] | None = None
         self.admission = AdmissionQueue(parts.capacity.gathering, parts.admission, parts.clock)
+        self._services = PodServices(
+            invoke=parts.invoke,
+            store=parts.store,
+            translate=self._translate,
+            status_of=parts.snapshot,
+            book=self.book,
+            loop=parts.loop,
+            policy=parts.policy,
+            clock=parts.clock,
+            heap=self._heap,
+            pace=self._pace,
+            board=self.board,
+            turns=parts.turns,
+            admission=self.admission,
+            kept_logs=self.kept_logs,
+        )
 
     def _list_every_s(self) -> float:
         """The board lists as often as a settled pod would poll (the policy's longest wait)."""
@@ -182,9 +191,9 @@ class Gateway:
         self._heap.settle()
         with self._heap.paused():
             ended, live = await asyncio.to_thread(self._stored)
-            for record, snapshot in ended:
-                self._records[record.uid] = record
-                self.snapshots.publish(record.uid, snapshot)
+            for record, snapshot in ended:  # no actor, and no poll to wait for
+                self.book.records[record.uid] = record
+                self.book.snapshots.publish(record.uid, snapshot)
             for first in range(0, len(live), RESUME_BATCH):
                 specs = [self._child(*pod) for pod in live[first : first + RESUME_BATCH]]
                 await bridge.call(self._supervisor_proxy.start_children(specs))
@@ -248,7 +257,7 @@ class Gateway:
         start."""
         refs = [
             ref
-            for uid in self._records
+            for uid in self.book.records
             if isinstance(ref := self.registry.get(_name(uid)), AsyncActorRef)
         ]
         for ref in refs:
@@ -307,59 +316,14 @@ class Gateway:
         answers polls with ``kept``, the ``/status`` entry stored with ``record``, at once:
         its actor may start turns later (pods started together take turns), and publishes
         the same entry then without making it again."""
-        self._records[record.uid] = record
-        self._polls.took(record.uid)
-        if kept is not None:
-            self.snapshots.publish(record.uid, kept[1])
-        unread = [kept] if kept is not None else []
-
-        def start(hook: Any) -> AsyncActorRef[PodActor]:
-            latest = self._records[record.uid]  # a restarted actor resumes from the newest record
-            return PodActor.start(
-                latest,
-                invoke=self.parts.invoke,
-                store=self.parts.store,
-                translate=self._translate,
-                snapshot=self._snapshot,
-                snapshots=self.snapshots,
-                on_deleted=self._forget,
-                kept=unread.pop() if unread else None,  # a restart reads the record again
-                policy=self.parts.policy,
-                clock=self.parts.clock,
-                rng=self._jitter,
-                heap=self._heap,
-                pace=self._pace,
-                board=self.board,
-                turns=self._turns,
-                admission=self.admission,
-                kept_logs=self.kept_logs,
-                loop=self.parts.loop,
-                exit_hook=hook,
-            )
-
+        self.book.take_on(record, kept[1] if kept is not None else None)
+        start = _PodStart(self._services, record.uid, kept)
         return ChildSpec(_name(record.uid), start, Restart.TRANSIENT)
-
-    def _snapshot(self, record: PodRecord) -> PodStatus:
-        """A pod actor publishes ``record``: remember it, and read it as its snapshot."""
-        self._latest[record.uid] = record
-        return self.parts.snapshot(record)
 
     def pods(self) -> list[tuple[PodRecord, Shown | None]]:
         """Every pod the gateway tracks: its newest record and its ``/status`` entry
         (``None`` before the first)."""
-        return [
-            (self._latest.get(uid, record), self.snapshots.shown(uid))
-            for uid, record in self._records.items()
-        ]
-
-    def _forget(self, uid: str) -> None:
-        """A pod actor finished deleting its pod (or an ended pod without one is deleted)."""
-        self.snapshots.forget(uid)
-        self._latest.pop(uid, None)
-        self._records.pop(uid, None)
-        self._polls.drop(uid)
-        self._under_way.deleted(uid)
-        self._heap.let_go()
+        return self.book.pods()
 
     def _translate(self, data: RetrievedPodData, generation: int) -> EnsembleConfig:
         """The configured translation, the ensemble stamped with this gateway as its owner."""
@@ -381,34 +345,34 @@ class Gateway:
         return results
 
     async def _create_one(self, uid: str, data: RetrievedPodData) -> None:
-        await self._under_way.settled(uid)  # a delete of the UID under way ends first
-        if uid in self._records:
+        await self.book.under_way.settled(uid)  # a delete of the UID under way ends first
+        if uid in self.book.records:
             return
-        with self._under_way.creating(uid):
+        with self.book.under_way.creating(uid):
             record = _first_attempt(uid, data, self.parts.clock())
             remember_request(record.request, data)  # parsed and checked once, by the route
             # The pod's first entry is made here, not by its actor: the create is answered
             # before the actor starts (actors take turns), and interLink may poll at once.
-            kept = entry_of(record, self._snapshot)
+            kept = entry_of(record, self.parts.snapshot)
             await self.parts.store.put(uid, stored(record, kept))
             await self._spawn(record, kept)
 
     async def delete(self, pod: k8s.Pod) -> None:
         """Shut the pod's ensemble down, idempotent, stored before answered (decision 70)."""
         uid = pod.metadata.uid
-        await self._under_way.created(uid)
-        if uid not in self._records:
+        await self.book.under_way.created(uid)
+        if uid not in self.book.records:
             return
-        with self._under_way.deleting(uid):
+        with self.book.under_way.deleting(uid):
             ref = self.registry.get(_name(uid))
             if ref is not None and ref.is_alive():
                 return await ref.proxy().delete()  # type: ignore[attr-defined,no-any-return]
-            record = self._records[uid]
+            record = self.book.records[uid]
             if ref is not None or record.phase != Phase.TERMINAL:
                 return await self._delete_later(record)
             await self.parts.store.delete(uid)  # dropped only once the store has let it go
             await self.kept_logs.forget(uid)
-            self._forget(uid)
+            self.book.forget(uid)
 
     async def _delete_later(self, record: PodRecord) -> None:
         """A pod whose actor crashed and awaits its restart (its dead ref is still registered),
@@ -423,22 +387,22 @@ class Gateway:
         The record the restart reads is replaced before it is persisted: a restart due while
         the store writes reads the delete too."""
         deleting = dataclasses.replace(record, phase=Phase.DELETING)
-        self._records[record.uid] = deleting
+        self.book.records[record.uid] = deleting
         try:
             await self.parts.store.put(record.uid, deleting.to_map())
         except BaseException:
-            self._records[record.uid] = record  # not stored: the restart resumes the pod
+            self.book.records[record.uid] = record  # not stored: the restart resumes the pod
             raise
         log.info("pod %s: its actor is restarting; the delete waits for it", record.uid)
 
     async def status(self, pods: list[PodRef]) -> list[PodStatus]:
         """Snapshots only: no DMS round trip. An unknown pod that carries our ``JobID`` is
         re-adopted if the DMS still runs its ensemble."""
-        self._polls.heard_of(ref.uid for ref in pods)
+        self.book.polls.heard_of(ref.uid for ref in pods)
         out = []
         async for ref in in_turns(pods):  # thousands of unknown pods must not hold the loop
-            snapshot = self.snapshots.get(ref.uid)
-            if snapshot is None and (record := self._records.get(ref.uid)) is not None:
+            snapshot = self.book.snapshots.get(ref.uid)
+            if snapshot is None and (record := self.book.records.get(ref.uid)) is not None:
                 # Known, its actor not started yet (its entry was made again at a restart):
                 # read from the record, never re-adopted from the DMS.
                 snapshot = self.parts.snapshot(record)
@@ -449,9 +413,9 @@ class Gateway:
 
     def statuses_at_once(self, uids: Sequence[str]) -> bytes | None:
         """The ``/status`` reply from the kept entries, when every pod named has one."""
-        answer = self.snapshots.joined(uids)
+        answer = self.book.snapshots.joined(uids)
         if answer is not None:
-            self._polls.heard_of(uids)
+            self.book.polls.heard_of(uids)
         return answer
 
     async def ping(self) -> PingResponse:
@@ -461,7 +425,7 @@ class Gateway:
     def logs(self, request: LogStruct) -> AsyncIterator[bytes]:
         """The container's log from the files the DMS writes (see
         :mod:`dmsgw.interlink.logs.dms_logs`)."""
-        record = self._records.get(request.pod_uid)
+        record = self.book.records.get(request.pod_uid)
         if record is None:
             raise UnknownPodError(f"no pod with UID {request.pod_uid!r} is known to this gateway")
         names = {
@@ -471,7 +435,7 @@ class Gateway:
             raise UnknownPodError(
                 f"pod {record.namespace}/{record.name} has no container {request.container_name!r}"
             )
-        return pod_logs(record, request, self.parts.invoke, self.kept_logs, self.snapshots)
+        return pod_logs(record, request, self.parts.invoke, self.kept_logs, self.book.snapshots)
 
     # --- recovery ---------------------------------------------------------------------------
 
@@ -485,8 +449,8 @@ class Gateway:
                 raise BackendUnavailable(
                     f"cannot tell whether pod {uid} still runs: the DMS did not answer ({exc})"
                 ) from None
-            if uid in self._records:  # taken on by another poll while the DMS answered
-                return self.snapshots.get(uid) or self.parts.snapshot(self._records[uid])
+            if uid in self.book.records:  # taken on by another poll while the DMS answered
+                return self.book.snapshots.get(uid) or self.parts.snapshot(self.book.records[uid])
             if ensemble:
                 record = PodRecord(
                     uid=uid,
@@ -498,15 +462,15 @@ class Gateway:
                     ensemble_id=ensemble,
                     created_ns=self.parts.clock(),
                 )
-                self._records[uid] = record  # before the next await: one re-adoption only
+                self.book.records[uid] = record  # before the next await: one re-adoption only
                 try:
                     await self.parts.store.put(uid, record.to_map())
                     await self._spawn(record)
                 except BaseException:
-                    self._records.pop(uid, None)
+                    self.book.records.pop(uid, None)
                     raise
                 log.info("re-adopted pod %s (ensemble %s) from its JobID annotation", uid, ensemble)
-                return self.snapshots.get(uid) or self.parts.snapshot(record)
+                return self.book.snapshots.get(uid) or self.parts.snapshot(record)
         return unknown_pod_status(pod)
 
     async def collect_orphans(self) -> list[str]:
@@ -520,10 +484,10 @@ class Gateway:
         never collected, nor one of a gateway that interLink does not poll at all. A stray
         ensemble waits the same way from the gateway's start, since its pod may still be
         re-adopted through its ``JobID`` when interLink first names it."""
-        polls = self._polls
+        polls = self.book.polls
         gone = {
             uid: (record.name, polls.last_named_ns(uid))
-            for uid, record in self._records.items()
+            for uid, record in self.book.records.items()
             if record.phase not in (Phase.TERMINAL, Phase.DELETING)
             and polls.forgotten_since(polls.last_named_ns(uid))
         }
@@ -534,11 +498,29 @@ class Gateway:
             )
             await self.delete(k8s.Pod(metadata=k8s.ObjectMeta(uid=uid, name=name)))
         strays_due = polls.forgotten_since(polls.started_ns)
-        strays = await self._owned.strays(self._records) if strays_due else []
+        strays = await self._owned.strays(self.book.records) if strays_due else []
         for ensemble_id in strays:
             log.warning("ensemble %s belongs to no known pod: shutting it down", ensemble_id)
             await self._owned.shut_down(ensemble_id)
         return list(gone)
+
+
+@dataclasses.dataclass
+class _PodStart:
+    """Starts a pod's actor for its supervisor (on the supervisor's thread): the first start
+    with the ``/status`` entry stored with the record, a restart from the book's newest record
+    (the entry is read again from it)."""
+
+    services: PodServices
+    uid: str
+    kept: Kept | None
+
+    def __call__(self, hook: ExitHook) -> AsyncActorRef[PodActor]:
+        kept, self.kept = self.kept, None
+        record = self.services.book.records[self.uid]
+        return PodActor.start(
+            record, self.services, kept=kept, loop=self.services.loop, exit_hook=hook
+        )
 
 
 def _first_attempt(uid: str, data: RetrievedPodData, created_ns: int) -> PodRecord:

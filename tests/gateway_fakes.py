@@ -40,9 +40,14 @@ from dmsgw.devnet.resource_ledger import total
 from dmsgw.interlink.capacity.admission import minus
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
+from dmsgw.interlink.pods.heap import HeapFreezer
+from dmsgw.interlink.pods.pod_book import PodBook
+from dmsgw.interlink.pods.pod_services import PodServices
 from dmsgw.interlink.pods.pod_translation import Translate
-from dmsgw.interlink.records.pod_record import POD_UID_KEY, PodPolicy, snapshot_of
+from dmsgw.interlink.pods.under_way import UnderWay
+from dmsgw.interlink.records.pod_record import POD_UID_KEY, PodPolicy, Snapshot, snapshot_of
 from dmsgw.interlink.state.pod_store import PodStore
+from dmsgw.interlink.state.recovery import PollLedger
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 from dmsgw.interlink.wire.bodies import RetrievedPodData
 from dmsgw.interlink.wire.parsing import parse_create_body, read_status_body
@@ -209,6 +214,34 @@ def plain_translation(data: RetrievedPodData, generation: int) -> Any:
     return pod_to_ensemble(data, options=TranslationOptions(generation=generation))
 
 
+class _Unreachable:
+    """What a test that drives a pod's actor or follower by hand never reaches: touching it
+    fails the test, naming it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        raise AssertionError(f"{self._name}.{attribute} is not reached in this test")
+
+    def __call__(self, *_: Any, **__: Any) -> Any:
+        raise AssertionError(f"{self._name} is not called in this test")
+
+
+def pod_services(invoke: Any, **given: Any) -> PodServices:
+    """The services of one pod alone over ``invoke`` (the translation: :func:`plain_translation`),
+    for a follower or an actor a test drives by hand; the store and the ``/status`` read are
+    :class:`_Unreachable` unless ``given``."""
+    parts: dict[str, Any] = {
+        "invoke": invoke,
+        "store": _Unreachable("store"),
+        "translate": plain_translation,
+        "status_of": _Unreachable("status_of"),
+        "book": PodBook(PollLedger(FixedClock(0), 0.0), UnderWay(0.0), HeapFreezer(every=0)),
+    }
+    return PodServices(**{**parts, **given})
+
+
 class ClosedTurns(Turns):
     """A gate that lets nothing through until opened: every pod actor waits to start."""
 
@@ -229,20 +262,23 @@ async def gateway_on(
     translate: Translate = plain_translation,
     store: PodStore | None = None,
     capacity: Capacity | None = None,
+    policy: PodPolicy = FAST,
+    snapshot: Snapshot | None = None,
     **parts: Any,
 ) -> Gateway:
     """A started gateway over ``dms`` keeping its pods in ``state`` (or in ``store``); its
-    capacity is that of the fake's peers (or ``capacity``)."""
+    capacity is that of the fake's peers (or ``capacity``); its pods' entries are made by
+    ``snapshot`` (:func:`snapshot_of` at ``clock`` when ``None``)."""
     gateway = Gateway(
         GatewayParts(
             invoke=dms,
             store=store or PodStore(state),
             translate=translate,
-            snapshot=lambda record: snapshot_of(record, now_ns=clock()),
+            snapshot=snapshot or (lambda record: snapshot_of(record, now_ns=clock())),
             capacity=capacity
             or Capacity(ResourceActor.start(dms, clock=clock), pods_capacity=PODS_CAPACITY),
             loop=asyncio.get_running_loop(),
-            policy=FAST,
+            policy=policy,
             clock=clock,
             owner=owner,
             **parts,

@@ -88,7 +88,7 @@ def _finish(dms: FakeDMS, n: int) -> None:
 
 async def _told(gateway: Gateway, *numbers: int) -> None:
     await until(
-        lambda: all(gateway._records[uid(n)].reason for n in numbers), f"{numbers} told to wait"
+        lambda: all(gateway.book.records[uid(n)].reason for n in numbers), f"{numbers} told to wait"
     )
 
 
@@ -102,7 +102,7 @@ async def _one_runs_two_wait(gateway: Gateway, dms: FakeDMS, *waiting: int) -> N
 
 
 def _shown_running(gateway: Gateway, n: int) -> bool:
-    shown = gateway.snapshots.get(uid(n))
+    shown = gateway.book.snapshots.get(uid(n))
     return shown is not None and shown.containers[0].state.running is not None
 
 
@@ -144,9 +144,9 @@ async def test_pods_beyond_capacity_wait_and_run_in_priority_then_creation_order
             _finish(dms, running)
             await until(lambda f=following: len(dms.live(uid(f))) == 1, f"pod {following} runs")
         assert _deployed(dms) == [uid(1), uid(4), uid(3), uid(2)]
-        phases = {gateway._records[uid(n)].phase for n in (1, 2, 3, 4)}
+        phases = {gateway.book.records[uid(n)].phase for n in (1, 2, 3, 4)}
         assert phases <= {Phase.RUNNING, Phase.TERMINAL}
-        assert all(gateway._records[uid(n)].reason != "ProviderFailed" for n in (1, 2, 3, 4))
+        assert all(gateway.book.records[uid(n)].reason != "ProviderFailed" for n in (1, 2, 3, 4))
     finally:
         await gateway.close()
 
@@ -201,7 +201,7 @@ async def test_a_pod_no_peer_could_ever_hold_says_so_at_once_and_blocks_nobody(
             "1 offered on the best of 1 peer",
         }
         assert _deployed(dms) == [uid(2)]
-        assert gateway._records[uid(1)].phase == Phase.QUEUED
+        assert gateway.book.records[uid(1)].phase == Phase.QUEUED
     finally:
         await gateway.close()
 
@@ -217,7 +217,7 @@ async def test_a_dms_refusal_for_lack_of_room_sends_the_pod_back_to_wait(
     try:
         await create(gateway, _spec(1))
         await until(lambda: _shown_running(gateway, 1), "pod 1 shown running")
-        record = gateway._records[uid(1)]
+        record = gateway.book.records[uid(1)]
         assert (record.phase, record.attempt, record.restarts) == (Phase.RUNNING, 2, 0)
         assert [d.status for d in dms.deployments.values()] == ["Failed", "Running"]
     finally:

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from dmsgw.behaviors.catalog import DEPLOYMENT_NEW, Behavior
 from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.resource_ledger import NodeProfile
@@ -72,39 +71,29 @@ def _pod(n: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, Metrics]]:
+async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, Metrics, Devnet]]:
     env = {"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
     config = load_config(env=env)
     devnet = Devnet(1, seed=f"burst-{tmp_path.name}", profiles=(SMALL,), timeouts=TEST_TIMEOUTS)
     metrics = Metrics(process=False)
-    backend = await start_backend(config, metrics=metrics, devnet=devnet)
-    backend.parts.policy = FAST
+    backend = await start_backend(config, metrics=metrics, devnet=devnet, policy=FAST)
     backend.admission.policy = AdmissionPolicy(max_deploying=2, recheck_s=1.0)
     try:
-        yield backend, metrics
+        yield backend, metrics, devnet
     finally:
         await backend.close()
 
 
 async def test_a_burst_beyond_capacity_all_runs_in_creation_order(
-    gateway: tuple[Gateway, Metrics],
+    gateway: tuple[Gateway, Metrics, Devnet],
 ) -> None:
-    backend, metrics = gateway
-    asked: list[str] = []
-    invoke = backend.parts.invoke
-
-    async def recording(behavior: Behavior[Any, Any], payload: Any = None, **options: Any) -> Any:
-        if behavior is DEPLOYMENT_NEW:
-            asked.append(payload.ensemble.v1.metadata[POD_UID_KEY])
-        return await invoke(behavior, payload, **options)
-
-    backend.parts.invoke = recording  # the pod actors started from now on call through it
+    backend, metrics, devnet = gateway
     specs = [_pod(n) for n in range(PODS)]
     for spec in specs:  # one at a time: creation order is the order of these calls
         body = json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode()
         await backend.create(parse_create_body(body))
     uids = [spec["metadata"]["uid"] for spec in specs]
-    records = [backend._records[u] for u in uids]
+    records = [backend.book.records[u] for u in uids]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DEADLINE_S
     waited = False
@@ -119,15 +108,19 @@ async def test_a_burst_beyond_capacity_all_runs_in_creation_order(
     assert waited, "no pod ever waited: the burst did not exceed the capacity"
     ended = [(r.name, r.reason, r.message) for r in records if r.reason]
     assert ended == [], "a pod failed"
-    statuses = [backend.snapshots.get(u) for u in uids]
+    statuses = [backend.book.snapshots.get(u) for u in uids]
     codes = [s.containers[0].state.terminated.exit_code for s in statuses]  # type: ignore[union-attr]
     assert codes == [0] * PODS
+    deployments = devnet.nodes[0].deployments
+    assert deployments is not None
+    # the devnet's orchestrators, one per deployment/new it took, in the order it took them
+    asked = [o.config.metadata[POD_UID_KEY] for o in deployments.orchestrators.values()]
     assert asked == uids, "deployed out of creation order (or some more than once)"
 
 
 def _ended(backend: Gateway, uid: str) -> bool:
     """Whether the pod's published status shows its container ended."""
-    shown = backend.snapshots.get(uid)
+    shown = backend.book.snapshots.get(uid)
     return shown is not None and shown.containers[0].state.terminated is not None
 
 

@@ -24,8 +24,15 @@ from dmsgw.interlink.pods.pod_follower import STARTING_WAIT_S, PodFollower
 from dmsgw.interlink.records.pod_record import POD_UID_KEY, PodPolicy
 from dmsgw.interlink.wire import k8s
 from dmsgw.transport.rest import TransportError
-
-from .gateway_fakes import FakeDMS, create, gateway_on, plain_translation, pod, uid, until
+from tests.gateway_fakes import (
+    FakeDMS,
+    create,
+    gateway_on,
+    pod,
+    pod_services,
+    uid,
+    until,
+)
 
 PODS = 12
 
@@ -203,16 +210,9 @@ class _Provisioning:
 def _starting_follower(dms: _Provisioning, board: DeploymentBoard | None) -> PodFollower:
     record_uid = uid(7)
     body = json.dumps({"pod": pod(record_uid), "container": [{"name": "main"}]}).encode()
-    return PodFollower(
-        record_uid,
-        body,
-        invoke=dms,
-        translate=plain_translation,
-        policy=PodPolicy(),  # the defaults: 0.5 s growing to 5 s once running
-        rng=random.Random(1),
-        report=lambda _: None,
-        board=board,
-    )
+    # the policy's defaults: 0.5 s growing to 5 s once running
+    services = pod_services(dms, rng=random.Random(1), board=board)
+    return PodFollower(record_uid, body, services, report=lambda _: None)
 
 
 async def test_alone_a_deployment_on_its_way_to_running_is_polled_at_least_every_second() -> None:

@@ -381,14 +381,14 @@ class Serving:
 
     def namespace(self, spec: dict[str, Any]) -> AllocationNamespace:
         """The network namespace of the pod's allocation."""
-        ensemble = self.gateway._records[spec["metadata"]["uid"]].ensemble_id
+        ensemble = self.gateway.book.records[spec["metadata"]["uid"]].ensemble_id
         namespace = self.devnet.networks.namespace(f"{ensemble}_pod.main")
         assert namespace is not None
         return namespace
 
     def health(self, spec: dict[str, Any]) -> str:
         """The health of the pod's allocation, as the devnet's orchestrator has it."""
-        ensemble = self.gateway._records[spec["metadata"]["uid"]].ensemble_id
+        ensemble = self.gateway.book.records[spec["metadata"]["uid"]].ensemble_id
         deployments = self.devnet.nodes[0].deployments
         assert deployments is not None
         orchestrator = deployments.orchestrators.get(ensemble)
@@ -401,8 +401,7 @@ async def serving(tmp_path: Path, **devnet_options: Any) -> AsyncIterator[Servin
     devnet = Devnet(seed="endpoints", **devnet_options)
     await devnet.start()
     config = _gateway_config(devnet, tmp_path / "gw", seed=170)
-    gateway = await start_backend(config, metrics=Metrics(process=False))
-    gateway.parts.policy = FAST
+    gateway = await start_backend(config, metrics=Metrics(process=False), policy=FAST)
     plugin = TestClient(
         TestServer(PluginServer(gateway, config.server_options(), Metrics(process=False)).app()),
         headers={"Content-Type": "application/json"},
@@ -666,7 +665,7 @@ async def test_an_ended_deployment_publishes_no_endpoint(tmp_path: Path) -> None
         await create(gateway, pod(uid(6), command=["sleep", "60"], ports=ports))
         await until(lambda: bool(_view(gateway, "default", "p-0006")["endpoints"]), "endpoints")
         dms.live()[0].status = "Completed"
-        await until(lambda: gateway._records[uid(6)].phase == "terminal", "ended")
+        await until(lambda: gateway.book.records[uid(6)].phase == "terminal", "ended")
         view = _view(gateway, "default", "p-0006")
         assert view["endpoints"] == [] and view["node"] == "pod"  # where it ran: kept
     finally:

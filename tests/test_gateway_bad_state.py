@@ -35,7 +35,7 @@ async def test_a_corrupt_record_is_set_aside_and_the_other_pods_resume(
     with caplog.at_level(logging.ERROR, logger="dmsgw.interlink.state.pod_store"):
         again = await gateway_on(dms, state, owner=OWNER, clock=clock)
     try:
-        assert set(again._records) == {uid(1)}
+        assert set(again.book.records) == {uid(1)}
         logged = " ".join(r.getMessage() for r in caplog.records)
         assert f"pod {uid(2)}" in logged and "extra data" in logged
         assert f"pod {uid(3)}" in logged and "missing" in logged

@@ -61,8 +61,7 @@ async def plugin(
     config = load_config(
         env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
     )
-    backend = await start_backend(config, metrics=Metrics(process=False), clock=clock)
-    backend.parts.policy = FAST
+    backend = await start_backend(config, metrics=Metrics(process=False), clock=clock, policy=FAST)
     server = PluginServer(backend, config.server_options(), Metrics(process=False))
     client = TestClient(
         TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
@@ -160,7 +159,7 @@ async def test_an_init_container_runs_then_fails_with_its_own_code_and_the_rest_
     running = await _until(client, spec, _in("running", "init"))
     assert running["init"]["state"]["running"]["startedAt"] == _at(0)
     assert running["main"]["state"]["waiting"]["reason"] == "PodInitializing"
-    ensemble = gateway._records[uid].ensemble_id
+    ensemble = gateway.book.records[uid].ensemble_id
     clock.advance(5)
     ended = await _until(client, spec, _in("terminated", "init"))
     assert await _deployment_status(gateway, ensemble) not in ("Failed", "Completed")
@@ -168,7 +167,7 @@ async def test_an_init_container_runs_then_fails_with_its_own_code_and_the_rest_
     assert (init["exitCode"], init["startedAt"], init["finishedAt"]) == (2, _at(0), _at(5))
     main = ended["main"]["state"]["terminated"]  # every container terminated: the pod Failed
     assert main["exitCode"] != 0 and "init container 'init' failed" in main["message"], main
-    assert gateway._records[uid].phase == Phase.ENDING  # the ensemble is being shut down
+    assert gateway.book.records[uid].phase == Phase.ENDING  # the ensemble is being shut down
     await _until_true(lambda: _phase(gateway, uid), Phase.TERMINAL)
     assert await _deployment_status(gateway, ensemble) == "Failed"  # ended, not left running
     await gateway.close()
@@ -187,7 +186,7 @@ async def _deployment_status(gateway: Gateway, ensemble: str) -> str:
 
 
 async def _phase(gateway: Gateway, uid: str) -> str:
-    return gateway._records[uid].phase
+    return gateway.book.records[uid].phase
 
 
 async def _until_true(ask: Callable[[], Awaitable[str]], wanted: str) -> None:

@@ -110,7 +110,7 @@ async def test_a_delete_during_the_create_waits_for_it_and_shuts_the_pod_down(
     store.held.set()
     async with asyncio.timeout(WAIT_S):
         await asyncio.gather(creating, deleting)
-    await until(lambda: uid(1) not in gateway._records, "the pod is forgotten")
+    await until(lambda: uid(1) not in gateway.book.records, "the pod is forgotten")
     assert dms.live(uid(1)) == []
 
 
@@ -125,7 +125,7 @@ async def test_deletes_during_hundreds_of_creates_all_take_effect(
     store.held.set()
     async with asyncio.timeout(WAIT_S * 3):
         await asyncio.gather(*creates, *deletes)
-    await until(lambda: not gateway._records, "every pod is forgotten")
+    await until(lambda: not gateway.book.records, "every pod is forgotten")
     assert dms.live() == []
 
 
@@ -138,10 +138,10 @@ async def test_a_delete_whose_store_write_fails_is_not_acknowledged_and_a_retry_
     with pytest.raises(StoreError, match="disk is full"):
         await gateway.delete(_cluster_copy(2))
     assert len(dms.live(uid(2))) == 1, "nothing was saved, so nothing may change"
-    assert gateway._latest[uid(2)].phase == Phase.RUNNING
+    assert [r.phase for r, _ in gateway.pods() if r.uid == uid(2)] == [Phase.RUNNING]
     store.failing = False
     await gateway.delete(_cluster_copy(2))
-    await until(lambda: uid(2) not in gateway._records, "the retried delete completes")
+    await until(lambda: uid(2) not in gateway.book.records, "the retried delete completes")
     assert dms.live(uid(2)) == []
 
 
@@ -164,7 +164,7 @@ async def test_a_create_during_the_delete_of_its_uid_waits_and_makes_the_pod_afr
     await until(lambda: len(dms.live(uid(3))) == 1, "the pod made afresh runs")
     (new,) = dms.live(uid(3))
     assert new.id != old.id
-    assert gateway._records[uid(3)].phase != Phase.DELETING
+    assert gateway.book.records[uid(3)].phase != Phase.DELETING
 
 
 async def test_a_pod_made_again_after_its_delete_never_adopts_the_old_ensemble(
@@ -174,7 +174,7 @@ async def test_a_pod_made_again_after_its_delete_never_adopts_the_old_ensemble(
     await until(lambda: len(dms.live(uid(4))) == 1, "the pod runs")
     (old,) = dms.live(uid(4))
     await gateway.delete(_cluster_copy(4))
-    await until(lambda: uid(4) not in gateway._records, "the delete is done")
+    await until(lambda: uid(4) not in gateway.book.records, "the delete is done")
     clock.advance(60)
     await create(gateway, pod(uid(4)))
     await until(lambda: len(dms.live(uid(4))) == 1, "the new pod runs its own ensemble")

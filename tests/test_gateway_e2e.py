@@ -7,6 +7,7 @@ pod actor's next published change), never on a fixed sleep.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
 from dmsgw.behaviors.dms_version import UnsupportedDmsError
+from dmsgw.clock import Clock, system_clock
 from dmsgw.interlink import app
 from dmsgw.interlink.app import DmsConnection, start_backend
 from dmsgw.interlink.configuration.serve_config import load_config
@@ -44,12 +46,21 @@ def pod(
 
 @pytest.fixture
 async def plugin(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
+    async with open_plugin(tmp_path) as opened:
+        yield opened
+
+
+@contextlib.asynccontextmanager
+async def open_plugin(
+    tmp_path: Path, *, policy: PodPolicy = FAST, clock: Clock = system_clock
+) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
+    """The plugin API of a gateway on its embedded devnet, its pods following ``policy``
+    on ``clock``."""
     config = load_config(
         env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
     )
     metrics = Metrics()
-    backend = await start_backend(config, metrics=metrics)
-    backend.parts.policy = FAST
+    backend = await start_backend(config, metrics=metrics, policy=policy, clock=clock)
     server = PluginServer(backend, config.server_options(), metrics)
     # with the Content-Type interLink sends on every plugin request
     client = TestClient(
@@ -139,7 +150,7 @@ async def test_restart_policy_on_failure_redeploys_and_counts(plugin: Any) -> No
     spec = pod(uid, args="exit 1", policy="OnFailure")
     await client.post("/create", data=json.dumps({"pod": spec, "container": [{"name": "main"}]}))
     for _ in range(400):
-        record = backend._records[uid]
+        record = backend.book.records[uid]
         if record.attempt >= 3:
             break
         await asyncio.sleep(0.05)
@@ -217,7 +228,7 @@ async def test_pods_resume_after_a_restart_of_the_gateway(tmp_path: Path) -> Non
     await first.close()
     second = await start_backend(config, metrics=Metrics())
     try:
-        assert "55555555-2222-3333-4444-555555555555" in second.snapshots
+        assert "55555555-2222-3333-4444-555555555555" in second.book.snapshots
     finally:
         await second.close()
 

@@ -112,7 +112,7 @@ async def _delete(plugin: Any, spec: dict[str, Any]) -> None:
     client, backend = plugin
     assert (await client.post("/delete", data=json.dumps(spec))).status == 200
     for _ in range(400):
-        if spec["metadata"]["uid"] not in backend._records:
+        if spec["metadata"]["uid"] not in backend.book.records:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{spec['metadata']['uid']} was never deleted")
@@ -130,7 +130,7 @@ def _probe(kind: str, passes: bool) -> dict[str, Any]:
 def _failing(backend: Any, uid: str, name: str) -> bool:
     """Whether the wrapper reported a failure of a container's probe, as the gateway last
     read it."""
-    probes = backend._records[uid].runs.get(name, {}).get("probes") or {}
+    probes = backend.book.records[uid].runs.get(name, {}).get("probes") or {}
     return bool(probes.get("failing"))
 
 

@@ -208,9 +208,9 @@ async def test_logs_of_a_pod_not_deployed_yet_are_the_callers_mistake(
     that with a 400 ("waiting to start"); the gateway answered 500, its own failure. The pod's
     actor is held before it starts, so the pod waits to be deployed (the DMS would deploy it
     at once, before the logs were asked for when the loop ran the actor first)."""
-    monkeypatch.setattr("dmsgw.interlink.gateway.Turns", ClosedTurns)
+    gate = ClosedTurns()  # no pod actor starts until it opens
     dms = FakeDMS(tmp_path / "logs")
-    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock, turns=gate)
     try:
         spec = pod(uid(8), command=["sh", "-c", "sleep 60"])
         await create(gateway, spec)
@@ -219,8 +219,7 @@ async def test_logs_of_a_pod_not_deployed_yet_are_the_callers_mistake(
             _ = [chunk async for chunk in gateway.logs(request)]
         name = f"{spec['metadata']['namespace']}/{spec['metadata']['name']}"
         assert str(waiting.value) == f"pod {name} is waiting to start: not deployed yet"
-        assert not gateway._records[uid(8)].ensemble_id
+        assert not gateway.book.records[uid(8)].ensemble_id
     finally:
-        assert isinstance(gateway._turns, ClosedTurns)
-        gateway._turns.open.set()
+        gate.open.set()
         await gateway.close()

@@ -71,8 +71,8 @@ async def running(gateway: Gateway, dms: FakeDMS, *specs: dict[str, Any]) -> Non
         await until(
             lambda u=u: (
                 len(dms.live(u)) == 1
-                and gateway._records[u].phase == Phase.RUNNING
-                and gateway._records[u].ensemble_id == dms.live(u)[0].id
+                and gateway.book.records[u].phase == Phase.RUNNING
+                and gateway.book.records[u].ensemble_id == dms.live(u)[0].id
             ),
             f"{u} running",
         )
@@ -226,11 +226,11 @@ async def test_a_gateway_re_adopts_only_its_own_ensembles(
     gateways.append(stranger)
     (status,) = await poll(stranger, spec)
     assert status.containers[0].state.terminated.reason == "NotFound"
-    assert stranger._records == {}
+    assert stranger.book.records == {}
     same = await gateway_on(dms, tmp_path / "state-lost", owner=ONE, clock=clock)
     gateways.append(same)
     await poll(same, spec)
-    assert same._records[uid(1)].ensemble_id == dms.live(uid(1))[0].id
+    assert same.book.records[uid(1)].ensemble_id == dms.live(uid(1))[0].id
     assert len(dms.live(uid(1))) == 1
 
 
@@ -288,7 +288,7 @@ async def test_two_gateways_on_one_devnet_keep_each_others_pods(
         for gateway, spec in zip(backends, specs, strict=True):
             await until(
                 lambda g=gateway, u=spec["metadata"]["uid"]: (
-                    g.snapshots[u].containers[0].state.running is not None
+                    g.book.snapshots[u].containers[0].state.running is not None
                 ),
                 "the pod runs",
             )
@@ -352,7 +352,7 @@ async def test_a_delete_of_an_ended_pod_whose_actor_awaits_its_restart_is_carrie
     await create(gateway, spec)
     await until(lambda: len(dms.live(uid(1))) == 1, "deployed")
     dms.live(uid(1))[0].status = "Completed"
-    await until(lambda: gateway._records[uid(1)].phase == Phase.TERMINAL, "ended")
+    await until(lambda: gateway.book.records[uid(1)].phase == Phase.TERMINAL, "ended")
     actor = gateway.registry.get(f"pod/{uid(1)}")
     assert actor is not None
     actor.tell(_TaskCrashed(RuntimeError("a bug")))
@@ -360,7 +360,7 @@ async def test_a_delete_of_an_ended_pod_whose_actor_awaits_its_restart_is_carrie
     await gateway.delete(parse_create_body(json.dumps({"pod": spec}).encode())[0].pod)
     timers.advance(ROOT_BACKOFF.max_s * 2)
     await until(lambda: gateway.registry.get(f"pod/{uid(1)}") is None, "the pod forgotten")
-    assert uid(1) not in gateway._records and uid(1) not in gateway.snapshots
+    assert uid(1) not in gateway.book.records and uid(1) not in gateway.book.snapshots
     assert gateway.parts.store.load_all() == []
     assert timers.pending() == []  # no restart due any more
     assert "failed to start" not in caplog.text
@@ -391,5 +391,5 @@ async def test_two_polls_at_once_re_adopt_a_pod_once(
     gateways.append(same)
     both = await asyncio.gather(poll(same, spec), poll(same, spec))
     assert [s.uid for (s,) in both] == [uid(1), uid(1)]
-    assert list(same._records) == [uid(1)]
+    assert list(same.book.records) == [uid(1)]
     assert len(dms.live(uid(1))) == 1

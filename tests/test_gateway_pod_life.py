@@ -160,10 +160,10 @@ async def test_a_pod_whose_deployment_the_dms_lost_fails_saying_so(
     await create(gateway, spec)
     await until(lambda: len(dms.live(uid(1))) == 1, "deployed")
     (lost,) = dms.live(uid(1))
-    await until(lambda: gateway.snapshots[uid(1)].containers[0].state.running, "running")
+    await until(lambda: gateway.book.snapshots[uid(1)].containers[0].state.running, "running")
     dms.forget(lost.id)
-    await until(lambda: gateway.snapshots[uid(1)].containers[0].state.terminated, "ended")
-    record = gateway._records[uid(1)]
+    await until(lambda: gateway.book.snapshots[uid(1)].containers[0].state.terminated, "ended")
+    record = gateway.book.records[uid(1)]
     assert (record.phase, record.reason) == (Phase.TERMINAL, DEPLOYMENT_LOST)
     (status,) = await poll(gateway, spec)
     main = status.containers[0]
@@ -185,10 +185,10 @@ async def test_a_pod_whose_deployment_the_dms_lost_is_deployed_again_if_its_poli
     (lost,) = dms.live(uid(2))
     dms.forget(lost.id)
     await until(
-        lambda: [d.id for d in dms.live(uid(2))] == [gateway._records[uid(2)].ensemble_id],
+        lambda: [d.id for d in dms.live(uid(2))] == [gateway.book.records[uid(2)].ensemble_id],
         "deployed again",
     )
-    record = gateway._records[uid(2)]
+    record = gateway.book.records[uid(2)]
     assert (record.phase, record.restarts, record.attempt) == (Phase.RUNNING, 1, 2)
     assert record.previous_ensemble_id == lost.id
 
@@ -210,7 +210,7 @@ async def test_a_gateway_that_stopped_while_a_failed_pod_was_ending_shuts_its_en
     await store.close()
     again = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
     try:
-        await until(lambda: again._records[uid(3)].phase == Phase.TERMINAL, "terminal")
+        await until(lambda: again.book.records[uid(3)].phase == Phase.TERMINAL, "terminal")
         assert dms.live(uid(3)) == []
         assert dms.asked["deployment/shutdown"] == 1
     finally:
@@ -226,8 +226,8 @@ async def test_a_pod_whose_deployment_the_newest_dms_lost_fails_too(
     await create(gateway, pod(uid(5)))
     await until(lambda: len(dms.live(uid(5))) == 1, "deployed")
     dms.forget(dms.live(uid(5))[0].id)
-    await until(lambda: gateway._records[uid(5)].phase == Phase.TERMINAL, "ended")
-    assert gateway._records[uid(5)].reason == DEPLOYMENT_LOST
+    await until(lambda: gateway.book.records[uid(5)].phase == Phase.TERMINAL, "ended")
+    assert gateway.book.records[uid(5)].reason == DEPLOYMENT_LOST
 
 
 @pytest.fixture
@@ -247,8 +247,7 @@ async def test_a_pod_whose_devnet_deployment_vanished_fails_and_its_logs_are_404
     devnet = Devnet(seed="lost-deployment")
     await devnet.start()
     config = _gateway_config(devnet, tmp_path / "gw", seed=140)
-    gateway = await start_backend(config, metrics=Metrics(process=False))
-    gateway.parts.policy = FAST
+    gateway = await start_backend(config, metrics=Metrics(process=False), policy=FAST)
     server = PluginServer(gateway, config.server_options(), Metrics(process=False))
     client = TestClient(
         TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
@@ -258,11 +257,11 @@ async def test_a_pod_whose_devnet_deployment_vanished_fails_and_its_logs_are_404
         spec = pod(uid(3), command=["sh", "-c", "exec sleep 60"])
         body = json.dumps({"pod": spec, "container": [{"name": "main"}]})
         assert (await client.post("/create", data=body)).status == 200
-        await until(lambda: gateway.snapshots[uid(3)].containers[0].state.running, "running")
+        await until(lambda: gateway.book.snapshots[uid(3)].containers[0].state.running, "running")
         deployments = devnet.nodes[0].deployments
         assert deployments is not None
-        deployments.orchestrators.pop(gateway._records[uid(3)].ensemble_id).close()
-        await until(lambda: gateway.snapshots[uid(3)].containers[0].state.terminated, "ended")
+        deployments.orchestrators.pop(gateway.book.records[uid(3)].ensemble_id).close()
+        await until(lambda: gateway.book.snapshots[uid(3)].containers[0].state.terminated, "ended")
         (status,) = await (await client.get("/status", data=json.dumps([spec]))).json()
         assert (
             "no longer knows deployment"
@@ -306,7 +305,7 @@ async def test_only_the_pod_actor_changes_and_saves_its_record(
         await until(lambda: len(dms.live(uid(7))) == 1, "deployed")
         (lost,) = dms.live(uid(7))
         dms.forget(lost.id)
-        record = gateway._records[uid(7)]
+        record = gateway.book.records[uid(7)]
         await until(lambda: (record.attempt, record.phase) == (2, Phase.RUNNING), "redeployed")
     finally:
         await gateway.close()
@@ -347,7 +346,7 @@ async def test_a_gpu_pod_before_the_first_ping_waits_for_the_catalog(
         dms.reachable = False
         await create(gateway, pod(uid(4), **GPU_LIMITS))
         await until(lambda: dms.asked["peers/self"] >= 3, "the catalog asked for again")
-        record = gateway._records[uid(4)]
+        record = gateway.book.records[uid(4)]
         assert (record.phase, record.reason, dms.deployments) == (Phase.QUEUED, "", {})
         dms.reachable = True
         await until(lambda: len(dms.live(uid(4))) == 1, "deployed")
@@ -364,8 +363,8 @@ async def test_a_pod_that_needs_a_gpu_no_peer_has_still_fails_once_the_catalog_i
     try:
         rtx = {"resources": {"limits": {"nunet.gpu.nvidia.rtx.3090.24gb": "1"}}}
         await create(gateway, pod(uid(5), **rtx))
-        await until(lambda: gateway._records[uid(5)].phase == Phase.TERMINAL, "failed")
-        assert "no reachable DMS peer reports a GPU" in gateway._records[uid(5)].message
+        await until(lambda: gateway.book.records[uid(5)].phase == Phase.TERMINAL, "failed")
+        assert "no reachable DMS peer reports a GPU" in gateway.book.records[uid(5)].message
     finally:
         await gateway.close()
 

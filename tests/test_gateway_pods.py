@@ -229,12 +229,12 @@ async def test_delete_while_deploying_leaves_no_live_ensemble(plugin: Any) -> No
         await asyncio.sleep(delay_ms / 1000)
         assert (await client.post("/delete", data=json.dumps(spec))).status == 200
         for _ in range(400):  # the pod actor ends once its ensemble is stopped
-            if uid not in backend._records:
+            if uid not in backend.book.records:
                 break
             await asyncio.sleep(0.05)
         else:
             raise AssertionError(f"{uid} was never deleted")
-        assert uid not in backend.snapshots
+        assert uid not in backend.book.snapshots
         assert await _live_ensembles(plugin, {uid}) == []
     # A deployment request that the delete cut short would have been accepted by now.
     await asyncio.sleep(0.5)

@@ -21,6 +21,7 @@ from dmsgw.interlink.pods.pod_actor import PodActor
 from dmsgw.interlink.records.container_runs import Runs, latest_runs
 from dmsgw.interlink.records.pod_record import Phase, PodPolicy, PodRecord, snapshot_of
 from dmsgw.interlink.translate import allocation_key
+from tests.gateway_fakes import pod_services
 from tests.test_gateway_e2e import plugin
 from tests.test_gateway_pods import _container, _create, _pod
 
@@ -82,17 +83,7 @@ def _pod_actor(clock: _Clock) -> PodActor:
         raise AssertionError("not reached")
 
     record = PodRecord(uid="u", namespace="default", name="p", jid="j", request=b"{}")
-    return PodActor(
-        record,
-        invoke=unused,
-        store=unused,  # type: ignore[arg-type]
-        translate=unused,
-        snapshot=unused,
-        snapshots={},
-        on_deleted=unused,
-        policy=PodPolicy(),
-        clock=clock,
-    )
+    return PodActor(record, pod_services(unused, policy=PodPolicy(), clock=clock))
 
 
 def _restart_after(actor: PodActor, clock: _Clock, ran_s: float) -> float:

@@ -51,12 +51,12 @@ async def test_a_container_the_dms_left_down_is_restarted_by_deploying_the_pod_a
     gateway, dms = gateway_and_dms
     spec = pod(uid(1), policy=policy)
     await create(gateway, spec)
-    await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
+    await until(lambda: gateway.book.records[uid(1)].dms_status == "Running", "running")
     (first,) = dms.live(uid(1))
     first.allocations["main"] = left  # the DMS stays down, the ensemble runs
     await until(lambda: len(dms.deployments) == 2, "deployed again")
-    await until(lambda: gateway._records[uid(1)].phase == Phase.RUNNING, "running again")
-    record = gateway._records[uid(1)]
+    await until(lambda: gateway.book.records[uid(1)].phase == Phase.RUNNING, "running again")
+    record = gateway.book.records[uid(1)]
     assert (record.restarts, record.previous_ensemble_id) == (1, first.id)
     assert first.status != "Running"  # the ensemble left running without it was stopped
     (status,) = await poll(gateway, spec)
@@ -73,16 +73,16 @@ async def test_a_container_its_policy_does_not_run_again_is_left_down(
     await create(gateway, spec)
     await create(gateway, other)
     await until(
-        lambda: all(gateway._records[u].dms_status == "Running" for u in (uid(1), uid(2))),
+        lambda: all(gateway.book.records[u].dms_status == "Running" for u in (uid(1), uid(2))),
         "running",
     )
     (first,) = dms.live(uid(1))
     first.allocations["main"] = left
     dms.live(uid(2))[0].allocations["main"] = "failed"
-    await until(lambda: gateway._records[uid(2)].restarts == 1, "the other pod restarted")
-    await until(lambda: gateway._records[uid(2)].phase == Phase.RUNNING, "running again")
+    await until(lambda: gateway.book.records[uid(2)].restarts == 1, "the other pod restarted")
+    await until(lambda: gateway.book.records[uid(2)].phase == Phase.RUNNING, "running again")
     assert [d.id for d in dms.live(uid(1))] == [first.id]
-    assert gateway._records[uid(1)].restarts == 0
+    assert gateway.book.records[uid(1)].restarts == 0
 
 
 def _published(public: str) -> EnsembleManifest:
@@ -92,23 +92,33 @@ def _published(public: str) -> EnsembleManifest:
     return EnsembleManifest(allocations={"pod.main": allocation}, nodes={"pod": node})
 
 
+@pytest.fixture
+async def backing_off_and_dms(tmp_path: Path) -> AsyncIterator[tuple[Gateway, FakeDMS]]:
+    """A gateway whose back-off is long enough to be seen (the bounded wait polls every
+    10 ms)."""
+    dms = FakeDMS(tmp_path / "logs")
+    clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
+    policy = dataclasses.replace(FAST, restart_min_s=0.5)
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock, policy=policy)
+    yield gateway, dms
+    await gateway.close()
+
+
 async def test_after_a_restart_the_endpoint_shown_is_the_new_ones(
-    gateway_and_dms: tuple[Gateway, FakeDMS],
+    backing_off_and_dms: tuple[Gateway, FakeDMS],
 ) -> None:
-    gateway, dms = gateway_and_dms
+    gateway, dms = backing_off_and_dms
     spec = pod(uid(3), policy="Always", ports=[{"containerPort": 8080}])
-    # A back-off long enough to be seen (the bounded wait polls every 10 ms).
-    gateway.parts.policy = dataclasses.replace(FAST, restart_min_s=0.5)
     dms.manifest = _published("30001")
     await create(gateway, spec)
 
     def shown() -> list[Any]:
-        return [e["port"] for e in gateway._records[uid(3)].observed.get(ENDPOINTS_KEY) or ()]
+        return [e["port"] for e in gateway.book.records[uid(3)].observed.get(ENDPOINTS_KEY) or ()]
 
     await until(lambda: shown() == [30001], "the first endpoint shown")
     dms.manifest = _published("30002")  # the next deployment publishes another port
     dms.live(uid(3))[0].allocations["main"] = "failed"
-    await until(lambda: gateway._records[uid(3)].phase == Phase.BACKOFF, "backing off")
+    await until(lambda: gateway.book.records[uid(3)].phase == Phase.BACKOFF, "backing off")
     assert shown() == []  # the stopped ensemble's port is not shown while it backs off
     await until(lambda: shown() == [30002], "the new endpoint shown")
 
@@ -137,12 +147,12 @@ async def test_the_logs_of_a_run_outlive_the_deployment_the_dms_dropped(tmp_path
         await create(gateway, spec)
         ended = Runs(started=1, ended=1, exit_code=3, read_to=0)
         await until(
-            lambda: Runs.from_map(gateway._records[uid(4)].runs.get("main"))[1:4] == ended[1:4],
+            lambda: Runs.from_map(gateway.book.records[uid(4)].runs.get("main"))[1:4] == ended[1:4],
             "the run seen to end",
         )
         (deployment,) = dms.live(uid(4))
         dms.forget(deployment.id)
-        await until(lambda: gateway._records[uid(4)].phase == Phase.TERMINAL, "lost, failed")
+        await until(lambda: gateway.book.records[uid(4)].phase == Phase.TERMINAL, "lost, failed")
         request = parse_logs_body(_log_request(spec, "main").encode())
         logs = b"".join([chunk async for chunk in gateway.logs(request)])
         assert logs == b"the job's last words\noops\n"

@@ -20,11 +20,10 @@ from dmsgw.behaviors.status import AllocationInfo
 from dmsgw.interlink.pods.follow_state import MARKER_READ_EVERY
 from dmsgw.interlink.pods.pod_follower import PodFollower
 from dmsgw.interlink.records.container_runs import Runs
-from dmsgw.interlink.records.pod_record import PodPolicy
 from dmsgw.interlink.records.pod_status import container_statuses
 from dmsgw.interlink.translate.run_markers import markers
 from dmsgw.interlink.wire.bodies import RetrievedPodData
-from tests.gateway_fakes import plain_translation, pod, uid
+from tests.gateway_fakes import pod, pod_services, uid
 
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"
 
@@ -46,15 +45,8 @@ async def test_a_restart_in_place_between_two_polls_shows_within_a_few_polls(
 
     spec = pod(uid(5), policy="Always", command=["sh", "-c", "sleep 1; exit 1"])
     request = json.dumps({"pod": spec, "container": [{"name": "main"}]}).encode()
-    follower = PodFollower(
-        uid(5),
-        request,
-        invoke=invoke,
-        translate=plain_translation,
-        policy=PodPolicy(),
-        rng=random.Random(1),
-        report=lambda _: None,
-    )
+    services = pod_services(invoke, rng=random.Random(1))
+    follower = PodFollower(uid(5), request, services, report=lambda _: None)
     following = follower.following("ens-1", {})
     await follower.poll(following)
     assert following.runs["main"].started == 1

@@ -27,6 +27,7 @@ from dmsgw.behaviors.status import AllocationInfo, AllocationStatus
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.errors import DmsgwError
 from dmsgw.interlink.pods import follow_state as poll_rules
+from dmsgw.interlink.pods.heap import HeapFreezer
 from dmsgw.interlink.pods.pod_follower import PodFollower
 from dmsgw.interlink.pods.poll_pace import PollPace
 from dmsgw.interlink.records import pod_record
@@ -49,6 +50,7 @@ from tests.gateway_fakes import (
     gateway_on,
     plain_translation,
     pod,
+    pod_services,
     poll,
     uid,
     until,
@@ -65,19 +67,17 @@ async def test_a_pod_on_its_way_to_running_is_read_once_per_entry_it_shows(
     reads it once (a snapshot is most of a create's time), and every entry it publishes
     differs from the one before."""
     dms = FakeDMS(tmp_path / "logs")
-    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
     read: list[bytes] = []
-    snapshot = gateway.parts.snapshot
 
     def reading(record: PodRecord) -> PodStatus:
-        status = snapshot(record)
+        status = snapshot_of(record, now_ns=CLOCK())
         read.append(status.wire())
         return status
 
-    gateway.parts.snapshot = reading
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK, snapshot=reading)
     try:
         await create(gateway, pod(uid(1)))
-        await until(lambda: gateway._records[uid(1)].started_ns > 0, "running")
+        await until(lambda: gateway.book.records[uid(1)].started_ns > 0, "running")
     finally:
         await gateway.close()
     assert len(read) == 2  # waiting, then running
@@ -89,8 +89,8 @@ async def test_a_created_pod_has_its_entry_before_its_actor_starts(tmp_path: Pat
     """Creates are answered before their actors start (pod actors take turns of the loop):
     interLink may poll a pod at once, and must find it waiting, not unknown."""
     dms = FakeDMS(tmp_path / "logs")
-    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
-    gate = gateway._turns = ClosedTurns()
+    gate = ClosedTurns()
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK, turns=gate)
     try:
         await create(gateway, pod(uid(1)))
         [status] = await poll(gateway, pod(uid(1)))
@@ -98,7 +98,7 @@ async def test_a_created_pod_has_its_entry_before_its_actor_starts(tmp_path: Pat
         assert dms.asked == {}  # known: no re-adoption asked the DMS
         with contextlib.closing(sqlite3.connect(tmp_path / "state")) as db:
             [(blob,)] = db.execute("SELECT record FROM pods").fetchall()
-        assert unpack(blob)[pod_record.SHOWN_KEY][0] == shown_by(gateway._records[uid(1)])
+        assert unpack(blob)[pod_record.SHOWN_KEY][0] == shown_by(gateway.book.records[uid(1)])
     finally:
         gate.open.set()
         await gateway.close()
@@ -206,8 +206,8 @@ async def _stored_pods(tmp_path: Path, dms: FakeDMS) -> None:
         await create(gateway, pod(uid(2)))
         await until(lambda: len(dms.live()) == 2, "deployed")
         dms.live(uid(2))[0].status = "Completed"
-        await until(lambda: gateway._records[uid(2)].phase == Phase.TERMINAL, "ended")
-        await until(lambda: gateway._records[uid(1)].started_ns > 0, "running")
+        await until(lambda: gateway.book.records[uid(2)].phase == Phase.TERMINAL, "ended")
+        await until(lambda: gateway.book.records[uid(1)].started_ns > 0, "running")
     finally:
         await gateway.close()
 
@@ -226,9 +226,9 @@ async def _resumed(
     monkeypatch.setattr("tests.gateway_fakes.snapshot_of", making)
     gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
     try:
-        await until(lambda: len(gateway.snapshots) == 2, "both answering")
-        answers = {u: gateway.snapshots[u].wire() for u in (uid(1), uid(2))}
-        again = {u: snapshot_of(gateway._records[u], now_ns=CLOCK()).wire() for u in answers}
+        await until(lambda: len(gateway.book.snapshots) == 2, "both answering")
+        answers = {u: gateway.book.snapshots[u].wire() for u in (uid(1), uid(2))}
+        again = {u: snapshot_of(gateway.book.records[u], now_ns=CLOCK()).wire() for u in answers}
     finally:
         await gateway.close()
     assert answers == again  # what this gateway would make of the records
@@ -296,21 +296,31 @@ async def test_a_resumed_pod_answers_before_its_actor_starts(
     await _stored_pods(tmp_path, dms)
     if stored_entry == "garbled":
         _rewrite_stored(tmp_path / "state", "garbled")
-    monkeypatch.setattr("dmsgw.interlink.gateway.Turns", ClosedTurns)
+    gate = ClosedTurns()  # no pod actor starts until it opens
     asked = dict(dms.asked)
-    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK, turns=gate)
     try:
         [running, ended] = await poll(gateway, pod(uid(1)), pod(uid(2)))
         assert running.containers[0].state.running is not None
         assert ended.containers[0].state.terminated is not None
         assert dms.asked == asked  # nothing asked of the DMS: no actor started, no re-adoption
     finally:
-        assert isinstance(gateway._turns, ClosedTurns)
-        gateway._turns.open.set()
+        gate.open.set()
         await gateway.close()
 
 
 # --- a resumed pod's first poll ---------------------------------------------------------------
+
+
+class _PollCounter(HeapFreezer):
+    """The heap's keeper that tells ``on_poll`` of each status poll (and never freezes)."""
+
+    def __init__(self, on_poll: Callable[[], None]) -> None:
+        super().__init__(every=0)
+        self._on_poll = on_poll
+
+    def polled(self) -> None:
+        self._on_poll()
 
 
 def _follower(
@@ -322,17 +332,14 @@ def _follower(
     pace: PollPace | None = None,
 ) -> PodFollower:
     """The follower of ``RECORD``'s pod over ``invoke``, reporting to nobody."""
-    return PodFollower(
-        RECORD.uid,
-        RECORD.request,
-        invoke=invoke,
-        translate=plain_translation,
+    services = pod_services(
+        invoke,
         policy=policy or PodPolicy(),
         rng=rng or random.Random(),
-        report=lambda _: None,
-        on_poll=on_poll,
+        heap=_PollCounter(on_poll),
         pace=pace,
     )
+    return PodFollower(RECORD.uid, RECORD.request, services, report=lambda _: None)
 
 
 class _StoppedError(Exception):
@@ -408,16 +415,8 @@ async def test_a_translation_and_a_poll_s_reading_of_its_reply_wait_for_a_turn_w
 
     gate = ClosedTurns()
     reported: list[object] = []
-    follower = PodFollower(
-        RECORD.uid,
-        RECORD.request,
-        invoke=invoke,
-        translate=translate,
-        policy=PodPolicy(),
-        rng=random.Random(),
-        report=reported.append,
-        turns=gate,
-    )
+    services = pod_services(invoke, translate=translate, turns=gate)
+    follower = PodFollower(RECORD.uid, RECORD.request, services, report=reported.append)
     deploying = asyncio.ensure_future(follower.deploy(1))
     polling = asyncio.ensure_future(follower.poll(follower.following("ens-1", {})))
     for _ in range(5):

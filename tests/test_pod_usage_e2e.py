@@ -70,8 +70,7 @@ async def _serve(
     gateways: list[Gateway] = []
 
     async def factory(metrics: Metrics) -> Gateway:
-        gateway = await start_backend(config, metrics=metrics)
-        gateway.parts.policy = FAST
+        gateway = await start_backend(config, metrics=metrics, policy=FAST)
         assert gateway.pod_report is not None
         gateway.pod_report.usage = UsageBook(wrap(gateway.parts.invoke), min_interval_s=0.0)
         gateways.append(gateway)

@@ -21,17 +21,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS
+from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import ENDED_PHASES, Phase, PodPolicy
 from dmsgw.interlink.records.snapshots import containers_phase
 from dmsgw.interlink.reports.pod_view import pod_phase
-from tests.test_gateway_e2e import plugin
+from tests.test_gateway_e2e import open_plugin
 from tests.test_gateway_pods import _create, _log_request, _pod
-
-__all__ = ["plugin"]
 
 POLICY = PodPolicy(
     poll_min_s=0.05,
@@ -130,10 +130,13 @@ class Watched:
         return str(self.spec["metadata"]["uid"])
 
 
-async def test_every_restart_policy_against_every_way_to_fail(plugin: Any) -> None:
-    client, backend = plugin
+async def test_every_restart_policy_against_every_way_to_fail(tmp_path: Path) -> None:
     clock = FixedClock(1_800_000_000 * NS_PER_SECOND)
-    backend.parts.policy, backend.parts.clock = POLICY, clock
+    async with open_plugin(tmp_path, policy=POLICY, clock=clock) as (client, backend):
+        await _play_the_matrix(client, backend, clock)
+
+
+async def _play_the_matrix(client: Any, backend: Gateway, clock: FixedClock) -> None:
     pods = [
         Watched(policy, kind, kind.spec(policy))
         for policy in ("Never", "OnFailure", "Always")
@@ -164,7 +167,7 @@ def _late(backend: Any, pods: list[Watched]) -> list[Any]:
     late = []
     for w in pods:
         if not w.done:
-            r = backend._records[w.uid]
+            r = backend.book.records[w.uid]
             last = w.seen[-1] if w.seen else None
             late.append((w.policy, w.kind.script, r.phase, r.restarts, r.backoff, w.reset_at, last))
     return late
@@ -178,7 +181,7 @@ def _observe(
     deployment that ran past the reset by the clock started the back-off again."""
     c = _container(status, w.kind)
     w.seen.append(c)
-    record = backend._records[w.uid]
+    record = backend.book.records[w.uid]
     if w.policy == "Never":
         w.done = record.phase in ENDED_PHASES  # ending: its snapshot is final already
         return
@@ -225,8 +228,8 @@ async def _check_restarting(client: Any, backend: Any, w: Watched) -> None:
         last = s["lastState"]["terminated"]
         assert (last["exitCode"], last["reason"]) == (w.kind.code, w.kind.reason), (w.kind, s)
     # The phase the kubelet gives: a crash loop runs; a pod whose init container loops waits.
-    snapshot = backend.snapshots.get(w.uid)
-    phase = pod_phase(backend._records[w.uid], containers_phase(snapshot))
+    snapshot = backend.book.snapshots.get(w.uid)
+    phase = pod_phase(backend.book.records[w.uid], containers_phase(snapshot))
     assert phase == ("Pending" if w.kind.init else "Running"), (w.policy, w.kind, phase)
     code, text = await _logs(client, w.spec, w.kind, Previous=True)
     assert code == 200 and _one_run(w.kind, text), (w.policy, w.kind, code, text)

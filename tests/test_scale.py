@@ -31,11 +31,17 @@ from dmsgw.interlink.gateway import Gateway, job_id
 from dmsgw.interlink.pods import heap
 from dmsgw.interlink.pods.heap import HeapFreezer
 from dmsgw.interlink.records import pod_record
-from dmsgw.interlink.records.pod_record import Phase, PodRecord, parsed_request
+from dmsgw.interlink.records.pod_record import (
+    Phase,
+    PodRecord,
+    Snapshot,
+    parsed_request,
+    snapshot_of,
+)
 from dmsgw.interlink.server import front_door, host_is_local
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.wire import k8s
-from dmsgw.interlink.wire.bodies import RetrievedPodData
+from dmsgw.interlink.wire.bodies import PodStatus, RetrievedPodData
 from dmsgw.interlink.wire.parsing import (
     MEMO_BYTES,
     MEMO_ENTRIES,
@@ -181,7 +187,7 @@ async def test_pods_created_at_once_start_in_one_supervisor_message(
         await asyncio.gather(*(create(gateway, pod(uid(n))) for n in range(5)))
         running = [uid(n) for n in range(5)]
         await until(
-            lambda: all(gateway._records[u].dms_status == "Running" for u in running), "running"
+            lambda: all(gateway.book.records[u].dms_status == "Running" for u in running), "running"
         )
     finally:
         await gateway.close()
@@ -197,7 +203,7 @@ async def _stored_running_pods(
     gateway = await gateway_on(dms, state, owner="did:key:gw", clock=clock)
     try:
         await asyncio.gather(*(create(gateway, pod(u)) for u in pods))
-        await until(lambda: all(gateway._records[u].started_ns for u in pods), "running")
+        await until(lambda: all(gateway.book.records[u].started_ns for u in pods), "running")
     finally:
         await gateway.close()
     return pods
@@ -225,7 +231,7 @@ async def test_closing_stops_every_pod_at_once_and_they_resume(
     again = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
     try:
         await until(lambda: all(again.registry.get(f"pod/{u}") for u in pods), "resumed")
-        assert sorted(again._records) == sorted(pods)
+        assert sorted(again.book.records) == sorted(pods)
         assert len(dms.live()) == len(pods)  # none deployed again, none shut down
     finally:
         await again.close()
@@ -252,7 +258,7 @@ async def test_a_resumed_pod_saves_only_what_changed(tmp_path: Path, clock: Fixe
     gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
     try:
         await create(gateway, pod(uid(1)))
-        await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
+        await until(lambda: gateway.book.records[uid(1)].dms_status == "Running", "running")
     finally:
         await gateway.close()
     store = _CountingStore(tmp_path / "state")
@@ -263,7 +269,7 @@ async def test_a_resumed_pod_saves_only_what_changed(tmp_path: Path, clock: Fixe
     try:
         await until(lambda: dms.asked["deployment/status"] > asked, "a status asked after restart")
         dms.live()[0].status = "Completed"
-        await until(lambda: gateway._records[uid(1)].phase == Phase.TERMINAL, "completed")
+        await until(lambda: gateway.book.records[uid(1)].phase == Phase.TERMINAL, "completed")
     finally:
         await gateway.close()
     assert store.phases == [Phase.TERMINAL]
@@ -307,7 +313,7 @@ async def _written_until_running(tmp_path: Path, clock: FixedClock, *, create_it
     try:
         if create_it:
             await create(gateway, pod(uid(1)))
-        await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
+        await until(lambda: gateway.book.records[uid(1)].dms_status == "Running", "running")
     finally:
         await gateway.close()
     assert store.phases == [Phase.QUEUED, Phase.DEPLOYING, Phase.RUNNING, Phase.RUNNING]
@@ -434,19 +440,25 @@ def _cyclic_garbage_of_ours() -> list[str]:
     return sorted({m for m in modules if isinstance(m, str) and m.startswith("dmsgw.")})
 
 
-async def _create_and_delete_two_pods(gateway: Gateway) -> list[weakref.ref[Any]]:
-    """Pod 1 deleted while its ensemble is followed, pod 2 while it deploys; returns weak
-    references to their actors and tasks (and pod 1's follower task), taken before the
-    deletes, once both actors have ended and the supervisor has let go of them."""
+def _watching(clock: FixedClock) -> tuple[asyncio.Event, Snapshot]:
+    """A gateway's snapshot that sets the event once pod 1's ensemble is seen running."""
     following = asyncio.Event()
-    snapshot = gateway.parts.snapshot
 
-    def published(record: PodRecord) -> Any:
+    def published(record: PodRecord) -> PodStatus:
         if record.uid == uid(1) and record.dms_status == "Running":
             following.set()
-        return snapshot(record)
+        return snapshot_of(record, now_ns=clock())
 
-    gateway.parts.snapshot = published
+    return following, published
+
+
+async def _create_and_delete_two_pods(
+    gateway: Gateway, following: asyncio.Event
+) -> list[weakref.ref[Any]]:
+    """Pod 1 deleted while its ensemble is followed (``following`` is set), pod 2 while it
+    deploys; returns weak references to their actors and tasks (and pod 1's follower task),
+    taken before the deletes, once both actors have ended and the supervisor has let go of
+    them."""
     specs = [pod(uid(n)) for n in (1, 2)]
     await create(gateway, specs[0])
     await asyncio.wait_for(following.wait(), WAIT_S)
@@ -474,9 +486,12 @@ async def test_a_deleted_pod_leaves_no_reference_cycle(
     that a frozen heap never needs a pass to let go of it. Nothing the creates, the
     translations and the deletes made is left in a cycle either."""
     dms = FakeDMS(tmp_path / "logs")
-    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
+    following, snapshot = _watching(clock)
+    gateway = await gateway_on(
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, snapshot=snapshot
+    )
     try:
-        alive = await _create_and_delete_two_pods(gateway)
+        alive = await _create_and_delete_two_pods(gateway, following)
         assert [o() for o in alive] == [None] * len(alive)
         assert _cyclic_garbage_of_ours() == []
     finally:
@@ -492,11 +507,17 @@ async def test_deleted_pods_leave_the_frozen_heap_without_a_thaw(
     unfreeze = gc.unfreeze
     monkeypatch.setattr(gc, "unfreeze", lambda: thaws.append(()) or unfreeze())
     dms = FakeDMS(tmp_path / "logs")
+    following, snapshot = _watching(clock)
     gateway = await gateway_on(
-        dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2
+        dms,
+        tmp_path / "state",
+        owner="did:key:gw",
+        clock=clock,
+        freeze_every=2,
+        snapshot=snapshot,
     )
     try:
-        alive = await _create_and_delete_two_pods(gateway)
+        alive = await _create_and_delete_two_pods(gateway, following)
         assert gc.get_freeze_count() > 0
         assert [o() for o in alive] == [None] * len(alive)
         assert thaws == []
@@ -544,15 +565,14 @@ async def test_a_restarts_pods_count_as_taken_on_once_their_actors_start(
         settle(self, collect=collect)
 
     monkeypatch.setattr(HeapFreezer, "settle", counted)
-    monkeypatch.setattr("dmsgw.interlink.gateway.Turns", ClosedTurns)
+    gate = ClosedTurns()  # no pod actor starts until it opens
     again = await gateway_on(
-        dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2
+        dms, tmp_path / "state", owner="did:key:gw", clock=clock, freeze_every=2, turns=gate
     )
     try:
         # What came before the resume, then the resume's freeze; no actor has started yet.
         assert settles == [True, False]
-        assert isinstance(again._turns, ClosedTurns)
-        again._turns.open.set()
+        gate.open.set()
         await until(lambda: len(settles) == 4, "the started actors settled")
         assert settles == [True, False, True, True]  # then one per two starts
     finally:
@@ -704,7 +724,7 @@ async def test_a_create_parses_its_body_once(
     gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
     try:
         await create(gateway, pod(uid(1)))
-        await until(lambda: gateway._records[uid(1)].started_ns > 0, "running")
+        await until(lambda: gateway.book.records[uid(1)].started_ns > 0, "running")
     finally:
         await gateway.close()
     assert parses == []
@@ -759,7 +779,7 @@ async def test_a_restart_freezes_its_resumed_pods_without_a_pass(
     gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
     try:
         await create(gateway, pod(uid(1)))
-        await until(lambda: gateway._records[uid(1)].dms_status == "Running", "running")
+        await until(lambda: gateway.book.records[uid(1)].dms_status == "Running", "running")
     finally:
         await gateway.close()
     passes: list[object] = []

@@ -158,8 +158,7 @@ async def served(
         }
     )
     metrics = Metrics()
-    backend = await start_backend(config, metrics=metrics)
-    backend.parts.policy = FAST
+    backend = await start_backend(config, metrics=metrics, policy=FAST)
     server = PluginServer(backend, config.server_options(), metrics)
     client = TestClient(
         TestServer(server.app(), host="127.0.0.1"),

@@ -78,7 +78,8 @@ async def _running(gateway: Gateway, *numbers: int) -> None:
         await create(gateway, pod(uid(n)))
     await until(
         lambda: all(
-            uid(n) in gateway.snapshots and gateway.snapshots[uid(n)].containers[0].state.running
+            uid(n) in gateway.book.snapshots
+            and gateway.book.snapshots[uid(n)].containers[0].state.running
             for n in numbers
         ),
         "running",
@@ -105,7 +106,7 @@ async def test_a_known_pods_poll_is_answered_from_its_kept_entry(
     assert long_way == [2]
     assert again == [first] * 3
     assert [s["UID"] for s in json.loads(first)] == [uid(1), uid(2)]
-    assert gateway._polls.last_named_ns(uid(1)) == clock()
+    assert gateway.book.polls.last_named_ns(uid(1)) == clock()
 
 
 async def test_a_body_naming_a_pod_without_an_entry_goes_the_long_way(plugin: Plugin) -> None:
@@ -118,7 +119,7 @@ async def test_a_body_naming_a_pod_without_an_entry_goes_the_long_way(plugin: Pl
     await _poll(client, 1)
     await _poll(client, 1)
     await gateway.delete(k8s.Pod.model_validate(pod(uid(1))))
-    await until(lambda: uid(1) not in gateway.snapshots, "deleted")
+    await until(lambda: uid(1) not in gateway.book.snapshots, "deleted")
     (gone,) = json.loads(await _poll(client, 1))
     assert long_way == [2, 2, 1, 1]
     assert gone["containers"][0]["state"]["terminated"]["reason"]
@@ -150,7 +151,7 @@ async def test_a_pod_keeps_its_entry_as_json_not_as_a_model(
         before = _models()
         await _running(gateway, *range(1, 21))
         await until(
-            lambda: all(gateway._records[uid(n)].phase == Phase.RUNNING for n in range(1, 21)),
+            lambda: all(gateway.book.records[uid(n)].phase == Phase.RUNNING for n in range(1, 21)),
             "followed",
         )
         gc.collect()

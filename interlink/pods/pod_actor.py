@@ -19,14 +19,12 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from ...actors.aio import AsyncActor
-from ...behaviors.node import Invoke
 from ...behaviors.status import AllocationStatus, DeploymentStatus
-from ...clock import NS_PER_SECOND, Clock, system_clock
+from ...clock import NS_PER_SECOND
 from ..capacity.admission import (
     WAITING,
     WAITING_FOR_CAPACITY,
@@ -34,20 +32,15 @@ from ..capacity.admission import (
     order_of,
     refused_for_capacity,
 )
-from ..capacity.admission_queue import AdmissionQueue
-from ..logs.kept_logs import KeptLogs
 from ..records.container_runs import Runs, latest_runs
 from ..records.endpoints import ENDPOINTS_KEY, PLACEMENT_KEY, describe
 from ..records.pod_record import (
-    DEFAULT_POLICY,
     DEPLOYMENT_LOST,
     INIT_CONTAINER_FAILED,
     TERMINAL_DMS,
     Kept,
     Phase,
-    PodPolicy,
     PodRecord,
-    Snapshot,
     entry_of,
     kept_reply,
     live_allocations,
@@ -57,10 +50,7 @@ from ..records.pod_record import (
     stored,
 )
 from ..records.pod_status import allocation_of
-from ..records.snapshots import Snapshots
-from ..state.pod_store import PodStore
 from ..wire.bodies import PodStatus
-from .deployment_board import DeploymentBoard
 from .follow_reports import (
     Admitted,
     BackedOff,
@@ -72,10 +62,8 @@ from .follow_reports import (
     Queued,
     ShutDown,
 )
-from .heap import NO_FREEZER, HeapFreezer
 from .pod_follower import PodFollower
-from .pod_translation import Translate
-from .poll_pace import PollPace
+from .pod_services import PodServices
 
 log = logging.getLogger(__name__)
 
@@ -98,43 +86,11 @@ class PodActor(AsyncActor):
     mailbox_size = 100
 
     def __init__(
-        self,
-        record: PodRecord,
-        *,
-        invoke: Invoke,
-        store: PodStore,
-        translate: Translate,
-        snapshot: Snapshot,
-        snapshots: Snapshots,
-        on_deleted: Callable[[str], None],
-        kept: Kept | None = None,
-        policy: PodPolicy = DEFAULT_POLICY,
-        clock: Clock = system_clock,
-        rng: random.Random | None = None,
-        heap: HeapFreezer = NO_FREEZER,
-        pace: PollPace | None = None,
-        admission: AdmissionQueue | None = None,
-        board: DeploymentBoard | None = None,
-        kept_logs: KeptLogs | None = None,
-        **kwargs: Any,
+        self, record: PodRecord, services: PodServices, *, kept: Kept | None = None, **kwargs: Any
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(turns=services.turns, **kwargs)
         self.record = record
-        self._admission = admission  # None: a pod alone, which deploys at once
-        self._kept_logs = kept_logs  # the runs' logs its follower keeps (decision 69)
-        self._store = store
-        self._snapshot = snapshot
-        self._snapshots = snapshots
-        self._on_deleted = on_deleted
-        self._policy = policy
-        self._clock = clock
-        self._invoke = invoke
-        self._translate = translate
-        self._rng = rng or random.Random()
-        self._heap = heap
-        """Told when the actor has started, and (by its follower) of each status poll."""
-        self._pace = pace  # how often all followed pods poll together (the follower's)
-        self._board = board  # where its follow parks once settled (the follower's)
+        self._services = services
         self._follower: PodFollower  # made on start (see _new_follower)
         self._task: asyncio.Future[None] | None = None
         """The follower's work under way: a task, or the steps of a follow (decision 58)."""
@@ -167,7 +123,7 @@ class PodActor(AsyncActor):
             self._run(self._follower.shut_down(record.ensemble_id, record.attempt))
         elif record.phase == Phase.ENDING:
             self._run(self._follower.end(record.ensemble_id, dict(record.runs)))
-        self._heap.took()  # what the start made (its follower, its task) is settled in time
+        self._services.heap.took()  # what the start made (its follower, its task) settles in time
 
     async def on_stop(self) -> None:
         await self._cancel()
@@ -175,8 +131,8 @@ class PodActor(AsyncActor):
 
     def _release(self) -> None:
         """The pod holds no DMS capacity any more: the admission queue may give it out."""
-        if self._admission is not None:
-            self._admission.release(self.record.uid)
+        if self._services.admission is not None:
+            self._services.admission.release(self.record.uid)
 
     @functools.cached_property
     def _order(self) -> Order:
@@ -197,19 +153,9 @@ class PodActor(AsyncActor):
         return PodFollower(
             record.uid,
             record.request,
-            invoke=self._invoke,
-            translate=self._translate,
-            policy=self._policy,
-            rng=self._rng,
+            self._services,
             report=self.actor_ref.tell,
-            clock=self._clock,
-            on_poll=self._heap.polled,
-            pace=self._pace,
-            turns=self._turns,
-            admission=self._admission,
-            board=self._board,
             incarnation=str(record.created_ns or ""),
-            kept=self._kept_logs,
         )
 
     def _task_done(self, task: asyncio.Future[None]) -> None:
@@ -232,11 +178,11 @@ class PodActor(AsyncActor):
         publish that snapshot: the actor handles one message at a time, so the record is
         still the one stored."""
         kept = self._read()
-        await self._store.put(self.record.uid, stored(self.record, kept))
-        self._snapshots.publish(self.record.uid, kept[1])
+        await self._services.store.put(self.record.uid, stored(self.record, kept))
+        self._services.book.publish(self.record, kept[1])
 
     def _publish(self) -> None:
-        self._snapshots.publish(self.record.uid, self._read()[1])
+        self._services.book.publish(self.record, self._read()[1])
 
     def _status(self) -> PodStatus:
         """The pod's ``/status`` entry as a model, for the decisions that read it (read back
@@ -249,7 +195,7 @@ class PodActor(AsyncActor):
         ``/status`` shows."""
         digest = shown_by(self.record)
         if self._shown is None or self._shown[0] != digest:
-            self._shown = entry_of(self.record, self._snapshot, digest)
+            self._shown = entry_of(self.record, self._services.status_of, digest)
         return self._shown
 
     # --- what the gateway asks ----------------------------------------------------------
@@ -337,15 +283,15 @@ class PodActor(AsyncActor):
         self.record.phase = Phase.TERMINAL
         self.record.reason = "ProviderFailed"
         self.record.message = message.message
-        self.record.finished_ns = self._clock()
+        self.record.finished_ns = self._services.clock()
         await self._save()
 
     async def _on_observed(self, message: Observed) -> None:
         if self.record.phase != Phase.RUNNING:
             return
         record = self.record
-        if message.status == DeploymentStatus.RUNNING and self._admission is not None:
-            self._admission.settled(record.uid)
+        if message.status == DeploymentStatus.RUNNING and self._services.admission is not None:
+            self._services.admission.settled(record.uid)
         elif message.status in TERMINAL_DMS:
             self._release()
             error, manifest = message.reply.error, message.manifest
@@ -375,9 +321,9 @@ class PodActor(AsyncActor):
         record.observed = observed
         record.runs = {name: runs.to_map() for name, runs in message.runs.items()}
         if message.status == DeploymentStatus.RUNNING and not record.started_ns:
-            record.started_ns = self._clock()
+            record.started_ns = self._services.clock()
         if message.status == DeploymentStatus.RUNNING and not record.running_ns:
-            record.running_ns = self._clock()
+            record.running_ns = self._services.clock()
         running = message.status == DeploymentStatus.RUNNING
         if (running and self._left_down()) or (
             message.status not in TERMINAL_DMS and self._init_failed_to_retry()
@@ -400,7 +346,7 @@ class PodActor(AsyncActor):
             await self._end(failed)
             return
         if message.status in TERMINAL_DMS:
-            record.finished_ns = self._clock()
+            record.finished_ns = self._services.clock()
             record.observed.pop(ENDPOINTS_KEY, None)  # an ended ensemble publishes no port
             if self._restarts(message.status):
                 record.phase = Phase.BACKOFF
@@ -421,7 +367,7 @@ class PodActor(AsyncActor):
         if record.phase != Phase.RUNNING or message.ensemble_id != record.ensemble_id:
             return
         self._release()
-        record.finished_ns = self._clock()
+        record.finished_ns = self._services.clock()
         record.dms_status = DeploymentStatus.FAILED.go_name
         lost = f"the DMS no longer knows deployment {message.ensemble_id} ({message.error})"
         if self._restart_policy in ("Always", "OnFailure"):
@@ -453,7 +399,7 @@ class PodActor(AsyncActor):
         )
         record.phase = Phase.ENDING
         record.reason = INIT_CONTAINER_FAILED
-        record.finished_ns = self._clock()
+        record.finished_ns = self._services.clock()
         await self._save()
         self._run(self._follower.end(record.ensemble_id, dict(record.runs)))
 
@@ -499,11 +445,11 @@ class PodActor(AsyncActor):
         self._run(self._follower.queue(record.attempt, self._order))
 
     async def _on_shut_down(self) -> None:
-        await self._store.delete(self.record.uid)
-        if self._kept_logs is not None:  # the kubelet keeps them until the pod is deleted
-            await self._kept_logs.forget(self.record.uid)
-        self._snapshots.forget(self.record.uid)
-        self._on_deleted(self.record.uid)
+        await self._services.store.delete(self.record.uid)
+        kept_logs = self._services.kept_logs
+        if kept_logs is not None:  # the kubelet keeps them until the pod is deleted
+            await kept_logs.forget(self.record.uid)
+        self._services.book.forget(self.record.uid)
         self.actor_ref.stop()
 
     def _restarts(self, status: DeploymentStatus) -> bool:
@@ -527,7 +473,7 @@ class PodActor(AsyncActor):
         return next(
             (
                 c.name
-                for c in self._snapshot(self.record).init_containers
+                for c in self._services.status_of(self.record).init_containers
                 if c.state.terminated is not None and c.state.terminated.exit_code != 0
             ),
             "",
@@ -583,8 +529,8 @@ class PodActor(AsyncActor):
         """Count a restart and return its delay, as the kubelet's back-off: ``restart_min_s``
         doubled for each restart in a row, at most ``restart_max_s``; a deployment that ran
         ``restart_reset_s`` starts the count again."""
-        p, record = self._policy, self.record
-        ran_ns = self._clock() - record.running_ns if record.running_ns else 0
+        p, record = self._services.policy, self.record
+        ran_ns = self._services.clock() - record.running_ns if record.running_ns else 0
         record.backoff = 1 if ran_ns >= p.restart_reset_s * NS_PER_SECOND else record.backoff + 1
         record.restarts += 1
         record.running_ns = 0

@@ -12,12 +12,10 @@ import asyncio
 import functools
 import logging
 import math
-import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...actors.steps import Steps
-from ...actors.turns import Turns
 from ...behaviors.catalog import (
     DEPLOYMENT_LIST,
     DEPLOYMENT_MANIFEST,
@@ -34,25 +32,21 @@ from ...behaviors.deployment import (
     NewDeploymentResponse,
 )
 from ...behaviors.ensemble import EnsembleConfig
-from ...behaviors.node import DMSBehaviorError, Invoke
+from ...behaviors.node import DMSBehaviorError
 from ...behaviors.status import DeploymentStatus
-from ...clock import Clock, system_clock
 from ...errors import DmsgwError
 from ...transport.rest import DMSError, DMSErrorKind, TransportError
 from ..capacity.admission import Order, Wait, demand_of
-from ..capacity.admission_queue import AdmissionQueue
-from ..logs.kept_logs import KeptLogs
 from ..records.endpoints import placement_of, where_it_runs
 from ..records.pod_record import (
     ATTEMPT_KEY,
     INCARNATION_KEY,
     POD_UID_KEY,
     TERMINAL_DMS,
-    PodPolicy,
     parsed_request,
 )
 from ..state.recovery import labelled
-from .deployment_board import DeploymentBoard, Listed
+from .deployment_board import Listed
 from .follow_reports import (
     Admitted,
     BackedOff,
@@ -65,7 +59,8 @@ from .follow_reports import (
     ShutDown,
 )
 from .follow_state import Following, allocation_state, reads_log, runs_now, settled, starts_unseen
-from .pod_translation import Translate, TranslationNotReadyError
+from .pod_services import PodServices
+from .pod_translation import TranslationNotReadyError
 from .poll_pace import PollPace
 from .run_reads import keep_last_runs, read_runs, read_together
 
@@ -165,21 +160,12 @@ class PodFollower:
 
     # One per pod, kept as long as the pod: no __dict__ (10,000 pods are the target).
     __slots__ = (
-        "_admission",
-        "_board",
-        "_clock",
         "_incarnation",
         "_inflight",
-        "_invoke",
-        "_kept",
-        "_on_poll",
         "_pace",
-        "_policy",
         "_report",
         "_request",
-        "_rng",
-        "_translate",
-        "_turns",
+        "_services",
         "_uid",
     )
 
@@ -187,43 +173,20 @@ class PodFollower:
         self,
         uid: str,
         request: bytes,
+        services: PodServices,
         *,
-        invoke: Invoke,
-        translate: Translate,
-        policy: PodPolicy,
-        rng: random.Random,
         report: Report,
-        clock: Clock = system_clock,
-        on_poll: Callable[[], None] = lambda: None,
-        pace: PollPace | None = None,
-        turns: Turns | None = None,
-        admission: AdmissionQueue | None = None,
-        board: DeploymentBoard | None = None,
         incarnation: str = "",
-        kept: KeptLogs | None = None,
     ) -> None:
         self._uid = uid
-        self._admission = admission  # None: every attempt deploys at once
-        self._board = board
-        """The gateway's listing of many deployments a period: a settled follow parks on it
-        (``None``: every follow polls its deployment, as alone)."""
+        self._request = request
+        self._services = services
+        self._report = report
         self._incarnation = incarnation
         """Stamped on each ensemble (:data:`INCARNATION_KEY`): the ensembles of a pod deleted
         before with the same UID are never taken for this pod's (``""``: a record of an
         older gateway, whose ensembles carry none)."""
-        self._kept = kept  # where the runs seen to end are copied (decision 69)
-        self._turns = turns
-        """The gate its pod's actor passes (shared by a gateway's pods): a translation and a
-        poll's reading of its reply pass it too (:meth:`_take_turn`)."""
-        self._pace = pace or PollPace(per_s=math.inf)  # alone: the policy's longest wait
-        self._on_poll = on_poll  # each status poll of a followed deployment (see follow)
-        self._clock = clock
-        self._request = request
-        self._invoke = invoke
-        self._translate = translate
-        self._policy = policy
-        self._rng = rng
-        self._report = report
+        self._pace = services.pace or PollPace(per_s=math.inf)  # alone: the policy's longest wait
         self._inflight: asyncio.Future[NewDeploymentResponse] | None = None  # deployment/new
 
     async def queue(self, attempt: int, order: Order) -> None:
@@ -232,9 +195,9 @@ class PodFollower:
         ensemble = await self._translated(attempt)
         if ensemble is None:
             return
-        if self._admission is not None:
+        if self._services.admission is not None:
             tell = functools.partial(self._queued, attempt)
-            await self._admission.wait(self._uid, order, demand_of(ensemble), tell)
+            await self._services.admission.wait(self._uid, order, demand_of(ensemble), tell)
         self._report(Admitted(attempt))
 
     def _queued(self, attempt: int, wait: Wait) -> None:
@@ -246,8 +209,8 @@ class PodFollower:
         ensemble = await self._translated(attempt)
         if ensemble is None:
             return
-        if self._admission is not None:  # held already, unless a restart resumes it
-            self._admission.hold(self._uid, demand_of(ensemble))
+        if self._services.admission is not None:  # held already, unless a restart resumes it
+            self._services.admission.hold(self._uid, demand_of(ensemble))
         tries = 0
         while True:
             existing = await self._find_existing(attempt)
@@ -258,10 +221,10 @@ class PodFollower:
                 # Shielded: a delete cancels this task, but a request already sent may still
                 # be accepted; the delete then waits for its reply (see shut_down).
                 self._inflight = asyncio.ensure_future(
-                    self._invoke(
+                    self._services.invoke(
                         DEPLOYMENT_NEW,
                         NewDeploymentRequest(ensemble),
-                        timeout_s=self._policy.deploy_timeout_s,
+                        timeout_s=self._services.policy.deploy_timeout_s,
                     )
                 )
                 reply = await asyncio.shield(self._inflight)
@@ -302,7 +265,7 @@ class PodFollower:
         tries = 0
         while True:
             try:
-                ensemble = self._translate(parsed_request(self._request), attempt)
+                ensemble = self._services.translate(parsed_request(self._request), attempt)
                 return labelled(ensemble, INCARNATION_KEY, self._incarnation)
             except TranslationNotReadyError as pending:
                 if tries:
@@ -324,7 +287,7 @@ class PodFollower:
         tries = 0
         while True:
             try:
-                listing = await self._invoke(
+                listing = await self._services.invoke(
                     DEPLOYMENT_LIST, DeploymentListRequest(metadata=wanted)
                 )
                 break
@@ -348,20 +311,20 @@ class PodFollower:
 
     def _longest_wait(self) -> float:
         """The longest wait between two polls, now: the policy's, stretched by the pace."""
-        return self._pace.stretched(self._policy.poll_max_s)
+        return self._pace.stretched(self._services.policy.poll_max_s)
 
     async def _take_turn(self) -> None:
         """Wait for a turn of the loop with room (:class:`~dmsgw.actors.turns.Turns`) before
         a step of a few hundred µs: pods created together translate and poll together, and
         their actors' gate alone let 8 of them start a turn while 16 translations and 26
         polls ran in the same one (20 ms at 100,000 pods)."""
-        if self._turns is not None:
-            await self._turns.take()
+        if self._services.turns is not None:
+            await self._services.turns.take()
 
     def _retry_delay(self, tries: int) -> float:
-        p = self._policy
+        p = self._services.policy
         base = min(p.retry_max_s, p.retry_min_s * 2.0 ** (tries - 1))
-        return base * (0.8 + 0.4 * self._rng.random())
+        return base * (0.8 + 0.4 * self._services.rng.random())
 
     def follow(
         self, ensemble_id: str, runs_so_far: Mapping[str, Any], *, resumed: bool = False
@@ -378,7 +341,7 @@ class PodFollower:
         while it did. The longest wait is the policy's ``poll_max_s``, or longer when more
         pods are followed than poll that often within the pace's polls a second."""
         self._pace.join()
-        first_wait_s = self._rng.uniform(0.0, self._longest_wait()) if resumed else 0.0
+        first_wait_s = self._services.rng.uniform(0.0, self._longest_wait()) if resumed else 0.0
         step = _Follow(self, ensemble_id, runs_so_far, resumed=resumed)
         step.steps = Steps(step, first_wait_s=first_wait_s, on_end=step.ended)
         return step.steps
@@ -387,7 +350,7 @@ class PodFollower:
         """Whether the follow of ``f`` parks on the board after this poll (decision 79): its
         deployment runs, has :func:`settled` and the poll found nothing new, or it is on its
         way to running with no init container that may run unseen."""
-        if self._board is None or f.last is None or f.unknown:
+        if self._services.board is None or f.last is None or f.unknown:
             return False
         if f.last[0] == DeploymentStatus.RUNNING:
             return f.quiet and settled(f)
@@ -396,11 +359,11 @@ class PodFollower:
     def park(self, f: Following, follow: _Follow) -> None:
         """Park ``follow`` on the board until the listing shows ``f``'s deployment other
         than it did before the last poll (``f.listed``); it leaves the pace meanwhile."""
-        assert self._board is not None and f.last is not None  # parks() said so
+        assert self._services.board is not None and f.last is not None  # parks() said so
         self._pace.leave()
         status = f.last[0]
         starting = "" if status == DeploymentStatus.RUNNING else status.go_name
-        self._board.park(f.ensemble_id, f.listed, follow, starting=starting)
+        self._services.board.park(f.ensemble_id, f.listed, follow, starting=starting)
 
     def rejoined(self) -> None:
         """A follow woken from the board polls again (it joins the pace)."""
@@ -411,8 +374,8 @@ class PodFollower:
         it was ``parked`` there, out of the pace otherwise."""
         if parked is None:
             self._pace.leave()
-        elif self._board is not None:
-            self._board.unpark(ensemble_id, parked)
+        elif self._services.board is not None:
+            self._services.board.unpark(ensemble_id, parked)
 
     def following(
         self, ensemble_id: str, runs_so_far: Mapping[str, Any], *, resumed: bool = False
@@ -423,7 +386,7 @@ class PodFollower:
             self._request,
             runs_so_far,
             resumed=resumed,
-            interval=self._policy.poll_min_s,
+            interval=self._services.policy.poll_min_s,
         )
 
     async def poll(self, f: Following) -> float | None:
@@ -436,9 +399,11 @@ class PodFollower:
         may be restarted by the DMS between two polls: its log is read at every poll, as the
         start markers are the only trace of such a restart; so is that of a container whose
         wrapper runs probes, whose outcomes change no DMS status."""
-        self._on_poll()  # what the last poll made is replaced: see HeapFreezer.polled
+        self._services.heap.polled()  # what the last poll made is replaced: see HeapFreezer.polled
         try:
-            reply = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(f.ensemble_id))
+            reply = await self._services.invoke(
+                DEPLOYMENT_STATUS, DeploymentStatusRequest(f.ensemble_id)
+            )
         except DmsgwError as exc:
             return self._unanswered(f, exc)
         await self._take_turn()
@@ -463,17 +428,17 @@ class PodFollower:
         listed = (manifest.allocations or {}) if manifest is not None else {}
         states = {name: allocation_state(name, listed, allocations) for name in f.containers}
         read = [name for name in f.containers if reads_log(f, name, states, ended=ended)]
-        at_ns = self._clock()
+        at_ns = self._services.clock()
         found = await read_together(
             [
                 read_runs(
-                    self._invoke,
+                    self._services.invoke,
                     f.ensemble_id,
                     name,
                     f.runs[name],
                     uid=self._uid,
                     at_ns=at_ns,
-                    kept=self._kept,
+                    kept=self._services.kept_logs,
                 )
                 for name in read
             ]
@@ -492,14 +457,16 @@ class PodFollower:
             # polled again at the longest wait, not ramping up from the shortest (100,000
             # resumed pods made 2,000 polls a second where 1,000 were due).
             first_of_resumed = f.resumed and f.last is None
-            f.interval = self._longest_wait() if first_of_resumed else self._policy.poll_min_s
+            f.interval = (
+                self._longest_wait() if first_of_resumed else self._services.policy.poll_min_s
+            )
             f.last, f.runs, f.quiet = key, now, first_of_resumed
             if ended:
                 return None
         elif status == DeploymentStatus.RUNNING or ended:
             f.interval, f.quiet = min(f.interval * 1.5, self._longest_wait()), True
         else:  # on its way to running: seen soon after it gets there, as it is created
-            starting = min(STARTING_WAIT_S, self._policy.poll_max_s)
+            starting = min(STARTING_WAIT_S, self._services.policy.poll_max_s)
             f.interval = min(f.interval * 1.5, self._pace.stretched(starting))
         return f.interval
 
@@ -518,7 +485,9 @@ class PodFollower:
 
     async def _manifest(self, ensemble_id: str) -> Any:
         try:
-            reply = await self._invoke(DEPLOYMENT_MANIFEST, DeploymentManifestRequest(ensemble_id))
+            reply = await self._services.invoke(
+                DEPLOYMENT_MANIFEST, DeploymentManifestRequest(ensemble_id)
+            )
         except DmsgwError as exc:
             log.info("pod %s: manifest of %s unavailable: %s", self._uid, ensemble_id, exc)
             return None
@@ -574,8 +543,12 @@ class PodFollower:
         return await self._find_existing(attempt)
 
     async def _keep_last(self, ensemble_id: str, runs: Mapping[str, Any]) -> None:
-        if self._kept is not None:  # before a stop: the DMS may remove the ensemble's files
-            await keep_last_runs(self._invoke, self._kept, self._uid, ensemble_id, runs)
+        if (
+            self._services.kept_logs is not None
+        ):  # before a stop: the DMS may remove the ensemble's files
+            await keep_last_runs(
+                self._services.invoke, self._services.kept_logs, self._uid, ensemble_id, runs
+            )
 
     async def _stop(self, ensemble_id: str, *, provisioning: bool = True) -> bool:
         """Shut ``ensemble_id`` down until it has ended; ``False`` at once when it is still
@@ -583,18 +556,22 @@ class PodFollower:
         tries = 0
         while ensemble_id:
             try:
-                state = await self._invoke(DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id))
+                state = await self._services.invoke(
+                    DEPLOYMENT_STATUS, DeploymentStatusRequest(ensemble_id)
+                )
                 status = DeploymentStatus.parse(state.status)
                 if status in TERMINAL_DMS or status == DeploymentStatus.UNKNOWN:
                     break
                 if status != DeploymentStatus.RUNNING and not provisioning:
                     return False
                 if status == DeploymentStatus.RUNNING:
-                    await self._invoke(DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id))
+                    await self._services.invoke(
+                        DEPLOYMENT_SHUTDOWN, DeploymentShutdownRequest(ensemble_id)
+                    )
             except DmsgwError as exc:
                 if isinstance(exc, DMSError) and exc.kind is DMSErrorKind.NOT_FOUND:
                     break  # the DMS no longer knows it: nothing left to stop
                 log.info("pod %s: shutdown of %s: %s", self._uid, ensemble_id, exc)
             tries += 1
-            await asyncio.sleep(min(self._retry_delay(tries), self._policy.poll_max_s))
+            await asyncio.sleep(min(self._retry_delay(tries), self._services.policy.poll_max_s))
         return True
