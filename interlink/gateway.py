@@ -41,6 +41,7 @@ from .pods.deployment_board import DeploymentBoard
 from .pods.heap import HeapFreezer
 from .pods.pod_actor import PodActor
 from .pods.pod_book import PodBook
+from .pods.pod_phases import Event, move
 from .pods.pod_services import PodServices
 from .pods.pod_translation import Translate, refuse_what_cannot_run
 from .pods.poll_pace import DEFAULT_POLLS_PER_S, PollPace
@@ -386,7 +387,7 @@ class Gateway:
         an ensemble that an ended pod may still have (one whose actor crashed while ending).
         The record the restart reads is replaced before it is persisted: a restart due while
         the store writes reads the delete too."""
-        deleting = dataclasses.replace(record, phase=Phase.DELETING)
+        deleting = dataclasses.replace(record, phase=move(record.phase, Event.DELETE).end)
         self.book.records[record.uid] = deleting
         try:
             await self.parts.store.put(record.uid, deleting.to_map())

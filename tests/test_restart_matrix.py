@@ -39,8 +39,11 @@ POLICY = PodPolicy(
     retry_min_s=0.05,
     restart_min_s=0.1,
     restart_max_s=0.2,
-    restart_reset_s=600.0,
+    restart_reset_s=30.0,
 )
+"""The clock the gateway runs on jumps by ``restart_reset_s`` once per pod that restarts: six
+jumps stay within the orphan grace, so a pod polled just before them is not taken for one
+that interLink forgot."""
 LONGEST_BACKOFF = 2
 """Restarts in a row after which the delay is the longest: 0.1, then 0.2 (the kubelet's 10 s
 doubling to 300 s, shrunk)."""
@@ -192,7 +195,7 @@ def _observe(
     if not jumping or w.done:
         return
     if w.reset_at is None and record.phase == Phase.RUNNING and record.running_ns:
-        w.reset_at = record.restarts  # this deployment has run 10 minutes by the clock
+        w.reset_at = record.restarts  # this deployment has run past the reset by the clock
         clock.advance(POLICY.restart_reset_s)
     elif w.reset_at is not None and record.restarts > w.reset_at:
         assert record.backoff == 1, "the back-off did not start again after a long run"

@@ -63,6 +63,7 @@ from .follow_reports import (
     ShutDown,
 )
 from .pod_follower import PodFollower
+from .pod_phases import RESUMES, Event, Step, move
 from .pod_services import PodServices
 
 log = logging.getLogger(__name__)
@@ -107,22 +108,23 @@ class PodActor(AsyncActor):
         if self._shown is None:  # a kept entry was published with the pod (Gateway._child)
             self._publish()
         record = self.record
+        step = RESUMES[record.phase]
         if record.phase == Phase.PENDING:  # recorded by a gateway that wrote no first attempt
             await self._next_attempt()
-        elif record.phase == Phase.QUEUED:  # back in line, in its place
-            self._run(self._follower.queue(record.attempt, self._order))
-        elif record.phase == Phase.DEPLOYING:
-            self._run(self._follower.deploy(record.attempt))
-        elif record.phase == Phase.BACKOFF:  # the ended (or still running) ensemble stops first
+        elif step is Step.QUEUE:  # back in line, in its place
+            self._take(step, record.attempt, self._order)
+        elif step is Step.DEPLOY:
+            self._take(step, record.attempt)
+        elif step is Step.BACK_OFF:  # the ended (or still running) ensemble stops first
             stop, runs = record.ensemble_id, dict(record.runs)
-            self._run(self._follower.back_off(record.attempt, stop=stop, runs=runs))
-        elif record.phase == Phase.RUNNING:  # resumed: its snapshot shows what the DMS said
+            self._take(step, record.attempt, stop=stop, runs=runs)
+        elif step is Step.FOLLOW:  # resumed: its snapshot shows what the DMS said
             resumed = bool(record.dms_status)
-            self._run(self._follower.follow(record.ensemble_id, dict(record.runs), resumed=resumed))
-        elif record.phase == Phase.DELETING:
-            self._run(self._follower.shut_down(record.ensemble_id, record.attempt))
-        elif record.phase == Phase.ENDING:
-            self._run(self._follower.end(record.ensemble_id, dict(record.runs)))
+            self._take(step, record.ensemble_id, dict(record.runs), resumed=resumed)
+        elif step is Step.SHUT_DOWN:
+            self._take(step, record.ensemble_id, record.attempt)
+        elif step is Step.END:
+            self._take(step, record.ensemble_id, dict(record.runs))
         self._services.heap.took()  # what the start made (its follower, its task) settles in time
 
     async def on_stop(self) -> None:
@@ -143,6 +145,18 @@ class PodActor(AsyncActor):
     def _run(self, work: Coroutine[Any, Any, None] | asyncio.Future[None]) -> None:
         self._task = asyncio.ensure_future(work)
         self._task.add_done_callback(self._task_done)
+
+    def _move(self, event: Event) -> Step:
+        """Move the pod as :data:`~.pod_phases.MOVES` says for ``event`` (a move it does not
+        have is a bug: :class:`~.pod_phases.PhaseError`); the step that follows is returned."""
+        found = move(self.record.phase, event)
+        self.record.phase = found.end
+        return found.step
+
+    def _take(self, step: Step, *args: Any, **kwargs: Any) -> None:
+        """Run the follower's ``step`` (its method of that name) as the actor's work."""
+        if step not in (Step.NOTHING, Step.FORGET):
+            self._run(getattr(self._follower, step.value)(*args, **kwargs))
 
     def _new_follower(self) -> PodFollower:
         """The pod's follower, which reports through the actor's ref: its results queue
@@ -208,15 +222,15 @@ class PodActor(AsyncActor):
         if self.record.phase == Phase.DELETING:
             return
         was = self.record.phase
-        self.record.phase = Phase.DELETING
+        step = self._move(Event.DELETE)
         try:
             await self._save()
         except BaseException:
-            self.record.phase = was
+            self.record.phase = was  # not stored: the pod is as it was
             raise
         await self._cancel()  # what the follower reports meanwhile is ignored: deleting
         self._release()
-        self._run(self._follower.shut_down(self.record.ensemble_id, self.record.attempt))
+        self._take(step, self.record.ensemble_id, self.record.attempt)
 
     # --- messages from the follower ---------------------------------------------------
 
@@ -247,13 +261,13 @@ class PodActor(AsyncActor):
     async def _on_deployed(self, message: Deployed) -> None:
         if self.record.phase != Phase.DEPLOYING or message.attempt != self.record.attempt:
             return
-        self.record.phase = Phase.RUNNING
+        step = self._move(Event.DEPLOYED)
         self.record.ensemble_id = message.ensemble_id
         for key in (ENDPOINTS_KEY, PLACEMENT_KEY):  # the last ensemble's ports and peer
             self.record.observed.pop(key, None)
         self.record.dms_status = DeploymentStatus.PREPARING.go_name
         await self._save()
-        self._run(self._follower.follow(message.ensemble_id, dict(self.record.runs)))
+        self._take(step, message.ensemble_id, dict(self.record.runs))
 
     def _on_queued(self, message: Queued) -> None:
         """Why the pod waits changed: shown at once, not stored (a restart tells it again)."""
@@ -267,10 +281,10 @@ class PodActor(AsyncActor):
         record = self.record
         if record.phase != Phase.QUEUED or message.attempt != record.attempt:
             return
-        record.phase = Phase.DEPLOYING
+        step = self._move(Event.ADMITTED)
         record.reason = record.message = ""
         await self._save()
-        self._run(self._follower.deploy(record.attempt))
+        self._take(step, record.attempt)
 
     async def _on_deploy_failed(self, message: DeployFailed) -> None:
         phase = self.record.phase
@@ -280,7 +294,7 @@ class PodActor(AsyncActor):
         if phase == Phase.DEPLOYING and refused_for_capacity(message.message):
             await self._wait_again(message.message)
             return
-        self.record.phase = Phase.TERMINAL
+        self._move(Event.DEPLOY_FAILED)  # nothing follows: the pod has failed
         self.record.reason = "ProviderFailed"
         self.record.message = message.message
         self.record.finished_ns = self._services.clock()
@@ -332,15 +346,12 @@ class PodActor(AsyncActor):
             # leaves one that exited 0 and, past its own limit, one that failed, while the
             # ensemble stays Running: the pod's restartPolicy redeploys it, with back-off.
             await self._cancel()  # the follower of the old ensemble
-            record.phase = Phase.BACKOFF
+            step = self._move(Event.RESTART)
             record.observed.pop(ENDPOINTS_KEY, None)  # the ensemble is stopped with its ports
             delay = self._count_restart()
             await self._save()
-            self._run(
-                self._follower.back_off(
-                    record.attempt, delay_s=delay, stop=record.ensemble_id, runs=dict(record.runs)
-                )
-            )
+            stop, runs = record.ensemble_id, dict(record.runs)
+            self._take(step, record.attempt, delay_s=delay, stop=stop, runs=runs)
             return
         if message.status not in TERMINAL_DMS and (failed := self._init_failed_for_good()):
             await self._end(failed)
@@ -349,12 +360,12 @@ class PodActor(AsyncActor):
             record.finished_ns = self._services.clock()
             record.observed.pop(ENDPOINTS_KEY, None)  # an ended ensemble publishes no port
             if self._restarts(message.status):
-                record.phase = Phase.BACKOFF
+                step = self._move(Event.RESTART)
                 delay = self._count_restart()
                 await self._save()
-                self._run(self._follower.back_off(record.attempt, delay_s=delay))
+                self._take(step, record.attempt, delay_s=delay)
                 return
-            record.phase = Phase.TERMINAL
+            self._move(Event.ENDED)  # nothing follows: the pod has ended
         elif _followed(record) == before:
             return  # a resumed pod's first status is what was saved: no write, no new snapshot
         await self._save()
@@ -372,14 +383,14 @@ class PodActor(AsyncActor):
         lost = f"the DMS no longer knows deployment {message.ensemble_id} ({message.error})"
         if self._restart_policy in ("Always", "OnFailure"):
             log.warning("pod %s: %s; deploying it again", record.uid, lost)
-            record.phase = Phase.BACKOFF
+            step = self._move(Event.RESTART)
             record.observed.pop(ENDPOINTS_KEY, None)  # its ports went with it
             delay = self._count_restart()
             await self._save()
-            self._run(self._follower.back_off(record.attempt, delay_s=delay))
+            self._take(step, record.attempt, delay_s=delay)
             return
         log.warning("pod %s: %s; the pod has failed", record.uid, lost)
-        record.phase = Phase.TERMINAL
+        self._move(Event.LOST)  # nothing follows: the pod has failed
         record.reason = DEPLOYMENT_LOST
         record.message = lost
         await self._save()
@@ -397,17 +408,17 @@ class PodActor(AsyncActor):
             record.uid,
             init_container,
         )
-        record.phase = Phase.ENDING
+        step = self._move(Event.INIT_FAILED)
         record.reason = INIT_CONTAINER_FAILED
         record.finished_ns = self._services.clock()
         await self._save()
-        self._run(self._follower.end(record.ensemble_id, dict(record.runs)))
+        self._take(step, record.ensemble_id, dict(record.runs))
 
     async def _on_ended(self, message: Ended) -> None:
         if self.record.phase != Phase.ENDING or message.ensemble_id != self.record.ensemble_id:
             return
         self._release()
-        self.record.phase = Phase.TERMINAL
+        self._move(Event.STOPPED)  # nothing follows: the pod has ended
         await self._save()
 
     async def _on_backed_off(self, message: BackedOff) -> None:
@@ -431,7 +442,7 @@ class PodActor(AsyncActor):
         record = self.record
         self._release()  # what the previous attempt held (a stopped ensemble) is free
         record.attempt += 1
-        record.phase = Phase.QUEUED  # shown waiting once the queue says why (or ``why``)
+        step = self._move(Event.ATTEMPT)  # shown waiting once the queue says why (or ``why``)
         record.reason = WAITING_FOR_CAPACITY if why else ""
         record.message = f"{WAITING}: {why}" if why else ""
         record.previous_ensemble_id = record.ensemble_id or record.previous_ensemble_id
@@ -442,9 +453,10 @@ class PodActor(AsyncActor):
         # What the DMS said of the ended ensemble is not the next one's state.
         record.dms_status, record.observed = "", {}
         await self._save()
-        self._run(self._follower.queue(record.attempt, self._order))
+        self._take(step, record.attempt, self._order)
 
     async def _on_shut_down(self) -> None:
+        self._move(Event.SHUT_DOWN)  # gone: the record is deleted, the actor stops
         await self._services.store.delete(self.record.uid)
         kept_logs = self._services.kept_logs
         if kept_logs is not None:  # the kubelet keeps them until the pod is deleted
