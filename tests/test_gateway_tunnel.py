@@ -178,7 +178,7 @@ async def test_a_tunnel_that_ends_shows_in_the_pods_status_and_log(
 
         await until_async(terminated, "the container ends")
         ended = (await _container(s, spec))["state"]["terminated"]
-        assert ended["exitCode"] == 143, ended
+        assert (ended["exitCode"], ended["reason"]) == (143, "Error"), ended
         assert ended["message"] == (
             f"killed by the gateway: its tunnel failed: {TUNNEL_ANNOTATION} ended with status 3; "
             "its output is in the container's log"

@@ -9,7 +9,9 @@ container's completion marker and exits with the command's status. The image nee
 ``/bin/sh`` then; a container named in the pod's :data:`UNWRAPPED_ANNOTATION` runs its command
 as it is. A container without a ``command`` runs the image's own entrypoint, which cannot be
 wrapped: its exit code stays unknown, and an init container or one with lifecycle hooks is
-refused.
+refused. The wrapper also runs the pod's pre-exec script and, in one container, interLink's
+tunnel (:mod:`.network`): a tunnel that ends stops the command as a failed liveness probe
+does.
 """
 
 from __future__ import annotations
