@@ -9,21 +9,15 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink import k8s
-from dmsgw.interlink.config import load_config
 from dmsgw.interlink.container_runs import Runs
 from dmsgw.interlink.run_markers import markers, probe_markers, strip_marker
-from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.translate import PodTranslationError, pod_to_ensemble
-from dmsgw.interlink.translate.inputs import Container
 from dmsgw.interlink.translate.network import (
     MAX_SCRIPT_BYTES,
     POD_IP_ANNOTATION,
@@ -31,12 +25,12 @@ from dmsgw.interlink.translate.network import (
     TUNNEL_ANNOTATION,
     PodNetwork,
 )
-from dmsgw.interlink.translate.wrapper import Hooks, wrapper_script
-from tests.gateway_fakes import FakeDMS, gateway_on, pod, uid
+from tests.gateway_fakes import FakeDMS, pod, uid
+from tests.test_create_refusals import setup
 from tests.test_pod_ensemble import container, data, make_pod, needs_sh
+from tests.test_probes_wrapper import _run as run_wrapper
 
-RUN_TIMEOUT_S = 30
-"""A generous bound: the scripts below end within a second or two."""
+__all__ = ["setup"]  # the fixture, re-exported for pytest
 TUNNEL = f"metadata.annotations[{json.dumps(TUNNEL_ANNOTATION)}]"
 PRE_EXEC = f"metadata.annotations[{json.dumps(PRE_EXEC_ANNOTATION)}]"
 MESH_SCRIPT = "cat <<'EOFMESH' > $TMPDIR/mesh.sh\n#!/bin/bash\nset -e\nEOFMESH\n"
@@ -45,17 +39,9 @@ MESH_SCRIPT = "cat <<'EOFMESH' > $TMPDIR/mesh.sh\n#!/bin/bash\nset -e\nEOFMESH\n
 
 def _run(tmp_path: Path, command: str, network: PodNetwork) -> subprocess.CompletedProcess[bytes]:
     """Run container ``main``'s wrapper (grace period 1 s) around ``sh -c command``."""
-    spec = k8s.Container.model_validate({"name": "main", "image": "x", "command": ["x"]})
-    script = wrapper_script(
-        Container("spec.containers[0]", spec, None), Hooks(), "", (), 1, network
-    )
-    return subprocess.run(
-        ["/bin/sh", "-c", script, "dmsgw-pod", "/bin/sh", "-c", command],
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
+    spec = {"name": "main", "image": "x", "command": ["x"]}
+    done: subprocess.CompletedProcess[bytes] = run_wrapper(tmp_path, spec, command, network=network)
+    return done
 
 
 def _tunnel(commands: str) -> PodNetwork:
@@ -218,28 +204,10 @@ def test_an_annotation_that_cannot_run_is_refused_naming_it(
     assert str(refused.value).startswith(said), str(refused.value)
 
 
-@pytest.fixture
-async def plugin_api(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], FakeDMS]]:
-    dms = FakeDMS(tmp_path / "logs")
-    clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
-    gateway = await gateway_on(dms, tmp_path / "state", owner="did:key:gw", clock=clock)
-    config = load_config(
-        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")}
-    )
-    server = PluginServer(gateway, config.server_options(), Metrics(process=False))
-    client = TestClient(
-        TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
-    )
-    await client.start_server()
-    yield client, dms
-    await client.close()
-    await gateway.close()
-
-
 async def test_the_mesh_script_is_refused_at_create_with_one_line(
-    plugin_api: tuple[TestClient[Any, Any], FakeDMS],
+    setup: tuple[TestClient[Any, Any], FakeDMS],
 ) -> None:
-    client, dms = plugin_api
+    client, dms = setup
     spec = pod(uid(9), command=["sleep", "1"])
     spec["metadata"]["annotations"][PRE_EXEC_ANNOTATION] = MESH_SCRIPT
     answer = await client.post("/create", data=json.dumps({"pod": spec, "container": []}))
