@@ -203,21 +203,23 @@ def tunnel_script(commands: str) -> str:
     """The wrapper's part that starts the pod's tunnel ``commands`` in the background, before
     the command: run by a shell of their own (the annotation stays one quoted word) with the
     container's ``PATH``, in a directory of their own (the default line downloads the client
-    into the current one). A tunnel that ends while the command runs is a failure: it is told
-    on stderr, reported as the ``tunnel`` probe going down, and the wrapper is asked to stop
-    (``TERM``, as the DMS asks it), so that the pod's ``restartPolicy`` restarts the
-    container, tunnel included."""
+    into the current one), removed when the tunnel ends. A tunnel that ends while the
+    command runs is a failure: it is told on stderr, reported as the ``tunnel`` probe going
+    down, and the wrapper is asked to stop (``TERM``, as the DMS asks it), so that the pod's
+    ``restartPolicy`` restarts the container, tunnel included."""
     why = f"{TUNNEL_ANNOTATION} ended with status $_rc; its output is in the container's log"
     return "\n".join(
         [
             "dmsgw_tunnel_run() {",
-            "  trap 'kill -TERM \"$_c\" 2>/dev/null; exit 0' TERM",
+            "  _c= _d=",
+            '  trap \'kill -TERM "$_c" 2>/dev/null; rm -rf "$_d"; exit 0\' TERM',
             '  _d=$(mktemp -d 2>/dev/null) && cd "$_d"',
             f'  PATH="$dmsgw_path" /bin/sh -c {shlex.quote(commands + _TUNNEL_TAIL)} '
             "dmsgw-tunnel </dev/null &",
             "  _c=$!",
             '  wait "$_c"',
             "  _rc=$?",
+            '  [ -z "$_d" ] || rm -rf "$_d"',
             '  echo "dmsgw: the tunnel ended with status $_rc; stopping the container" >&2',
             f'  echo "{PROBE_MARKER}tunnel:failing:{why}" >&2',
             f'  echo "{PROBE_MARKER}tunnel:down" >&2',
