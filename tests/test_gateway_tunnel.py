@@ -9,7 +9,8 @@ network namespaces the allocation's only way out leads to the devnet's hub, so t
 made there (at its gateway address); on a shared network it is on the host's loopback. The
 relay runs in the container's allocation, as the pod's user, beside the server; the test asks
 through its listener and gets the pod's answer, which carries ``POD_IP`` from
-``interlink.eu/pod-ip``. A tunnel that ends shows in the container's status and log.
+``interlink.eu/pod-ip``. A tunnel that ends shows in the container's status and log and,
+under ``restartPolicy: Always``, starts again with the container.
 """
 
 from __future__ import annotations
@@ -187,4 +188,31 @@ async def test_a_tunnel_that_ends_shows_in_the_pods_status_and_log(
         assert "wstunnel: cannot connect to ws://tunnel.example:80" in shown
         assert "dmsgw: the tunnel ended with status 3; stopping the container" in shown
         assert "dmsgw.io/probe" not in shown
+        assert (await s.plugin.post("/delete", data=json.dumps(spec))).status == 200
+
+
+@needs_python
+async def test_under_always_a_tunnel_that_ended_is_started_again_with_its_container(
+    tmp_path: Path, unused_tcp_port_factory: Callable[[], int], host_dir: Path
+) -> None:
+    """The first run's tunnel ends; the container is restarted, tunnel included, and its last
+    state says why the previous run ended."""
+    port, public = unused_tcp_port_factory(), unused_tcp_port_factory()
+    once = shlex.quote(str(host_dir / "failed-once"))
+    tunnel = f"[ -e {once} ] && exec sleep 600; touch {once}; exit 4"
+    spec = _tunnelled_pod(3, port, public, tunnel)
+    spec["spec"].update(restartPolicy="Always", terminationGracePeriodSeconds=1)
+    async with serving(tmp_path) as s:
+        await s.create(spec)
+
+        async def running_again() -> bool:
+            container = await _container(s, spec)
+            return container["restartCount"] >= 1 and "running" in container["state"]
+
+        await until_async(running_again, "the container runs again")
+        last = (await _container(s, spec))["lastState"]["terminated"]
+        assert last["message"] == (
+            f"killed by the gateway: its tunnel failed: {TUNNEL_ANNOTATION} ended with status 4; "
+            "its output is in the container's log"
+        )
         assert (await s.plugin.post("/delete", data=json.dumps(spec))).status == 200
