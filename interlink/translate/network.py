@@ -110,7 +110,8 @@ def _check_pre_exec(script: str) -> None:
         raise PodTranslationError(
             _where(PRE_EXEC_ANNOTATION),
             "interLink's full-mesh script needs /dev/net/tun, user and network namespaces "
-            "and downloads, which a DMS allocation does not give; annotate the pod "
+            "and downloads, which the gateway's unprivileged DMS containers do not give; "
+            "annotate the pod "
             f"{MESH_ANNOTATION}: disabled (its port tunnel then runs) or turn the virtual "
             "kubelet's Network.FullMesh off",
         )
