@@ -13,6 +13,7 @@ nothing in the environment runs as a command.
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 import tempfile
 from pathlib import Path
@@ -155,4 +156,53 @@ def test_a_hostile_environment_runs_no_command_and_changes_no_report(
         shown = b"".join(strip_marker(line) for line in main.stdout.splitlines(keepends=True))
         assert (main.returncode, shown) == (3, b"out\n"), main.stderr
         assert list(markers(main.stderr)) == [Marker(None), Marker(3)], main.stderr
+        assert not list(root.rglob(CANARY))
+
+
+ADDRESSES = [None, None, None, "10.1.2.3", " ::1 "]
+"""``interlink.eu/pod-ip`` absent or an address, mostly: most hostile values are refused."""
+ANNOTATION_TEXT = st.one_of(
+    VALUES,
+    st.sampled_from(["'", '"', "\\", "EOF\n", "cat <<'X'\n", "$(", "`", "&", "\n)"]),
+    st.text(st.characters(codec="utf-8"), max_size=24),
+)
+
+
+@needs_sh
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=ANNOTATION_TEXT, pod_ip=st.one_of(st.sampled_from(ADDRESSES), VALUES))
+def test_hostile_annotations_reach_the_tunnels_shell_verbatim_or_are_refused(
+    text: str, pod_ip: str | None
+) -> None:
+    """interLink's annotations are the pod's own text: the tunnel's commands reach the shell
+    that runs them as its script, byte for byte, in one quoted word of the wrapper (the
+    shell's first line records its arguments and exits, so the hostile rest is never even
+    read); ``interlink.eu/pod-ip`` is an address or refused; the wrapper's report stays as it
+    was (the tunnel ended, so the command was stopped); nothing else runs."""
+    with tempfile.TemporaryDirectory(prefix="dmsgw-tunnel-") as where:
+        root = Path(where)
+        saw = root / "tunnel-argv"
+        commands = f"cat /proc/$$/cmdline > {saw}; exit 0\n{text}"
+        main = container(command=["/bin/sh", "-c", "exec sleep 30"])
+        spec = make_pod(main, terminationGracePeriodSeconds=1)
+        spec["metadata"]["annotations"] = {"interlink.eu/wstunnel-client-commands": commands}
+        if pod_ip is not None:
+            spec["metadata"]["annotations"]["interlink.eu/pod-ip"] = pod_ip
+        try:
+            config = pod_to_ensemble(data(spec))
+        except PodTranslationError as exc:
+            assert str(exc).startswith('metadata.annotations["interlink.eu/'), str(exc)
+            assert "\x00" in commands or 'pod-ip"]' in str(exc), str(exc)
+            return
+        allocation = _deployment_config(config, "main")
+        if pod_ip is not None:
+            address = str(ipaddress.ip_address(pod_ip.strip()))
+            assert f"POD_IP={address}" in allocation.execution.params["environment"]
+        plan = plan_sandbox(root / "main", allocation, Isolation.REWRITE, volumes=root)
+        done = _run(plan)
+        argv = saw.read_bytes().split(b"\x00")
+        assert argv[:2] == [b"/bin/sh", b"-c"] and argv[3:] == [b"dmsgw-tunnel", b""]
+        assert argv[2].startswith(commands.encode() + b"\ndmsgw_rc=$?"), argv
+        assert done.returncode == 143, done.stderr
+        assert list(markers(done.stderr)) == [Marker(None), Marker(143)], done.stderr
         assert not list(root.rglob(CANARY))

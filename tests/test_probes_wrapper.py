@@ -18,6 +18,7 @@ from dmsgw.interlink.records.pod_status import ContainerObservation, container_s
 from dmsgw.interlink.records.probe_state import ProbeState
 from dmsgw.interlink.state.pod_store import pack, unpack
 from dmsgw.interlink.translate.inputs import Container
+from dmsgw.interlink.translate.pod_network import NO_NETWORK, PodNetwork
 from dmsgw.interlink.translate.probes import probe_runs
 from dmsgw.interlink.translate.run_markers import ProbeMarker, markers, probe_markers, strip_marker
 from dmsgw.interlink.translate.wrapper import Hooks, wrapper_script
@@ -27,11 +28,19 @@ RUN_TIMEOUT_S = 30
 """A generous bound: the scripts below end within a few probe periods."""
 
 
-def _run(tmp_path: Path, spec: dict[str, Any], command: str, *, pre_stop: str = "") -> Any:
+def _run(
+    tmp_path: Path,
+    spec: dict[str, Any],
+    command: str,
+    *,
+    pre_stop: str = "",
+    network: PodNetwork = NO_NETWORK,
+) -> Any:
     """Run the wrapper of the container ``spec`` (grace period 1 s) around ``sh -c command``
-    in ``tmp_path``."""
+    in ``tmp_path``, with the pod's ``network`` annotations."""
     container = Container("spec.containers[0]", k8s.Container.model_validate(spec), None)
-    script = wrapper_script(container, Hooks(pre_stop=pre_stop), "", probe_runs(container), 1)
+    hooks = Hooks(pre_stop=pre_stop)
+    script = wrapper_script(container, hooks, "", probe_runs(container), 1, network)
     return subprocess.run(
         ["/bin/sh", "-c", script, "dmsgw-pod", "/bin/sh", "-c", command],
         cwd=tmp_path,

@@ -17,8 +17,9 @@ from ..translate.run_markers import ProbeMarker
 
 __all__ = ["ProbeState"]
 
-_KILLING = frozenset({"liveness", "startup"})
-"""The probes whose ``down`` makes the wrapper kill the command, as the kubelet does."""
+_KILLING = frozenset({"liveness", "startup", "tunnel"})
+"""The probes whose ``down`` makes the wrapper kill the command, as the kubelet does (and the
+pod's tunnel, whose end leaves the pod unreachable)."""
 
 
 class ProbeState(NamedTuple):
@@ -61,9 +62,8 @@ class ProbeState(NamedTuple):
             return state._replace(ready=False)
         if marker.probe in _KILLING:
             reason = self.reason(marker.probe) or "it failed"
-            return state._replace(
-                killed_by=f"killed by the gateway: its {marker.probe} probe failed: {reason}"
-            )
+            what = "tunnel" if marker.probe == "tunnel" else f"{marker.probe} probe"
+            return state._replace(killed_by=f"killed by the gateway: its {what} failed: {reason}")
         return state
 
     def reason(self, probe: str) -> str:

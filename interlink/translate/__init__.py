@@ -37,6 +37,10 @@ makes it):
   liveness probe becomes the allocation's health check (:mod:`.probes`).
 * **Placement** (:mod:`.pod_placement`): a pinned peer, excluded peers, the GPU type a selector
   requires.
+* **interLink's networking annotations** (:mod:`.network`): the wstunnel client commands run
+  in the wrapper of the container whose ports they expose, ``interlink.eu/pod-ip`` becomes
+  ``POD_IP``, a plain pre-exec script runs before each command; the full-mesh script is
+  refused.
 * **Identity and policy** go into the metadata: :data:`METADATA_POD_UID` and its siblings,
   ``restartPolicy`` (which the PodActor applies), the termination grace period and active
   deadline.
@@ -44,8 +48,8 @@ makes it):
 The modules, foundation first: :mod:`.checks` (the error, fields the models do not type),
 :mod:`.names` (what the ensemble is keyed by), :mod:`.inputs` (options, containers),
 :mod:`.pod_placement`, :mod:`.reservation`, :mod:`.pod_context` (the pod indexed), :mod:`.values`,
-:mod:`.env`, :mod:`.wrapper`, :mod:`.files`, :mod:`.probes` and :mod:`.pod_ensemble`
-(:func:`pod_to_ensemble`).
+:mod:`.env`, :mod:`.pod_network`, :mod:`.wrapper`, :mod:`.files`, :mod:`.probes` and
+:mod:`.pod_ensemble` (:func:`pod_to_ensemble`).
 """
 
 from .checks import PodTranslationError

@@ -46,6 +46,7 @@ from .names import (
     completion_marker,
 )
 from .pod_context import PodContext, check_pod
+from .pod_network import PodNetwork, check_wrapped, pod_network
 from .pod_placement import peer_placement
 from .probes import health_check, probe_runs
 from .reservation import dms_resources
@@ -152,7 +153,9 @@ def _policy(ctx: PodContext, c: Container) -> tuple[str, str]:
     return kind.value, recovery.value
 
 
-def _execution(ctx: PodContext, c: Container, env: Mapping[str, str], hooks: Hooks) -> SpecConfig:
+def _execution(
+    ctx: PodContext, c: Container, env: Mapping[str, str], hooks: Hooks, network: PodNetwork
+) -> SpecConfig:
     spec = c.spec
     command = [expand(part, env) for part in spec.command]
     args = [expand(part, env) for part in spec.args]
@@ -170,12 +173,13 @@ def _execution(ctx: PodContext, c: Container, env: Mapping[str, str], hooks: Hoo
             f"{spec.name!r} cannot run unwrapped: the gateway runs an init container's or a "
             "lifecycle hook's ordering through its wrapper",
         )
+    check_wrapped(network, c, is_wrapped(ctx.pod, spec))
     grace = ctx.pod.spec.termination_grace_period_seconds
     grace = DEFAULT_GRACE_S if grace is None else grace
     params[STOP_TIMEOUT_PARAM] = grace
     if is_wrapped(ctx.pod, spec):
         marker = completion_marker(spec.name) if c.init_index is not None else ""
-        script = wrapper_script(c, hooks, marker, probe_runs(c), grace)
+        script = wrapper_script(c, hooks, marker, probe_runs(c), grace, network)
         params["entrypoint"] = ["/bin/sh", "-c", script, WRAPPER_NAME]
         params["cmd"] = command + args
     else:
@@ -200,12 +204,14 @@ def _previous_init(ctx: PodContext, c: Container) -> str:
 
 
 def _allocation(
-    ctx: PodContext, c: Container, scripts: dict[str, bytes]
+    ctx: PodContext, c: Container, scripts: dict[str, bytes], network: PodNetwork
 ) -> tuple[AllocationConfig, str]:
     """The allocation running container ``c``, and its probe record for the metadata."""
     check_extras(c.spec, c.path, CONTAINER_IGNORED)
     check_security_context(c.spec, c.path)
     env = environment(ctx, c)
+    if network.pod_ip:  # as interLink's plugins export it; the container's own wins
+        env.setdefault("POD_IP", network.pod_ip)
     hooks = lifecycle_hooks(c)
     script = ProvisionScript(c.spec.name, ctx.pod)
     volumes = volume_configs(ctx, c, script)
@@ -219,7 +225,7 @@ def _allocation(
         provision = (name,)
     kind, recovery = _policy(ctx, c)
     check, record = health_check(c, wrapped=is_wrapped(ctx.pod, c.spec))
-    execution = _execution(ctx, c, env, hooks)
+    execution = _execution(ctx, c, env, hooks, network)
     allocation = AllocationConfig(
         executor=ctx.options.executor,
         type=kind,
@@ -290,8 +296,9 @@ def pod_to_ensemble(
     scripts: dict[str, bytes] = {}
     allocations: dict[str, AllocationConfig] = {}
     probes: dict[str, str] = {}
+    network = pod_network(ctx.pod, ctx.containers)
     for c in ctx.containers:
-        allocations[c.spec.name], probes[c.spec.name] = _allocation(ctx, c, scripts)
+        allocations[c.spec.name], probes[c.spec.name] = _allocation(ctx, c, scripts, network)
     ports = _ports(ctx)
     node = NodeConfig(allocations=tuple(allocations), ports=tuple(ports) or None, peer=peer)
     config = EnsembleConfig(

@@ -26,7 +26,10 @@ its health check restarts whatever fails), and report their outcomes the same wa
 
 ``ok``: the probe reached its ``successThreshold``; ``down``: its ``failureThreshold`` (the
 wrapper then kills the command for a liveness or startup probe); ``failing``: an attempt
-failed for a reason other than the last one reported (diagnostics, one line).
+failed for a reason other than the last one reported (diagnostics, one line). The pod's
+tunnel, run by the wrapper of the container whose ports it exposes, reports its end the same
+way (``dmsgw.io/probe=tunnel:down``), and the wrapper stops the command as for a failed
+liveness probe.
 """
 
 from __future__ import annotations
@@ -55,8 +58,9 @@ EXIT_CODE_MARKER = "dmsgw.io/exit-code="
 PROBE_MARKER = "dmsgw.io/probe="
 """Written by the wrapper, followed by ``<probe>:<event>[:<reason>]``, when a probe's outcome
 changes."""
-PROBE_KINDS = ("startup", "liveness", "readiness")
-"""The probes, as the wrapper names them in its markers."""
+PROBE_KINDS = ("startup", "liveness", "readiness", "tunnel")
+"""The probes, as the wrapper names them in its markers; ``tunnel`` is the pod's port tunnel
+(interLink's wstunnel client), which goes ``down`` when it ends."""
 
 _MARKER = re.compile(
     rb"(?:"

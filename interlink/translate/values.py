@@ -12,6 +12,7 @@ from decimal import Decimal
 from ..wire import k8s
 from .checks import PodTranslationError
 from .pod_context import PodContext
+from .pod_network import annotated_pod_ip
 from .reservation import PLAIN_RESOURCES, quantity
 
 _FIELD_KEY = re.compile(r"metadata\.(labels|annotations)\['(.*)'\]", re.DOTALL)
@@ -77,7 +78,7 @@ def field_value(
     if field in simple:
         return simple[field]
     if field == "status.podIP":
-        ip = ctx.options.pod_ip or ctx.pod.status.pod_ip
+        ip = ctx.options.pod_ip or annotated_pod_ip(ctx.pod) or ctx.pod.status.pod_ip
         if not ip:
             raise PodTranslationError(path, "status.podIP is not known before the pod is deployed")
         return ip

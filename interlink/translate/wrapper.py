@@ -9,7 +9,9 @@ to stop, forwards the signal, runs the container's probes with the kubelet's sem
 status. The image needs ``/bin/sh`` then; a container named in the pod's
 :data:`UNWRAPPED_ANNOTATION` runs its command as it is. A container without a ``command`` runs the
 image's own entrypoint, which cannot be wrapped: its exit code stays unknown, and an init container
-or one with lifecycle hooks is refused.
+or one with lifecycle hooks is refused. The wrapper also runs the pod's pre-exec script and, in one
+container, interLink's tunnel (:mod:`.pod_network`): a tunnel that ends stops the command as a
+failed liveness probe does.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..wire import k8s
 from .checks import PodTranslationError, check_extras
 from .inputs import Container
 from .names import INIT_FAILED, TOOLS_PATH
+from .pod_network import NO_NETWORK, PRE_EXEC_ANNOTATION, TUNNEL_ANNOTATION, PodNetwork
 from .probes import ProbeRun
 from .run_markers import EXIT_CODE_MARKER, PROBE_MARKER, STARTED_MARKER
 
@@ -99,6 +102,7 @@ def wrapper_script(
     marker: str,
     probes: Sequence[ProbeRun] = (),
     grace_s: int = DEFAULT_GRACE_S,
+    network: PodNetwork = NO_NETWORK,
 ) -> str:
     """The shell that runs the container's command (``"$@"``) in the background so that it can
     run the ``postStart`` hook beside it, run ``preStop`` and forward the signal when it is
@@ -106,7 +110,9 @@ def wrapper_script(
     liveness or startup probe stops the command as the kubelet would, within ``grace_s``),
     and, for an init container, write the completion ``marker`` when the command exits 0. It
     reports the command's start and exit status on stderr (the DMS reports neither) and exits
-    with the command's status."""
+    with the command's status. Before the command it runs the pod's ``network.pre_exec``
+    script and, in the tunnel's container, the tunnel (:func:`tunnel_script`)."""
+    tunnel = network.tunnel_container == c.spec.name
     lines = [
         f"# dmsgw: runs container {c.spec.name!r}, reporting its start and exit on stderr",
         "pid= dmsgw_asked= dmsgw_stopped=",
@@ -124,6 +130,8 @@ def wrapper_script(
         "trap dmsgw_stop TERM INT",
         f"echo {shlex.quote(STARTED_MARKER)}",  # on stdout too: where each run's output starts
         f"echo {shlex.quote(STARTED_MARKER)} >&2",
+        *([pre_exec_script(network.pre_exec)] if network.pre_exec else []),
+        *([tunnel_script(network.tunnel)] if tunnel else []),
         f'{CONTAINER_PATH} "$@" &',
         "pid=$!",
         '[ -z "$dmsgw_asked" ] || dmsgw_stop',
@@ -152,6 +160,8 @@ def wrapper_script(
     ]
     if probes:
         lines.append('kill -TERM "$dmsgw_prober" 2>/dev/null')
+    if tunnel:  # the command has ended: the tunnel goes with it (its end is no failure now)
+        lines.append('kill -TERM "$dmsgw_tunnel" 2>/dev/null')
     if marker:
         failed = f"printf '%s\\n' {shlex.quote(c.spec.name)} > {shlex.quote(INIT_FAILED)}"
         done = f"rm -f {shlex.quote(INIT_FAILED)}; : > {shlex.quote(marker)}"
@@ -159,6 +169,66 @@ def wrapper_script(
         lines.append(f'if [ "$code" -eq 0 ]; then {done}; else {failed}; fi')
     lines += [f'echo "{EXIT_CODE_MARKER}$code" >&2', 'exit "$code"']
     return "\n".join(lines) + "\n"
+
+
+# --- the pod's network ----------------------------------------------------------------------
+
+
+def pre_exec_script(script: str) -> str:
+    """The wrapper's part that runs the pod's pre-exec ``script`` in the wrapper's own shell,
+    as interLink's plugins run it in the job's, so that what it exports reaches the command;
+    with the container's ``PATH``, which it may change. A failure is told on stderr and the
+    command runs all the same, as after a plugin's pre-exec."""
+    failed = f"dmsgw: the pre-exec script ({PRE_EXEC_ANNOTATION}) failed with status"
+    return "\n".join(
+        [
+            'PATH="$dmsgw_path"',
+            f'eval {shlex.quote(script)} || echo "{failed} $?" >&2',
+            'dmsgw_path="$PATH"',
+            f"PATH={TOOLS_PATH}",
+        ]
+    )
+
+
+_TUNNEL_TAIL = """
+dmsgw_rc=$?
+[ -z "$!" ] || { wait "$!"; exit; }
+exit "$dmsgw_rc"
+"""
+"""What follows the tunnel's commands in their shell: it lives as long as the last command they
+started in the background (interLink's default line ends with ``&``), else ends with them."""
+
+
+def tunnel_script(commands: str) -> str:
+    """The wrapper's part that starts the pod's tunnel ``commands`` in the background, before
+    the command: run by a shell of their own (the annotation stays one quoted word) with the
+    container's ``PATH``, in a directory of their own (the default line downloads the client
+    into the current one), removed when the tunnel ends. A tunnel that ends while the
+    command runs is a failure: it is told on stderr, reported as the ``tunnel`` probe going
+    down, and the wrapper is asked to stop (``TERM``, as the DMS asks it), so that the pod's
+    ``restartPolicy`` restarts the container, tunnel included."""
+    why = f"{TUNNEL_ANNOTATION} ended with status $_rc; its output is in the container's log"
+    return "\n".join(
+        [
+            "dmsgw_tunnel_run() {",
+            "  _c= _d=",
+            '  trap \'kill -TERM "$_c" 2>/dev/null; rm -rf "$_d"; exit 0\' TERM',
+            '  _d=$(mktemp -d 2>/dev/null) && cd "$_d"',
+            f'  PATH="$dmsgw_path" /bin/sh -c {shlex.quote(commands + _TUNNEL_TAIL)} '
+            "dmsgw-tunnel </dev/null &",
+            "  _c=$!",
+            '  wait "$_c"',
+            "  _rc=$?",
+            '  [ -z "$_d" ] || rm -rf "$_d"',
+            '  echo "dmsgw: the tunnel ended with status $_rc; stopping the container" >&2',
+            f'  echo "{PROBE_MARKER}tunnel:failing:{why}" >&2',
+            f'  echo "{PROBE_MARKER}tunnel:down" >&2',
+            "  kill -TERM $$",
+            "}",
+            "dmsgw_tunnel_run &",
+            "dmsgw_tunnel=$!",
+        ]
+    )
 
 
 # --- probes ----------------------------------------------------------------------------------
