@@ -242,7 +242,7 @@ def _rss_bytes() -> int:
 def _running(gateway: Gateway, uid: str) -> bool:
     """Whether the pod's published ``/status`` entry shows its container running (read as
     kept, not as a model: the bench asks for every pod, on the gateway's own loop)."""
-    shown = gateway.snapshots.shown(uid)
+    shown = gateway.book.snapshots.shown(uid)
     return shown is not None and shown.phase == "Running"
 
 
@@ -264,7 +264,7 @@ async def _until_gone(gateway: Gateway, uids: list[str]) -> None:
     the deletes' window)."""
     for first in range(0, len(uids), LOOKED_AT_ONCE):
         waiting = uids[first : first + LOOKED_AT_ONCE]
-        while waiting := [u for u in waiting if u in gateway.snapshots]:
+        while waiting := [u for u in waiting if u in gateway.book.snapshots]:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0)
 
@@ -468,7 +468,7 @@ async def _close(backend: Gateway, gateway: Gateway, which: str) -> None:
     closing = time.perf_counter()
     await backend.close()
     took = time.perf_counter() - closing
-    print(f"shutdown of the {which} gateway, {len(gateway.snapshots):,} pods: {took:.1f} s")
+    print(f"shutdown of the {which} gateway, {len(gateway.book.snapshots):,} pods: {took:.1f} s")
 
 
 class _Stolen:
