@@ -48,6 +48,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..behaviors.ensemble import VolumeConfig
 from ..errors import DmsgwError
 from .confinement import RunAs
 from .protocol import AllocationDeploymentConfig
@@ -114,6 +115,10 @@ class SandboxPlan:
     """``resources.cpu.cores`` (0: none)."""
     run_as: RunAs | None = None
     """The unprivileged user the allocation runs as (``None``: the devnet's own)."""
+    image: str = ""
+    """The image it runs in a container (:mod:`.images`; ``""``: a host process)."""
+    entrypoint: tuple[str, ...] = ()
+    """The part of ``command`` that is the allocation's ``entrypoint`` (images only)."""
 
     @property
     def stdout(self) -> Path:
@@ -260,19 +265,10 @@ class SandboxPlan:
 
 def command_of(params: Mapping[str, Any]) -> tuple[str, ...]:
     """What the devnet runs for an allocation whose ``execution.params`` are ``params``: its
-    ``entrypoint`` + ``cmd``. The devnet pulls no image, so an image's own entrypoint cannot
-    stand in for a missing one: :class:`SandboxError` says so (the orchestrating node checks
-    this when a deployment is asked for, so that it fails at once rather than at its
-    deadline)."""
-    command = _strings(params.get("entrypoint"), "execution.entrypoint") + _strings(
+    ``entrypoint`` + ``cmd`` (empty: the image's own, where it can run the image)."""
+    return _strings(params.get("entrypoint"), "execution.entrypoint") + _strings(
         params.get("cmd"), "execution.cmd"
     )
-    if not command:
-        raise SandboxError(
-            f"the devnet runs commands as host processes, not image entrypoints (it pulls no "
-            f"image): give execution.cmd (or entrypoint) for image {params.get('image', '')!r}"
-        )
-    return command
 
 
 def _container_path(path: str, what: str) -> str:
@@ -331,6 +327,18 @@ class PathRewriter:
         return self(body.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
+def missing_host_paths(volumes: Iterable[VolumeConfig] | None) -> list[str]:
+    """Why each host directory that the ``local`` ``volumes`` bind cannot be bound (one line
+    each: it does not exist, or is not a directory), in Docker's words."""
+    reasons = []
+    for i, volume in enumerate(volumes or ()):
+        src = volume.src or ""
+        if volume.type == "local" and src.startswith("/") and not os.path.isdir(src):
+            what = "does not exist" if not os.path.exists(src) else "is not a directory"
+            reasons.append(f"volume[{i}].src {src!r}: bind source path {what} on the host")
+    return reasons
+
+
 def named_volumes(config: AllocationDeploymentConfig) -> tuple[str, ...]:
     """The named ``local`` volumes ``config`` uses (a ``src`` without ``/``)."""
     return tuple(
@@ -346,12 +354,16 @@ def plan_sandbox(
     volumes: Path,
     shared: Collection[str] = (),
     run_as: RunAs | None = None,
+    image: str = "",
 ) -> SandboxPlan:
     """Lay out the sandbox for ``config`` under ``root`` (nothing is written yet); named
     volumes live under ``volumes``, and those in ``shared`` are used by other allocations;
-    ``run_as``: the allocation's user, when not the devnet's own."""
+    ``run_as``: the allocation's user, when not the devnet's own; ``image``: the image it
+    runs in a container, at its declared paths as they are (:mod:`.images`)."""
     params: Mapping[str, Any] = config.execution.params or {}
     command = command_of(params)
+    if not command and not image:
+        raise SandboxError(f"no execution.cmd, and image {params.get('image')!r} cannot run here")
     rootfs = root / "rootfs"
     mounts: list[Mount] = []
     files: dict[Path, bytes] = {}
@@ -393,6 +405,8 @@ def plan_sandbox(
     if workdir and not any(_inside(workdir, m.target) for m in mounts):
         table[workdir] = str(rootfs / workdir.lstrip("/"))
     declared = _environment(params.get("environment"))
+    if image:
+        isolation, table, run_as = Isolation.NAMESPACE, {}, None
     scripts: list[Path] = []
     names = sorted(config.provision_scripts or {})
     rewrite = PathRewriter(table)
@@ -407,14 +421,14 @@ def plan_sandbox(
         command = tuple(rewrite(arg) for arg in command)
         declared = {name: rewrite(value) for name, value in declared.items()}
         cwd = rewrite(workdir) if workdir else str(root / "work")
+    elif image:
+        cwd = workdir  # the container's own ("": the image's)
     else:
         cwd = workdir if any(_inside(workdir, m.target) for m in mounts) else ""
         cwd = cwd or (table[workdir] if workdir else str(root / "work"))
-    environment = {
-        "PATH": os.environ.get("PATH", DEFAULT_PATH),
-        "HOME": str(root / "work"),
-        **declared,
-    }
+    # A container's PATH and HOME are its image's.
+    host = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": str(root / "work")}
+    environment = declared if image else {**host, **declared}
     return SandboxPlan(
         root=root,
         command=command,
@@ -429,6 +443,8 @@ def plan_sandbox(
         memory_limit=config.resources.ram.size,
         cpu_limit=config.resources.cpu.cores,
         run_as=run_as,
+        image=image,
+        entrypoint=_strings(params.get("entrypoint"), "execution.entrypoint"),
     )
 
 
@@ -459,7 +475,7 @@ def materialise(plan: SandboxPlan) -> None:
             m.source.mkdir(parents=True, exist_ok=True)
         elif not m.owned and not m.source.is_dir():
             raise SandboxError(f"volume source {m.source} is not a directory on this host")
-        if plan.isolation is Isolation.NAMESPACE:
+        if plan.isolation is Isolation.NAMESPACE and not plan.image:
             stage = plan.stage(i)
             stage.parent.mkdir(parents=True, exist_ok=True)
             if m.is_file:
@@ -470,6 +486,21 @@ def materialise(plan: SandboxPlan) -> None:
         Path(plan.workdir).mkdir(parents=True, exist_ok=True)
     if plan.run_as is not None:
         _give(plan, plan.run_as)
+    if plan.image:
+        _open_to_container(plan)
+
+
+def _open_to_container(plan: SandboxPlan) -> None:
+    """A container runs as its image's user, whoever that is: what the devnet made for it is
+    open to every user (volumes ``1777`` as an emptyDir's, scripts and keys readable), and
+    the sandbox around them is the devnet's alone (``0700``), so that no host user reaches
+    them; the container sees them through its bind mounts."""
+    for path in plan.files:
+        path.chmod(0o755 if path in plan.scripts else 0o644)
+    for m in plan.mounts:
+        if m.owned and not m.is_file:
+            m.source.chmod(0o1777)
+    plan.root.chmod(0o700)
 
 
 def _give(plan: SandboxPlan, run_as: RunAs) -> None:

@@ -467,5 +467,6 @@ def test_an_allocation_without_a_command_is_refused_at_once_saying_why(
         embedded_devnet.dms.deployment.new(str(hello))
     message = str(info.value)
     assert "allocation alloc1" in message
-    assert "not image entrypoints" in message and "execution.cmd" in message
+    assert "devnet limit, not a DMS rule" in message and "execution.cmd" in message
+    assert "failed to validate ensemble configuration" not in message
     assert not embedded_devnet.dms.deployment.list().deployments
