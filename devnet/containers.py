@@ -131,11 +131,15 @@ class ContainerExecution(Execution):
         """The container's exit code (Podman's, OOM kill noted) once it has ended; then it is
         removed."""
         if self._ended is None:
-            self._ended = asyncio.get_running_loop().create_future()
+            ended = self._ended = asyncio.get_running_loop().create_future()
             try:
-                self._ended.set_result(await self._end())
-            except BaseException as exc:
-                self._ended.set_exception(exc)
+                ended.set_result(await self._end())
+            except asyncio.CancelledError:
+                self._ended = None  # the next caller waits afresh
+                ended.cancel()
+                raise
+            except Exception as exc:
+                ended.set_exception(exc)
                 raise
         return await asyncio.shield(self._ended)
 

@@ -196,12 +196,13 @@ class Devnet:
             if self.networks.namespaces is None and self.network_namespaces is not False:
                 self.networks.private_loopback = await private_loopback_possible()
             log.info(
-                "devnet: work dir %s, %s isolation; %s; %s; %s",
+                "devnet: work dir %s, %s isolation; %s; %s; %s; %s",
                 self.root,
                 isolation.value,
                 self.describe_identities(),
                 self.cgroups.describe(),
                 self.networks.describe(),
+                self.images.describe(),
             )
             for weaker in self._weaker_boundaries(run_as):
                 log.warning("devnet: %s (see the operator guide's security model)", weaker)
@@ -352,6 +353,7 @@ class Devnet:
         if self.root is not None:
             await asyncio.to_thread(remove_tree, self.root)
             self.root = None
+        await self.images.close()  # what a run cut short left, once its sandbox is gone
         if self.watchdog is not None:
             await self.watchdog.close()
             self.watchdog = None

@@ -174,27 +174,31 @@ class Images:
             self._probed = True
             return self._runtime
 
+    async def close(self) -> None:
+        """Remove the containers whose sandboxes are gone (if any container ran)."""
+        if self._runtime is not None:
+            await remove_stale(self._runtime)
+
     def describe(self) -> str:
         if not self.enabled:
             return "images not run (host commands only)"
         if not self._probed:
-            return "images run where Podman can (probed on first use)"
+            return "images in Podman's storage run in containers (probed on first use)"
         if self._runtime is None:
             return "no OCI runtime: host commands only"
         return self._runtime.describe()
 
     async def config(self, image: str) -> ImageConfig | None:
-        """``image``'s config if it is in local storage and containers can run, else ``None``
-        (remembered: an image built later is seen by the next devnet)."""
-        if not image or not self.enabled or not have("podman"):
+        """``image``'s config if it is in local storage and containers can run here, else
+        ``None`` (remembered for this devnet; the runtime is probed only for an image that is
+        there, so allocations of images nobody built cost one look-up)."""
+        if not image or not self.enabled or os.geteuid() != 0 or not have("podman"):
             return None
         if image not in self._configs:
-            runtime = await self.runtime()
             found = None
-            if runtime is not None:
-                code, out, _ = await runtime.call("image", "inspect", image)
-                if code == 0:
-                    found = ImageConfig.parse(json.loads(out)[0])
+            code, out, _ = await OciRuntime(tool("podman")).call("image", "inspect", image)
+            if code == 0 and await self.runtime() is not None:
+                found = ImageConfig.parse(json.loads(out)[0])
             self._configs[image] = found
         return self._configs[image]
 

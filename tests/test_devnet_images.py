@@ -8,7 +8,9 @@ reached); without Podman, or without that base, these tests skip naming what is 
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -16,11 +18,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.behaviors.node import DMSBehaviorError
+from dmsgw.cli import main
+from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
 from dmsgw.devnet.pytest_plugin import EmbeddedDevnet, one_node_ensemble, shell_allocation
+from dmsgw.interlink.app import start_backend
+from dmsgw.interlink.config import load_config
+from dmsgw.interlink.server import Metrics, PluginServer
+from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
+from dmsgw.keys.did import DID
+from dmsgw.keys.keystore import KeyStore
+from dmsgw.keys.trust import provider_from_private_key
+from dmsgw.keys.ucan import CapabilityContext
+from dmsgw.keys.ucan.store import save_context
 
 BASE = "localhost/dmsgw-base:bookworm"
+NS = 1_000_000_000
 BUILD_S = 300
 HERE = Path(__file__).parent / "data" / "image"
 
@@ -140,3 +155,140 @@ def test_an_image_not_in_storage_without_cmd_is_refused_as_a_devnet_limit(
     message = str(info.value)
     assert "devnet limit, not a DMS rule" in message and "podman" in message
     assert "failed to validate ensemble configuration" not in message
+
+
+def _containers_of(devnet: EmbeddedDevnet) -> list[str]:
+    """The names of the containers this devnet has in Podman (running or not)."""
+    listed = subprocess.run(
+        ["podman", "ps", "-a", "--filter", "label=dmsgw.devnet", "--format", "{{.Names}}"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    root = devnet.devnet.root
+    assert root is not None
+    return [name for name in listed.stdout.split() if root.name in name]
+
+
+def test_exec_health_checks_run_in_the_container(
+    embedded_devnet: EmbeddedDevnet, image: str
+) -> None:
+    h = embedded_devnet
+    check = {"type": "command", "interval": NS // 10}
+    service = {"cmd": ["sleep", "60"]}
+    fine = _image_allocation(image, **service)
+    fine.update(type="service", healthcheck={**check, "exec": ["test", "-d", "/srv"]})
+    sick = _image_allocation(image, **service)
+    sick.update(type="service", healthcheck={**check, "exec": ["test", "-d", "/nowhere"]})
+    eid = h.dms.deployment.new(one_node_ensemble({"fine": fine, "sick": sick})).ensemble_id
+    assert h.wait_status(eid, "Running") == "Running"
+
+    def healthy() -> bool:
+        info = h.dms.deployment.status(eid).allocation_info or {}
+        return any(k.endswith(".fine") and i.health == "healthy" for k, i in info.items())
+
+    h.wait_for(healthy, what="the service whose image has /srv to be healthy")
+    ill = h.faults.allocation(eid, "sick")
+    h.wait_for(lambda: len(ill.started_ns) >= 2, what="the unhealthy service to be restarted")
+
+
+def test_a_killed_container_fails_with_137_and_shutdown_removes_the_containers(
+    embedded_devnet: EmbeddedDevnet, image: str
+) -> None:
+    h = embedded_devnet
+    svc = _image_allocation(image, cmd=["sleep", "60"])
+    svc.update(type="service", failure_recovery="stay_down")
+    peer = _image_allocation(image, cmd=["sleep", "60"])
+    peer.update(type="service")
+    eid = h.dms.deployment.new(one_node_ensemble({"svc": svc, "peer": peer})).ensemble_id
+    assert h.wait_status(eid, "Running") == "Running"
+    assert len(_containers_of(h)) == 2
+    h.faults.kill_allocation(eid, "svc")
+    h.wait_allocation(eid, "n1.svc", "failed")
+    assert h.faults.allocation(eid, "svc").exit_code == 137
+    h.dms.deployment.shutdown(eid)
+    assert h.wait_status(eid, "Completed") == "Completed"
+    h.wait_for(lambda: not _containers_of(h), what="the containers to be removed")
+
+
+ENSEMBLE = """\
+version: "V1"
+allocations:
+  alloc1:
+    type: task
+    executor: docker
+    resources: {cpu: {cores: 0.5}, ram: {size: 0.25}, disk: {size: 0.25}}
+    execution: {type: docker, image: %s}
+nodes:
+  node1:
+    allocations: [alloc1]
+"""
+
+
+def test_dmsgw_deploy_runs_an_image_without_cmd(
+    image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The repository's hello.yaml shape (an image and no ``cmd``), deployed and waited for
+    with the CLI: it completes, and ``dmsgw logs`` prints what the image's entrypoint wrote."""
+    key = Ed25519PrivKey(bytes(range(90, 122)))
+    monkeypatch.setenv("DMS_PASSPHRASE", "pw")
+    monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "1024")
+    background = BackgroundDevnet(Devnet(1, seed="image-cli-tests", early_timeout=True))
+    devnet = background.start()
+    try:
+        keys, caps = tmp_path / "key", tmp_path / "cap"
+        KeyStore(keys).save("gw", marshal_private_key(key), "pw")
+        grant = devnet.grant(DID.from_public_key(key.public_key()), ["/dms/node", "/public"])
+        caps.mkdir()
+        context = CapabilityContext(provider_from_private_key(key), name="gw", provide=grant)
+        save_context(context, directory=caps)
+        setup = ["--url", devnet.urls[0], "--key", "gw", "--key-dir", str(keys)]
+        setup += ["--cap-dir", str(caps)]
+        path = tmp_path / "hello.yaml"
+        path.write_text(ENSEMBLE % image)
+        assert main(["deploy", str(path), "--wait", *setup]) == 0, capsys.readouterr().err
+        ensemble = capsys.readouterr().out.splitlines()[0].rsplit(" ", 1)[-1]
+        assert main(["logs", ensemble, "node1.alloc1", *setup]) == 0
+        assert capsys.readouterr().out.startswith("hello-from-the-image from /srv as 0\n")
+    finally:
+        background.stop()
+
+
+async def test_a_pod_without_command_runs_its_image_through_the_plugin_api(
+    image: str, tmp_path: Path
+) -> None:
+    """A pod whose container names only its image, as interLink hands it over: the gateway
+    deploys it without ``cmd`` and the devnet runs the image's entrypoint and ``cmd``."""
+    uid = "5a0c3e2d-9b8a-4c7d-8e6f-1a2b3c4d5e6f"
+    spec = {
+        "metadata": {"name": "from-an-image", "namespace": "default", "uid": uid},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]},
+    }
+    config = load_config(
+        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
+    )
+    metrics = Metrics()
+    backend = await start_backend(config, metrics=metrics)
+    server = PluginServer(backend, config.server_options(), metrics)
+    client = TestClient(
+        TestServer(server.app(), host="127.0.0.1"),
+        headers={"Content-Type": "application/json"},
+    )
+    await client.start_server()
+    try:
+        body = json.dumps({"pod": spec, "container": [{"name": "main"}]})
+        assert (await client.post("/create", data=body)).status == 200
+        state: dict[str, object] = {}
+        for _ in range(600):  # interLink's /status polls, each answered as the pod stands
+            (status,) = await (await client.get("/status", data=json.dumps([spec]))).json()
+            state = status["containers"][0]["state"]
+            if "terminated" in state:
+                break
+            await asyncio.sleep(0.05)
+        assert state.get("terminated", {}).get("exitCode") == 0, state  # type: ignore[union-attr]
+        logs = {"Namespace": "default", "PodUID": uid, "PodName": "from-an-image"}
+        logs |= {"ContainerName": "main", "Opts": {}}
+        text = await (await client.get("/getLogs", data=json.dumps(logs))).text()
+        assert text.startswith("hello-from-the-image from /srv as 0\n"), text
+        assert (await client.post("/delete", data=json.dumps(spec))).status == 200
+    finally:
+        await client.close()
+        await backend.close()
