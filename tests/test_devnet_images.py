@@ -292,3 +292,24 @@ async def test_a_pod_without_command_runs_its_image_through_the_plugin_api(
     finally:
         await client.close()
         await backend.close()
+
+
+APPLIANCE = Path(__file__).parent / "data" / "ensembles" / "appliance"
+
+
+@pytest.mark.parametrize("shipped", ["hello_world", "task_with_contract"])
+def test_the_appliance_ensembles_that_need_no_network_run_their_images(
+    embedded_devnet: EmbeddedDevnet, image: str, tmp_path: Path, shipped: str
+) -> None:
+    """NuNet's appliance ensembles that need nothing from the network, as shipped (no
+    ``cmd``: the image's entrypoint runs), with the locally built image standing in for
+    ``hello-world``, which no registry here can give; a pinned ``peer`` names a machine of
+    the appliance's, so it is dropped."""
+    text = (
+        (APPLIANCE / f"{shipped}.yaml").read_text().replace("image: hello-world", f"image: {image}")
+    )
+    path = tmp_path / f"{shipped}.yaml"
+    path.write_text("".join(line for line in text.splitlines(True) if "peer:" not in line))
+    eid = embedded_devnet.dms.deployment.new(str(path)).ensemble_id
+    assert embedded_devnet.wait_status(eid, "Completed", "Failed") == "Completed"
+    assert embedded_devnet.stdout(eid, "node1.alloc1").startswith("hello-from-the-image from /srv")
