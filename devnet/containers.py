@@ -1,31 +1,30 @@
 """The devnet's executor with images: an allocation whose image is in Podman's storage runs
 in a container (see :mod:`.images`), any other as a host process (:mod:`.executor`).
 
-A container run is an :class:`~.executor.Execution` whose process is ``podman start
---attach`` (its output is the container's) and whose PID, once started, is the container's
-first process on the host: what the usage meter measures and what a SIGKILL fault ends (with
-its PID namespace).
+A container run is an :class:`~.executor.Execution` whose process is ``podman logs
+--follow`` (its output is the container's, from its start) and whose PID, once started, is
+the container's first process on the host: what the usage meter measures and what a SIGKILL
+fault ends (with its PID namespace).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 from pathlib import Path
 from typing import Any
 
 from ..behaviors.ensemble import HealthCheckManifest
-from .confinement import Watchdog, child_setup
+from .confinement import RunAs, Watchdog, child_setup
 from .executor import OUTPUT_LIMIT, Execution, ProcessExecutor, status_fifo
 from .images import ImageConfig, Images, OciRuntime, container_name, create_arguments
 from .output import OutputCopies
 from .protocol import AllocationDeploymentConfig
-from .sandbox import SandboxError, SandboxPlan
+from .sandbox import Mount, SandboxError, SandboxPlan
 from .tools import SETUP_ENVIRONMENT
-
-_RUNNING = ("--condition", "running", "--condition", "exited", "--condition", "stopped")
 
 
 async def start_container(
@@ -36,17 +35,21 @@ async def start_container(
     started: tuple[int, int, OutputCopies],
     watchdog: Watchdog | None,
 ) -> ContainerExecution:
-    """Create ``plan``'s container (a failure is a :class:`SandboxError` with Podman's words)
-    and start it attached; ``started``: the status FIFO's descriptor, where this run's stderr
-    begins, and the output copies."""
+    """Create and start ``plan``'s container (a failure is a :class:`SandboxError` with
+    Podman's words), then follow its output; ``started``: the status FIFO's descriptor,
+    where this run's stderr begins, and the output copies."""
     name = container_name(plan)
     await runtime.call("rm", "--force", "--time", "0", name)  # a previous run's
-    code, _, err = await runtime.call(*create_arguments(runtime, plan, image, network))
-    if code != 0:
-        raise SandboxError(f"podman create: {err.strip()}")
+    for step in (create_arguments(runtime, plan, image, network), ["start", name]):
+        code, _, err = await runtime.call(*step)
+        if code != 0:
+            if step[0] == "start":
+                await runtime.call("rm", "--force", "--time", "0", name)
+            raise SandboxError(f"podman {step[0]}: {err.strip()}")
     status_fd, stderr_at, output = started
+    # Its log file from the start: what it wrote before this follows it is not lost.
     proc = await asyncio.create_subprocess_exec(
-        *runtime.argv("start", "--attach", name),
+        *runtime.argv("logs", "--follow", name),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=output.stdout.write_fd,
         stderr=output.stderr.write_fd,
@@ -91,19 +94,11 @@ class ContainerExecution(Execution):
         return self._oom
 
     async def provisioned(self, timeout_s: float) -> None:
-        """Wait until the container runs (and its provision scripts, if any, have), then
-        take its first process's PID; :class:`SandboxError` says why it does not run."""
-        async with asyncio.timeout(timeout_s):
-            await self.runtime.call("wait", *_RUNNING, self.name, timeout_s=timeout_s)
-        state = "{{.State.Pid}} {{.State.StartedAt.IsZero}}"
-        code, out, _ = await self.runtime.call("inspect", "--format", state, self.name)
-        pid, _, never = out.strip().partition(" ")
-        if code != 0 or never != "false":
-            os.close(self._status_fd)
-            code = await self.wait()
-            raise SandboxError(f"the container did not start (exit {code}): {await self._stderr()}")
-        if pid.isdigit() and int(pid) > 0:
-            self.pid = int(pid)  # 0: it has ended already
+        """The container has started: take its first process's PID (if it still runs),
+        then wait for its provision scripts, if any."""
+        code, out, _ = await self.runtime.call("inspect", "--format", "{{.State.Pid}}", self.name)
+        if code == 0 and out.strip().isdigit() and int(out) > 0:
+            self.pid = int(out)
         if self.plan.scripts:
             await super().provisioned(timeout_s)
         else:
@@ -123,7 +118,11 @@ class ContainerExecution(Execution):
         """``podman stop``: the image's stop signal, SIGKILL after ``grace_s``; the exit code."""
         if self._ended is None or not self._ended.done():
             await self.runtime.call(
-                "stop", "--time", str(max(0, round(grace_s))), self.name, timeout_s=grace_s + 30
+                "stop",
+                "--time",
+                str(math.ceil(max(0.0, grace_s))),
+                self.name,
+                timeout_s=grace_s + 30,
             )
         return await self.wait()
 
@@ -164,6 +163,19 @@ class ImageExecutor(ProcessExecutor):
     def __init__(self, *args: Any, images: Images, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.images = images
+
+    async def prepare(
+        self, allocation_id: str, config: AllocationDeploymentConfig, ensemble_id: str = ""
+    ) -> SandboxPlan:
+        """As for a host process; then, for a container (whose user may be root), refuse a
+        host directory that the pod's own user could not use as the volume asks: a container
+        must not be a way around the user a pod is given."""
+        plan = await super().prepare(allocation_id, config, ensemble_id)
+        if plan.image and plan.run_as is not None:
+            for m in plan.mounts:
+                if not m.owned:
+                    _check_bindable(m, plan.run_as)
+        return plan
 
     async def runnable_image(self, config: AllocationDeploymentConfig) -> str:
         image = (config.execution.params or {}).get("image")
@@ -215,3 +227,18 @@ class ImageExecutor(ProcessExecutor):
         if expected and expected not in text:
             return f"health check output lacks {expected!r}"
         return ""
+
+
+def _check_bindable(mount: Mount, run_as: RunAs) -> None:
+    """Refuse ``mount``'s host directory unless ``run_as`` may reach it and read it (and
+    write it, unless it is read-only), as it would have to were the pod a host process."""
+    where = mount.source.resolve()
+    blocked = [d for d in (*reversed(where.parents), where) if not run_as.permits(d, 0o1)]
+    need = 0o5 if mount.read_only else 0o7
+    if blocked or not run_as.permits(where, need):
+        what = "enter" if blocked else "read" if mount.read_only else "read and write"
+        raise SandboxError(
+            f"volume {mount.target}: the pod's user ({run_as.describe()}) cannot {what} "
+            f"{blocked[0] if blocked else where} on this host, so its container may not bind "
+            f"it either; give that user access, or use a named volume"
+        )

@@ -12,7 +12,8 @@ the allocation gives them (an ``entrypoint`` clears the image's ``cmd``, as Dock
 environment over the image's, its working directory, its volumes and key files bound at their
 declared paths (``read_only`` ones read-only from the start), ``ram.size`` as ``--memory``
 (swap included, so the kernel OOM-kills at the limit), ``cpu.cores`` as ``--cpus`` — then
-started with ``podman start --attach``, whose stdout and stderr are the allocation's logs. It
+started with ``podman start`` (which returns once it runs, or says why it cannot), and its
+log followed with ``podman logs --follow``, whose stdout and stderr are the allocation's. It
 joins the allocation's network namespace where the devnet makes one (so its private address,
 its forwarded public ports and HTTP health checks are those of a host-process allocation), else
 the host's network. Provision scripts run inside the container before the command, with
@@ -229,7 +230,9 @@ def create_arguments(
     """``podman create`` for ``plan``: the options, the image, then its arguments."""
     options = ["create", "--name", container_name(plan), "--label", f"{LABEL}={plan.root}"]
     options += ["--network", f"ns:{network}" if network is not None else "host"]
-    options += [*runtime.run_options, "--pull", "never"]
+    options += [*runtime.run_options, "--pull", "never", "--log-driver", "k8s-file"]
+    if plan.run_as is not None:  # the volumes the devnet made are the pod's group's
+        options += ["--group-add", str(plan.run_as.gid)]
     for name, value in plan.environment.items():
         options += ["--env", f"{name}={value}"]
     if plan.workdir:

@@ -406,7 +406,7 @@ def plan_sandbox(
         table[workdir] = str(rootfs / workdir.lstrip("/"))
     declared = _environment(params.get("environment"))
     if image:
-        isolation, table, run_as = Isolation.NAMESPACE, {}, None
+        isolation, table = Isolation.NAMESPACE, {}
     scripts: list[Path] = []
     names = sorted(config.provision_scripts or {})
     rewrite = PathRewriter(table)
@@ -484,22 +484,25 @@ def materialise(plan: SandboxPlan) -> None:
                 stage.mkdir(exist_ok=True)
     if Path(plan.workdir).is_relative_to(plan.root):
         Path(plan.workdir).mkdir(parents=True, exist_ok=True)
-    if plan.run_as is not None:
-        _give(plan, plan.run_as)
     if plan.image:
         _open_to_container(plan)
+    elif plan.run_as is not None:
+        _give(plan, plan.run_as)
 
 
 def _open_to_container(plan: SandboxPlan) -> None:
-    """A container runs as its image's user, whoever that is: what the devnet made for it is
-    open to every user (volumes ``1777`` as an emptyDir's, scripts and keys readable), and
-    the sandbox around them is the devnet's alone (``0700``), so that no host user reaches
-    them; the container sees them through its bind mounts."""
+    """A container runs as its image's user, whoever that is, with the pod's group added
+    (:mod:`.images`): the volumes the devnet made are the pod's user's and group's
+    (``2770``, new files keeping the group), else (no user of its own) everyone's (``1777``,
+    as an emptyDir); scripts and keys are readable; the sandbox around them is the devnet's
+    alone (``0700``), so that no host user reaches them through it."""
     for path in plan.files:
         path.chmod(0o755 if path in plan.scripts else 0o644)
     for m in plan.mounts:
         if m.owned and not m.is_file:
-            m.source.chmod(0o1777)
+            if plan.run_as is not None:
+                plan.run_as.give(m.source)
+            m.source.chmod(0o2770 if plan.run_as is not None else 0o1777)
     plan.root.chmod(0o700)
 
 

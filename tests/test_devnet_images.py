@@ -72,7 +72,11 @@ def _image_allocation(image: str, **execution: object) -> dict[str, object]:
 
 def _run(devnet: EmbeddedDevnet, allocation: dict[str, object], status: str = "completed") -> str:
     ensemble = devnet.dms.deployment.new(one_node_ensemble({"job": allocation})).ensemble_id
-    devnet.wait_allocation(ensemble, "n1.job", status)
+    try:
+        devnet.wait_allocation(ensemble, "n1.job", status)
+    except AssertionError as exc:
+        failures = devnet.orchestrator(ensemble).failures
+        raise AssertionError(f"{exc}; failed attempts: {failures}") from None
     return devnet.stdout(ensemble, "n1.job")
 
 
@@ -311,5 +315,55 @@ def test_the_appliance_ensembles_that_need_no_network_run_their_images(
     path = tmp_path / f"{shipped}.yaml"
     path.write_text("".join(line for line in text.splitlines(True) if "peer:" not in line))
     eid = embedded_devnet.dms.deployment.new(str(path)).ensemble_id
-    assert embedded_devnet.wait_status(eid, "Completed", "Failed") == "Completed"
+    failures = embedded_devnet.orchestrator(eid).failures
+    assert embedded_devnet.wait_status(eid, "Completed", "Failed") == "Completed", failures
     assert embedded_devnet.stdout(eid, "node1.alloc1").startswith("hello-from-the-image from /srv")
+
+
+def test_a_container_cannot_bind_what_the_pods_user_could_not_reach(
+    embedded_devnet: EmbeddedDevnet, image: str, tmp_path: Path, host_dir: Path
+) -> None:
+    """The container's user may be root: a host directory is bound only if the pod's own
+    user could use it so (pytest's ``tmp_path`` is root's alone), else the start fails
+    naming it; a named volume is the pod's user's and group's, and the container has that
+    group."""
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (host_dir / "ro").mkdir(mode=0o755)
+    h = embedded_devnet
+    root_only = _image_allocation(image, cmd=["ls", "/s"])
+    root_only["volume"] = [{"type": "local", "src": str(secret), "mount_destination": "/s"}]
+    eid = h.dms.deployment.new(one_node_ensemble({"job": root_only})).ensemble_id
+    assert h.wait_status(eid, "Failed", "Completed") == "Failed"
+    assert any(
+        "volume /s: the pod's user" in why and "cannot enter" in why
+        for why in h.orchestrator(eid).failures
+    ), h.orchestrator(eid).failures
+    readable = _image_allocation(image, cmd=["sh", "-c", "id -G; stat -c '%a %u' /v"])
+    readable["volume"] = [
+        {
+            "type": "local",
+            "src": str(host_dir / "ro"),
+            "mount_destination": "/r",
+            "read_only": True,
+        },
+        {"type": "local", "src": "mine", "mount_destination": "/v"},
+    ]
+    eid = h.dms.deployment.new(one_node_ensemble({"job": readable})).ensemble_id
+    h.wait_allocation(eid, "n1.job", "completed")
+    groups, volume = h.stdout(eid, "n1.job").splitlines()[-2:]
+    run_as = h.faults.allocation(eid, "job").plan.run_as  # type: ignore[union-attr]
+    assert run_as is not None and str(run_as.gid) in groups.split()
+    assert volume == f"2770 {run_as.uid}"
+
+
+def test_a_command_the_image_lacks_fails_the_start_with_podmans_reason(
+    embedded_devnet: EmbeddedDevnet, image: str
+) -> None:
+    h = embedded_devnet
+    allocation = _image_allocation(image, entrypoint=["/no/such/program"])
+    eid = h.dms.deployment.new(one_node_ensemble({"job": allocation})).ensemble_id
+    assert h.wait_status(eid, "Failed", "Completed") == "Failed"
+    failures = h.orchestrator(eid).failures
+    assert any("podman start: " in why and "/no/such/program" in why for why in failures), failures
+    assert not _containers_of(h)
