@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -367,3 +368,27 @@ def test_a_command_the_image_lacks_fails_the_start_with_podmans_reason(
     failures = h.orchestrator(eid).failures
     assert any("podman start: " in why and "/no/such/program" in why for why in failures), failures
     assert not _containers_of(h)
+
+
+SERVER = (
+    "use IO::Socket::INET; $| = 1;"
+    "my $s = IO::Socket::INET->new(LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die $!;"
+    'print "listening\\n";'
+    'while (my $c = $s->accept) { print $c "hello from $ENV{GREETING}\\n"; close $c }'
+)
+
+
+def test_a_containers_private_port_is_reached_through_its_public_port(
+    embedded_devnet: EmbeddedDevnet, image: str, unused_tcp_port: int
+) -> None:
+    """The container joins the allocation's network: what it serves on its private port is
+    forwarded from the public port its node publishes, as for a host process."""
+    h = embedded_devnet
+    svc = _image_allocation(image, entrypoint=["perl", "-e", SERVER])
+    svc.update(type="service")
+    ports = [{"public": unused_tcp_port, "private": 8080, "allocation": "svc"}]
+    eid = h.dms.deployment.new(one_node_ensemble({"svc": svc}, ports=ports)).ensemble_id
+    assert h.wait_status(eid, "Running", "Failed") == "Running"
+    h.wait_for(lambda: h.stdout(eid, "n1.svc") == "listening\n", what="the server to listen")
+    with socket.create_connection(("127.0.0.1", unused_tcp_port), timeout=30) as conn:
+        assert conn.makefile().readline() == "hello from hello-from-the-image\n"
