@@ -19,7 +19,7 @@ from typing import Any
 
 from ..behaviors.ensemble import HealthCheckManifest
 from .confinement import RunAs, Watchdog, child_setup
-from .executor import OUTPUT_LIMIT, Execution, ProcessExecutor, status_fifo
+from .executor import Execution, ProcessExecutor, health_verdict, status_fifo
 from .images import ImageConfig, Images, OciRuntime, container_name, create_arguments
 from .output import OutputCopies
 from .protocol import AllocationDeploymentConfig
@@ -220,13 +220,7 @@ class ImageExecutor(ProcessExecutor):
         code, out, err = await execution.runtime.call(
             "exec", execution.name, *check.exec, timeout_s=timeout_s
         )
-        text = (out + err)[:OUTPUT_LIMIT]
-        if code != 0:
-            return f"health check exited with {code}: {text.strip()}"
-        expected = check.response.value
-        if expected and expected not in text:
-            return f"health check output lacks {expected!r}"
-        return ""
+        return health_verdict(code, out + err, check.response.value)
 
 
 def _check_bindable(mount: Mount, run_as: RunAs) -> None:

@@ -515,9 +515,15 @@ class ProcessExecutor:
             proc.kill()
             await proc.wait()
             return f"health check timed out after {timeout_s:g} s"
-        text = output[:OUTPUT_LIMIT].decode(errors="replace")
-        if proc.returncode != 0:
-            return f"health check exited with {proc.returncode}: {text.strip()}"
-        if expected and expected not in text:
-            return f"health check output lacks {expected!r}"
-        return ""
+        return health_verdict(proc.returncode or 0, output.decode(errors="replace"), expected)
+
+
+def health_verdict(code: int, output: str, expected: str) -> str:
+    """``""`` when a command health check that exited with ``code`` after writing
+    ``output`` passed (exit 0, ``expected`` in the output, if given), else why not."""
+    text = output[:OUTPUT_LIMIT]
+    if code != 0:
+        return f"health check exited with {code}: {text.strip()}"
+    if expected and expected not in text:
+        return f"health check output lacks {expected!r}"
+    return ""
