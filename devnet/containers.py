@@ -79,6 +79,8 @@ class ContainerExecution(Execution):
         self.name = name
         self._ended: asyncio.Future[int] | None = None
         self._oom = False
+        self._stopped = False
+        """Whether the devnet itself killed or stopped it (then a SIGKILL was not the OOM's)."""
 
     @property
     def returncode(self) -> int | None:
@@ -112,11 +114,13 @@ class ContainerExecution(Execution):
                 os.kill(self.pid, sig)
 
     def kill(self) -> None:
+        self._stopped = True
         self.signal(signal.SIGKILL)
 
     async def stop(self, grace_s: float) -> int:
         """``podman stop``: the image's stop signal, SIGKILL after ``grace_s``; the exit code."""
         if self._ended is None or not self._ended.done():
+            self._stopped = True
             await self.runtime.call(
                 "stop",
                 "--time",
@@ -150,6 +154,10 @@ class ContainerExecution(Execution):
         if found == 0 and len(out.split()) == 2:
             exit_code, oom = out.split()
             code, self._oom = int(exit_code), oom == "true"
+        # Where Podman's monitor misses the kernel's OOM kills (cgroup v1 with a hybrid
+        # layout), a SIGKILL nobody here sent to a run with a memory limit is taken for one.
+        killed = code == 128 + signal.SIGKILL and not self._stopped
+        self._oom = self._oom or (killed and bool(self.plan.memory_limit))
         if self._watchdog is not None:
             self._watchdog.forget(self.proc.pid)
         await self.runtime.call("rm", "--force", "--time", "0", self.name)

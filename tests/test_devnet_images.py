@@ -208,7 +208,8 @@ def test_a_killed_container_fails_with_137_and_shutdown_removes_the_containers(
     assert len(_containers_of(h)) == 2
     h.faults.kill_allocation(eid, "svc")
     h.wait_allocation(eid, "n1.svc", "failed")
-    assert h.faults.allocation(eid, "svc").exit_code == 137
+    killed = h.faults.allocation(eid, "svc")
+    assert (killed.exit_code, killed.oom_killed) == (137, False)  # the devnet's own SIGKILL
     h.dms.deployment.shutdown(eid)
     assert h.wait_status(eid, "Completed") == "Completed"
     h.wait_for(lambda: not _containers_of(h), what="the containers to be removed")
@@ -392,3 +393,16 @@ def test_a_containers_private_port_is_reached_through_its_public_port(
     h.wait_for(lambda: h.stdout(eid, "n1.svc") == "listening\n", what="the server to listen")
     with socket.create_connection(("127.0.0.1", unused_tcp_port), timeout=30) as conn:
         assert conn.makefile().readline() == "hello from hello-from-the-image\n"
+
+
+def test_a_container_over_its_memory_is_oom_killed_as_docker_reports_it(
+    embedded_devnet: EmbeddedDevnet, image: str
+) -> None:
+    h = embedded_devnet
+    hog = _image_allocation(image, cmd=["perl", "-e", '$x = "x" x (256 << 20); sleep 30'])
+    hog["resources"] = {**hog["resources"], "ram": {"size": 64 << 20}}  # type: ignore[dict-item]
+    eid = h.dms.deployment.new(one_node_ensemble({"job": hog})).ensemble_id
+    h.wait_allocation(eid, "n1.job", "failed")
+    allocation = h.faults.allocation(eid, "job")
+    assert (allocation.exit_code, allocation.oom_killed) == (137, True)
+    assert allocation.error == "container was killed due to OOM"
