@@ -108,15 +108,11 @@ class Deployments:
         if v1 is None:
             return NewDeploymentResponse(status="ERROR", error="empty ensemble config")
         problems = [*map(str, validate_ensemble(request.ensemble)), *self.networks.refusals(v1)]
-        limits = await self._unrunnable(v1)
-        if problems or limits:
-            error = "; ".join(
-                (
-                    [f"failed to validate ensemble configuration: {'; '.join(problems)}"]
-                    * bool(problems)
-                )
-                + limits
-            )
+        reasons = await self._unrunnable(v1)  # the devnet's own words, not the DMS's
+        if problems:
+            reasons.insert(0, f"failed to validate ensemble configuration: {'; '.join(problems)}")
+        if reasons:
+            error = "; ".join(reasons)
             log.info("deployment refused: %s", error)
             return NewDeploymentResponse(status="ERROR", error=error)
         ensemble_id = str(uuid.uuid4())

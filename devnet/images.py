@@ -207,7 +207,10 @@ class Images:
 def why_not_runnable(image: str, runtime_missing: bool) -> str:
     """The devnet-limit message for an allocation with no command whose image cannot run."""
     if runtime_missing:
-        how = "install Podman (an OCI runtime) and load the image into its storage"
+        how = (
+            "run the devnet as root with Podman installed and able to start containers, "
+            "and load the image into its storage"
+        )
     else:
         how = f"load the image into Podman's storage (podman build/load/pull {image or 'IMAGE'})"
     return (

@@ -116,7 +116,7 @@ def test_an_image_with_nothing_to_run_is_refused_naming_it(tmp_path: Path) -> No
 def test_the_devnet_limit_says_how_to_lift_it() -> None:
     without = why_not_runnable("hello-world", runtime_missing=True)
     assert without.startswith("devnet limit, not a DMS rule: image 'hello-world'")
-    assert "install Podman" in without and "give execution.cmd" in without
+    assert "as root with Podman installed" in without and "give execution.cmd" in without
     missing = why_not_runnable("hello-world", runtime_missing=False)
     assert "podman build/load/pull hello-world" in missing
 
