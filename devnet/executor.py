@@ -1,7 +1,8 @@
 """The devnet's process executor: an allocation's ``entrypoint`` + ``cmd`` as a host process.
 
-It stands in for the DMS's docker executor (``executor/docker``): no image is pulled, the
-command runs directly on the host, in the allocation's sandbox (:mod:`.sandbox`), as an asyncio
+It stands in for the DMS's docker executor (``executor/docker``) where the allocation's image
+cannot run (:mod:`.containers` runs those it can): no image is pulled, the command runs
+directly on the host, in the allocation's sandbox (:mod:`.sandbox`), as an asyncio
 subprocess in its own process group, with stdout and stderr appended to the sandbox's log
 files as they arrive, with when (:mod:`.output`) — as an unprivileged user when the devnet is
 root, and never outliving the devnet (:mod:`.confinement`). What it keeps of Docker's behaviour:

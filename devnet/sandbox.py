@@ -1,8 +1,9 @@
 """The sandbox of one allocation: its directory, its files, and the command that runs in it.
 
-The devnet does not pull or run container images: an allocation's ``entrypoint`` + ``cmd`` run
-as a host process (see :mod:`.executor`). What a container would see at its own paths is laid
-out in a per-allocation directory: provision scripts under ``scripts/``, keys under ``keys/``,
+An allocation whose image is not in Podman's storage (see :mod:`.images`; the devnet pulls
+nothing) runs its ``entrypoint`` + ``cmd`` as a host process (see :mod:`.executor`). What a
+container would see at its own paths is laid out in a per-allocation directory: provision
+scripts under ``scripts/``, keys under ``keys/``,
 other volume types under ``volumes/``, the working directory under ``rootfs/``, and
 ``stdout.log``/``stderr.log`` beside them. A ``local`` volume's ``src`` is a host directory when
 it is an absolute path, else the name of a volume the node keeps for every allocation naming it
