@@ -60,7 +60,8 @@ def image() -> Iterator[str]:
         pytest.skip(missing)
     tag = f"localhost/dmsgw-devnet-test:{os.getpid()}"
     build = ["podman", "build", "--quiet", "--pull=never", "--isolation", "chroot", "-t", tag]
-    subprocess.run([*build, str(HERE)], check=True, timeout=BUILD_S, capture_output=True)
+    built = subprocess.run([*build, str(HERE)], timeout=BUILD_S, capture_output=True, text=True)
+    assert built.returncode == 0, f"podman build: {built.stderr}"
     yield tag
     subprocess.run(["podman", "rmi", "--force", tag], timeout=BUILD_S, capture_output=True)
 
