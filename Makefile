@@ -70,7 +70,7 @@ image: $(STAMP)
 	bash deploy/image/build.sh $(IMAGE)
 
 image-test: $(STAMP) image
-	DMSGW_IMAGE=$(IMAGE) $(BIN)/pytest -m image tests/test_image.py
+	DMSGW_IMAGE=$(IMAGE) $(BIN)/pytest -m image tests/test_image.py tests/test_devnet_images.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -208,7 +208,11 @@ class Allocation:
         self.exit_code = code
         self.oom_killed = execution.oom_killed
         self.error = OOM_ERROR if execution.oom_killed else ""
-        if code == NOT_FOUND_EXIT and execution.plan.run_as is not None:
+        if (
+            code == NOT_FOUND_EXIT
+            and execution.plan.run_as is not None
+            and not execution.plan.image
+        ):
             self.error = await asyncio.to_thread(_tell_not_found, execution.plan)
         self.status = AllocationStatus.COMPLETED if code == 0 else AllocationStatus.FAILED
         if self.status == AllocationStatus.COMPLETED:

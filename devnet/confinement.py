@@ -99,12 +99,14 @@ class RunAs:
 
     def can_enter(self, directory: Path) -> bool:
         """Whether this user (with no supplementary group) may pass through ``directory``."""
-        st = directory.stat()
-        if st.st_uid == self.uid:
-            return bool(st.st_mode & 0o100)
-        if st.st_gid == self.gid:
-            return bool(st.st_mode & 0o010)
-        return bool(st.st_mode & 0o001)
+        return self.permits(directory, 0o1)
+
+    def permits(self, path: Path, access: int) -> bool:
+        """Whether this user (with no supplementary group) has every one of the ``access``
+        bits (``0o4`` read, ``0o2`` write, ``0o1`` execute or enter) on ``path``."""
+        st = path.stat()
+        shift = 6 if st.st_uid == self.uid else 3 if st.st_gid == self.gid else 0
+        return (st.st_mode >> shift) & access == access
 
 
 def _user_name(uid: int) -> str:

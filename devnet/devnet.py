@@ -59,8 +59,10 @@ from .handlers_deployment import Deployments
 from .handlers_newest import install_newest_behaviors
 from .handlers_node import install_node_behaviors
 from .host_paths import remove_tree
+from .images import Images
 from .netns import Namespaces, private_loopback_possible
 from .network import Network
+from .oci_containers import ImageExecutor
 from .protocol import PEER_CAPABILITIES, PEER_TOPICS
 from .provider import PUBLIC_ADDRESS, Provider
 from .resource_ledger import NodeProfile, ResourceLedger, default_profiles
@@ -113,7 +115,8 @@ class Devnet:
     ``work_parent``: where the working directory is made (default: the temporary directory);
     ``network_namespaces``: whether allocations get network namespaces (default:
     where they can be made; ``False``: they share the host's network; ``True``: fail clearly
-    where they cannot)."""
+    where they cannot); ``images``: whether an allocation whose image is in Podman's storage
+    runs in a container (default; ``False``: every allocation runs as a host process)."""
 
     def __init__(
         self,
@@ -130,6 +133,7 @@ class Devnet:
         run_as: RunAs | None = None,
         work_parent: Path | None = None,
         network_namespaces: bool | None = None,
+        images: bool = True,
     ) -> None:
         if nodes < 1:
             raise ValueError("a devnet needs at least one node")
@@ -155,6 +159,8 @@ class Devnet:
         self.identities: Identities | None = None
         """A user of its own for each pod, when the devnet is root and no user was named."""
         self.network_namespaces = network_namespaces
+        self.images = Images(images)
+        """The images its nodes run in containers (Podman's storage; probed on first use)."""
         self.networks = AllocationNetworks(PUBLIC_ADDRESS)
         """The allocations' networks (namespaces where they can be made: probed at start)."""
         keys = [node_key(seed, i) for i in range(nodes)]
@@ -190,12 +196,13 @@ class Devnet:
             if self.networks.namespaces is None and self.network_namespaces is not False:
                 self.networks.private_loopback = await private_loopback_possible()
             log.info(
-                "devnet: work dir %s, %s isolation; %s; %s; %s",
+                "devnet: work dir %s, %s isolation; %s; %s; %s; %s",
                 self.root,
                 isolation.value,
                 self.describe_identities(),
                 self.cgroups.describe(),
                 self.networks.describe(),
+                self.images.describe(),
             )
             for weaker in self._weaker_boundaries(run_as):
                 log.warning("devnet: %s (see the operator guide's security model)", weaker)
@@ -264,7 +271,7 @@ class Devnet:
         self, entry: DevnetNode, workdir: Path, isolation: Isolation, run_as: RunAs | None
     ) -> None:
         node = entry.node
-        entry.executor = ProcessExecutor(
+        entry.executor = ImageExecutor(
             workdir / "allocations",
             isolation,
             workdir / "volumes",
@@ -273,6 +280,7 @@ class Devnet:
             cgroups=self.cgroups,
             network=self.networks,
             identities=self.identities,
+            images=self.images,
         )
         entry.provider = Provider(
             node, entry.profile, entry.ledger, entry.executor, self.timeouts, self.changes.notify
@@ -284,6 +292,7 @@ class Devnet:
             changes=self.changes,
             logs_dir=workdir / "deployments",
             networks=self.networks,
+            images=self.images,
         )
         install_node_behaviors(
             node, entry.profile, entry.ledger, entry.provider, self.changes.notify
@@ -344,6 +353,7 @@ class Devnet:
         if self.root is not None:
             await asyncio.to_thread(remove_tree, self.root)
             self.root = None
+        await self.images.close()  # what a run cut short left, once its sandbox is gone
         if self.watchdog is not None:
             await self.watchdog.close()
             self.watchdog = None

@@ -1,7 +1,8 @@
 """The devnet's process executor: an allocation's ``entrypoint`` + ``cmd`` as a host process.
 
-It stands in for the DMS's docker executor (``executor/docker``): no image is pulled, the
-command runs directly on the host, in the allocation's sandbox (:mod:`.sandbox`), as an asyncio
+It stands in for the DMS's docker executor (``executor/docker``) where the allocation's image
+cannot run (:mod:`.oci_containers` runs those it can): no image is pulled, the command runs
+directly on the host, in the allocation's sandbox (:mod:`.sandbox`), as an asyncio
 subprocess in its own process group, with stdout and stderr appended to the sandbox's log
 files as they arrive, with when (:mod:`.output`) — as an unprivileged user when the devnet is
 root, and never outliving the devnet (:mod:`.confinement`). What it keeps of Docker's behaviour:
@@ -112,6 +113,24 @@ def resident_bytes(pid: int) -> dict[int, int]:
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
     return sizes
+
+
+def status_fifo(plan: SandboxPlan) -> tuple[int, int]:
+    """Make ``plan``'s status FIFO afresh and open it (blocking); the descriptor, and where
+    this run's stderr begins."""
+    with contextlib.suppress(FileNotFoundError):
+        plan.status_fifo.unlink()
+    # A container's user, whoever it is, reports through its bind mount; the sandbox around
+    # the FIFO is the devnet's alone.
+    os.mkfifo(plan.status_fifo, 0o622 if plan.image else 0o600)
+    if plan.image:
+        plan.status_fifo.chmod(0o622)  # past the umask
+    if plan.run_as is not None:  # in ``rewrite`` mode that user's set-up reports
+        plan.run_as.give(plan.status_fifo)
+    # Read-write, so that the FIFO has a reader before the set-up writes and no end-of-file
+    # before it does.
+    fd = os.open(plan.status_fifo, os.O_RDWR | os.O_NONBLOCK)
+    return fd, plan.stderr.stat().st_size if plan.stderr.exists() else 0
 
 
 class Execution:
@@ -337,30 +356,24 @@ class ProcessExecutor:
             volumes=self.volumes.root,
             shared=self.volumes.shared(allocation_id),
             run_as=run_as,
+            image=await self.runnable_image(config),
         )
         async with self.volumes.lock:  # not while a volume it names is being removed
             await asyncio.to_thread(materialise, plan)
-        if plan.isolation is Isolation.NAMESPACE:
+        if plan.isolation is Isolation.NAMESPACE and not plan.image:
             await asyncio.to_thread(self.mount_points.acquire, plan.outermost)
         return plan
+
+    async def runnable_image(self, config: AllocationDeploymentConfig) -> str:
+        """The image ``config`` runs in a container (``""``: none, it runs as a host process;
+        see :class:`~.containers.ImageExecutor`)."""
+        return ""
 
     async def run(self, plan: SandboxPlan, *, alone: bool = False) -> Execution:
         """Start the set-up and command; output is appended to the sandbox's log files.
         ``alone``: it may have a loopback of its own where it would otherwise share the
         host's network (it has no health check, which runs outside its namespaces)."""
-
-        def status_fifo() -> tuple[int, int]:
-            with contextlib.suppress(FileNotFoundError):
-                plan.status_fifo.unlink()
-            os.mkfifo(plan.status_fifo, 0o600)
-            if plan.run_as is not None:  # in ``rewrite`` mode that user's set-up reports
-                plan.run_as.give(plan.status_fifo)
-            # Read-write, so that the FIFO has a reader before the set-up writes and no
-            # end-of-file before it does.
-            fd = os.open(plan.status_fifo, os.O_RDWR | os.O_NONBLOCK)
-            return fd, plan.stderr.stat().st_size if plan.stderr.exists() else 0
-
-        status_fd, stderr_at = await asyncio.to_thread(status_fifo)
+        status_fd, stderr_at = await asyncio.to_thread(status_fifo, plan)
         try:
             group = await asyncio.to_thread(
                 self.cgroups.run_group, plan.root.name, plan.memory_limit, plan.cpu_limit
@@ -430,7 +443,7 @@ class ProcessExecutor:
     async def release(self, allocation_id: str, plan: SandboxPlan | None) -> None:
         """Give back the host mount points made for ``plan`` (once its process is gone) and
         the named volumes ``allocation_id`` holds."""
-        if plan is not None and plan.isolation is Isolation.NAMESPACE:
+        if plan is not None and plan.isolation is Isolation.NAMESPACE and not plan.image:
             await asyncio.to_thread(self.mount_points.release, plan.outermost)
         await self.volumes.release(allocation_id)
 
@@ -496,9 +509,15 @@ class ProcessExecutor:
             proc.kill()
             await proc.wait()
             return f"health check timed out after {timeout_s:g} s"
-        text = output[:OUTPUT_LIMIT].decode(errors="replace")
-        if proc.returncode != 0:
-            return f"health check exited with {proc.returncode}: {text.strip()}"
-        if expected and expected not in text:
-            return f"health check output lacks {expected!r}"
-        return ""
+        return health_verdict(proc.returncode or 0, output.decode(errors="replace"), expected)
+
+
+def health_verdict(code: int, output: str, expected: str) -> str:
+    """``""`` when a command health check that exited with ``code`` after writing
+    ``output`` passed (exit 0, ``expected`` in the output, if given), else why not."""
+    text = output[:OUTPUT_LIMIT]
+    if code != 0:
+        return f"health check exited with {code}: {text.strip()}"
+    if expected and expected not in text:
+        return f"health check output lacks {expected!r}"
+    return ""

@@ -48,9 +48,10 @@ from ..transport.envelope import Envelope
 from .basic_actor import InvokeError
 from .changes import ChangeFeed
 from .forwarding import AllocationNetworks
+from .images import Images, why_not_runnable
 from .orchestrator import Orchestrator
 from .protocol import DeploymentError
-from .sandbox import SandboxError, command_of
+from .sandbox import SandboxError, command_of, missing_host_paths
 from .simulated_node import DmsNode
 from .timeouts import Timeouts
 from .times import parse_rfc3339, rfc3339
@@ -76,9 +77,11 @@ class Deployments:
         changes: ChangeFeed,
         logs_dir: Path,
         networks: AllocationNetworks | None = None,
+        images: Images | None = None,
     ) -> None:
         self.node = node
         self.networks = networks or AllocationNetworks()
+        self.images = images or Images(enabled=False)
         self.timeouts = timeouts
         self.rng = rng
         self.changes = changes
@@ -104,13 +107,12 @@ class Deployments:
         v1 = request.ensemble.v1
         if v1 is None:
             return NewDeploymentResponse(status="ERROR", error="empty ensemble config")
-        problems = [
-            *map(str, validate_ensemble(request.ensemble)),
-            *_unrunnable(v1),
-            *self.networks.refusals(v1),
-        ]
+        problems = [*map(str, validate_ensemble(request.ensemble)), *self.networks.refusals(v1)]
+        reasons = await self._unrunnable(v1)  # the devnet's own words, not the DMS's
         if problems:
-            error = f"failed to validate ensemble configuration: {'; '.join(problems)}"
+            reasons.insert(0, f"failed to validate ensemble configuration: {'; '.join(problems)}")
+        if reasons:
+            error = "; ".join(reasons)
             log.info("deployment refused: %s", error)
             return NewDeploymentResponse(status="ERROR", error=error)
         ensemble_id = str(uuid.uuid4())
@@ -225,18 +227,29 @@ class Deployments:
         for o in self.orchestrators.values():
             o.close()
 
-
-def _unrunnable(v1: EnsembleConfigV1) -> list[str]:
-    """Why allocations of ``v1`` cannot run on a devnet node (one line each). A DMS would
-    accept them and pull their images; the devnet's nodes would refuse each start, and the
-    deployment would retry until its deadline and end ``Failed`` without saying why."""
-    reasons = []
-    for name, allocation in sorted((v1.allocations or {}).items()):
-        try:
-            command_of(allocation.execution.params or {})
-        except SandboxError as exc:
-            reasons.append(f"allocation {name}: {exc}")
-    return reasons
+    async def _unrunnable(self, v1: EnsembleConfigV1) -> list[str]:
+        """Why allocations of ``v1`` cannot run on a devnet node (one line each), so that the
+        deployment fails at once: a DMS would accept them, its node's start would fail, and
+        it would retry until its deadline and end ``Failed`` without saying why. Two causes:
+        the devnet's own limit (no command, and an image it cannot run), and a host directory
+        a volume names that does not exist (the devnet's nodes share this host)."""
+        reasons = []
+        for name, allocation in sorted((v1.allocations or {}).items()):
+            params = allocation.execution.params or {}
+            image = params.get("image")
+            try:
+                runs_image = isinstance(image, str) and await self.images.config(image)
+                if not command_of(params) and not runs_image:
+                    runtime = await self.images.runtime()
+                    reasons.append(
+                        f"allocation {name}: {why_not_runnable(str(image or ''), runtime is None)}"
+                    )
+            except SandboxError as exc:
+                reasons.append(f"allocation {name}: {exc}")
+            reasons += [
+                f"allocation {name}: {why}" for why in missing_host_paths(allocation.volume)
+            ]
+        return reasons
 
 
 def _matches(o: Orchestrator, request: DeploymentListRequest) -> bool:

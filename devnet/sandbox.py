@@ -1,8 +1,9 @@
 """The sandbox of one allocation: its directory, its files, and the command that runs in it.
 
-The devnet does not pull or run container images: an allocation's ``entrypoint`` + ``cmd`` run
-as a host process (see :mod:`.executor`). What a container would see at its own paths is laid
-out in a per-allocation directory: provision scripts under ``scripts/``, keys under ``keys/``,
+An allocation whose image is not in Podman's storage (see :mod:`.images`; the devnet pulls
+nothing) runs its ``entrypoint`` + ``cmd`` as a host process (see :mod:`.executor`). What a
+container would see at its own paths is laid out in a per-allocation directory: provision
+scripts under ``scripts/``, keys under ``keys/``,
 other volume types under ``volumes/``, the working directory under ``rootfs/``, and
 ``stdout.log``/``stderr.log`` beside them. A ``local`` volume's ``src`` is a host directory when
 it is an absolute path, else the name of a volume the node keeps for every allocation naming it
@@ -48,6 +49,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..behaviors.ensemble import VolumeConfig
 from ..errors import DmsgwError
 from .confinement import RunAs
 from .protocol import AllocationDeploymentConfig
@@ -114,6 +116,10 @@ class SandboxPlan:
     """``resources.cpu.cores`` (0: none)."""
     run_as: RunAs | None = None
     """The unprivileged user the allocation runs as (``None``: the devnet's own)."""
+    image: str = ""
+    """The image it runs in a container (:mod:`.images`; ``""``: a host process)."""
+    entrypoint: tuple[str, ...] = ()
+    """The part of ``command`` that is the allocation's ``entrypoint`` (images only)."""
 
     @property
     def stdout(self) -> Path:
@@ -260,19 +266,10 @@ class SandboxPlan:
 
 def command_of(params: Mapping[str, Any]) -> tuple[str, ...]:
     """What the devnet runs for an allocation whose ``execution.params`` are ``params``: its
-    ``entrypoint`` + ``cmd``. The devnet pulls no image, so an image's own entrypoint cannot
-    stand in for a missing one: :class:`SandboxError` says so (the orchestrating node checks
-    this when a deployment is asked for, so that it fails at once rather than at its
-    deadline)."""
-    command = _strings(params.get("entrypoint"), "execution.entrypoint") + _strings(
+    ``entrypoint`` + ``cmd`` (empty: the image's own, where it can run the image)."""
+    return _strings(params.get("entrypoint"), "execution.entrypoint") + _strings(
         params.get("cmd"), "execution.cmd"
     )
-    if not command:
-        raise SandboxError(
-            f"the devnet runs commands as host processes, not image entrypoints (it pulls no "
-            f"image): give execution.cmd (or entrypoint) for image {params.get('image', '')!r}"
-        )
-    return command
 
 
 def _container_path(path: str, what: str) -> str:
@@ -331,6 +328,18 @@ class PathRewriter:
         return self(body.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
+def missing_host_paths(volumes: Iterable[VolumeConfig] | None) -> list[str]:
+    """Why each host directory that the ``local`` ``volumes`` bind cannot be bound (one line
+    each: it does not exist, or is not a directory), in Docker's words."""
+    reasons = []
+    for i, volume in enumerate(volumes or ()):
+        src = volume.src or ""
+        if volume.type == "local" and src.startswith("/") and not os.path.isdir(src):
+            what = "does not exist" if not os.path.exists(src) else "is not a directory"
+            reasons.append(f"volume[{i}].src {src!r}: bind source path {what} on the host")
+    return reasons
+
+
 def named_volumes(config: AllocationDeploymentConfig) -> tuple[str, ...]:
     """The named ``local`` volumes ``config`` uses (a ``src`` without ``/``)."""
     return tuple(
@@ -346,12 +355,16 @@ def plan_sandbox(
     volumes: Path,
     shared: Collection[str] = (),
     run_as: RunAs | None = None,
+    image: str = "",
 ) -> SandboxPlan:
     """Lay out the sandbox for ``config`` under ``root`` (nothing is written yet); named
     volumes live under ``volumes``, and those in ``shared`` are used by other allocations;
-    ``run_as``: the allocation's user, when not the devnet's own."""
+    ``run_as``: the allocation's user, when not the devnet's own; ``image``: the image it
+    runs in a container, at its declared paths as they are (:mod:`.images`)."""
     params: Mapping[str, Any] = config.execution.params or {}
     command = command_of(params)
+    if not command and not image:
+        raise SandboxError(f"no execution.cmd, and image {params.get('image')!r} cannot run here")
     rootfs = root / "rootfs"
     mounts: list[Mount] = []
     files: dict[Path, bytes] = {}
@@ -393,6 +406,8 @@ def plan_sandbox(
     if workdir and not any(_inside(workdir, m.target) for m in mounts):
         table[workdir] = str(rootfs / workdir.lstrip("/"))
     declared = _environment(params.get("environment"))
+    if image:
+        isolation, table = Isolation.NAMESPACE, {}
     scripts: list[Path] = []
     names = sorted(config.provision_scripts or {})
     rewrite = PathRewriter(table)
@@ -407,14 +422,14 @@ def plan_sandbox(
         command = tuple(rewrite(arg) for arg in command)
         declared = {name: rewrite(value) for name, value in declared.items()}
         cwd = rewrite(workdir) if workdir else str(root / "work")
+    elif image:
+        cwd = workdir  # the container's own ("": the image's)
     else:
         cwd = workdir if any(_inside(workdir, m.target) for m in mounts) else ""
         cwd = cwd or (table[workdir] if workdir else str(root / "work"))
-    environment = {
-        "PATH": os.environ.get("PATH", DEFAULT_PATH),
-        "HOME": str(root / "work"),
-        **declared,
-    }
+    # A container's PATH and HOME are its image's.
+    host = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": str(root / "work")}
+    environment = declared if image else {**host, **declared}
     return SandboxPlan(
         root=root,
         command=command,
@@ -429,6 +444,8 @@ def plan_sandbox(
         memory_limit=config.resources.ram.size,
         cpu_limit=config.resources.cpu.cores,
         run_as=run_as,
+        image=image,
+        entrypoint=_strings(params.get("entrypoint"), "execution.entrypoint"),
     )
 
 
@@ -459,7 +476,7 @@ def materialise(plan: SandboxPlan) -> None:
             m.source.mkdir(parents=True, exist_ok=True)
         elif not m.owned and not m.source.is_dir():
             raise SandboxError(f"volume source {m.source} is not a directory on this host")
-        if plan.isolation is Isolation.NAMESPACE:
+        if plan.isolation is Isolation.NAMESPACE and not plan.image:
             stage = plan.stage(i)
             stage.parent.mkdir(parents=True, exist_ok=True)
             if m.is_file:
@@ -468,8 +485,26 @@ def materialise(plan: SandboxPlan) -> None:
                 stage.mkdir(exist_ok=True)
     if Path(plan.workdir).is_relative_to(plan.root):
         Path(plan.workdir).mkdir(parents=True, exist_ok=True)
-    if plan.run_as is not None:
+    if plan.image:
+        _open_to_container(plan)
+    elif plan.run_as is not None:
         _give(plan, plan.run_as)
+
+
+def _open_to_container(plan: SandboxPlan) -> None:
+    """A container runs as its image's user, whoever that is, with the pod's group added
+    (:mod:`.images`): the volumes the devnet made are the pod's user's and group's
+    (``2770``, new files keeping the group), else (no user of its own) everyone's (``1777``,
+    as an emptyDir); scripts and keys are readable; the sandbox around them is the devnet's
+    alone (``0700``), so that no host user reaches them through it."""
+    for path in plan.files:
+        path.chmod(0o755 if path in plan.scripts else 0o644)
+    for m in plan.mounts:
+        if m.owned and not m.is_file:
+            if plan.run_as is not None:
+                plan.run_as.give(m.source)
+            m.source.chmod(0o2770 if plan.run_as is not None else 0o1777)
+    plan.root.chmod(0o700)
 
 
 def _give(plan: SandboxPlan, run_as: RunAs) -> None:

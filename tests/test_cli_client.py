@@ -203,7 +203,7 @@ def test_deploy_of_an_allocation_the_devnet_cannot_run_says_why_at_once(
     hello = Path(__file__).parent / "data" / "ensembles" / "hello.yaml"
     assert main(["deploy", str(hello), "--wait", *setup]) != 0
     err = capsys.readouterr().err
-    assert "allocation alloc1" in err and "not image entrypoints" in err
+    assert "allocation alloc1" in err and "devnet limit, not a DMS rule" in err
     assert "Traceback" not in err
 
 

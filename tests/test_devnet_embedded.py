@@ -467,5 +467,21 @@ def test_an_allocation_without_a_command_is_refused_at_once_saying_why(
         embedded_devnet.dms.deployment.new(str(hello))
     message = str(info.value)
     assert "allocation alloc1" in message
-    assert "not image entrypoints" in message and "execution.cmd" in message
+    assert "devnet limit, not a DMS rule" in message and "execution.cmd" in message
+    assert "failed to validate ensemble configuration" not in message
+    assert not embedded_devnet.dms.deployment.list().deployments
+
+
+def test_a_volume_whose_host_path_does_not_exist_fails_at_once_saying_so(
+    embedded_devnet: EmbeddedDevnet, host_dir: Path
+) -> None:
+    """A DMS's start would fail on the bind and the deployment would retry until its
+    deadline; the devnet's nodes share this host, so ``deployment/new`` says it at once."""
+    missing = host_dir / "not-here"
+    allocation = shell_allocation("task", "true")
+    allocation["volume"] = [{"type": "local", "src": str(missing), "mount_destination": "/d"}]
+    with pytest.raises(DMSBehaviorError) as info:
+        embedded_devnet.dms.deployment.new(one_node_ensemble({"job": allocation}))
+    message = str(info.value)
+    assert f"volume[0].src '{missing}': bind source path does not exist" in message
     assert not embedded_devnet.dms.deployment.list().deployments

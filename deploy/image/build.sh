@@ -20,6 +20,7 @@ missing=()
 command -v podman >/dev/null || missing+=(podman)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v buildah >/dev/null || missing+=(buildah)  # the test runs the image with it where no OCI runtime can
+command -v runc >/dev/null || missing+=(runc)  # the devnet falls back to it where the default runtime is refused
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
