@@ -34,10 +34,10 @@ _MISSING = object()
 
 class ShardedDict(MutableMapping[K, V]):
     """A ``dict`` made of :data:`SHARDS` dicts, each key in the one its hash picks. Iterates
-    shard by shard, about as fast as a ``dict``; an ``ordered`` one in insertion order, as a ``dict``
-    does (a key assigned again keeps its place), from the insertion stamps it keeps beside its
-    keys (a sort, many times slower: for the rare readers that need the order; bench/README.md,
-    "Maps and sets that double"). Not
+    shard by shard, about as fast as a ``dict``; an ``ordered`` one in insertion order, as a
+    ``dict`` does (a key assigned again keeps its place), from the insertion stamps it keeps
+    beside its keys (a sort, many times slower: for the rare readers that need the order;
+    bench/README.md, "Maps and sets that double"). Not
     thread-safe beyond what a ``dict`` is: whoever shares one across threads locks around it."""
 
     __slots__ = ("_len", "_shards", "_stamp", "_stamps")
