@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 PAGE = 1000
 """Deployments a listing asks for at a time (a DMS without paging answers them all): each
 reply stays a bounded piece of work for both sides; one reply of every deployment went
-unanswered within the request's timeout on a busy machine (``bench/README.md``)."""
+unanswered within the request's timeout on a busy machine (bench/README.md, "The pace of
+polls")."""
 STARTING_EVERY_S = 0.5
 """The listing period while a deployment on its way to running is parked: a pod created is
 seen running within it, and the deployments starting together cost one listing for all."""
