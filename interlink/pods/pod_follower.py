@@ -455,8 +455,9 @@ class PodFollower:
         if key != f.last or now != f.runs or endpoints is not None or placement is not None:
             self._report(Observed(status, reply, manifest, now, endpoints, placement))
             # A resumed pod's first poll tells what its snapshot showed already, not news:
-            # polled again at the longest wait, not ramping up from the shortest (100,000
-            # resumed pods made 2,000 polls a second where 1,000 were due).
+            # polled again at the longest wait, not ramping up from the shortest (resumed
+            # pods polled twice as often as the pace allowed: bench/README.md, "A restart's
+            # resume").
             first_of_resumed = f.resumed and f.last is None
             f.interval = (
                 self._longest_wait() if first_of_resumed else self._services.policy.poll_min_s

@@ -555,7 +555,7 @@ def _encode_unsigned(t: DMSToken) -> str:
 
     Every token is written once per message it arrives in (its issuer signed that JSON), and
     the hand-written encoder takes about half the time of the generic codec's per-field
-    dispatch (2.5 against 4.7 µs a token; bench/crypto.py's token rows gain some 3%). The
+    dispatch (bench/README.md, "Signing and verifying"). The
     generic codec stays the reference, and takes every value outside the plain shapes.
     """
     try:
