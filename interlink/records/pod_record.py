@@ -88,7 +88,8 @@ class PodRecord:
 
     def to_map(self) -> dict[str, Any]:
         """The map to persist. It shares the record's ``observed`` and ``runs`` (the store
-        packs it at once): ``dataclasses.asdict`` copied them, ~100 calls a save."""
+        packs it at once): ``dataclasses.asdict`` copied them deeply, a call for every value
+        nested in them, at every save."""
         return {name: getattr(self, name) for name in _FIELD_NAMES}
 
     @classmethod
