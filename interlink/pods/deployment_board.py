@@ -1,7 +1,8 @@
 """Many deployments' states in one call (design principle 9, decision 79).
 
 Following a pod used to cost one signed ``deployment/status`` round trip per pod per poll:
-10,000 pods at the pace's 1,000 polls a second were more CPU than the gateway's host has. A
+10,000 pods at the pace's 1,000 polls a second were more CPU than the gateway's host has
+(bench/README.md, "The pace of polls"). A
 followed pod whose deployment has settled (:func:`~dmsgw.interlink.pods.follow_state.settled`)
 now parks on the gateway's one :class:`DeploymentBoard` instead of polling: the board asks the DMS
 for ``deployment/list`` (the gateway's own ensembles, by its owner label) once every
