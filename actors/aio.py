@@ -111,8 +111,8 @@ class AsyncActorRef(Generic[A]):
         self.loop = loop
         self._actor: A | None = actor
         self._inbox: list[tuple[Any, asyncio.Future[Any] | None]] = []
-        """The mailbox: a list, the smallest container (an ``asyncio.Queue`` with its deques
-        and ``Event`` was most of an idle actor's memory: bench/README.md, "An actor's memory
+        """The mailbox: a list, the smallest container (an ``asyncio.Queue``, with its three
+        deques and an ``Event``, cost every actor far more: bench/README.md, "An actor's memory
         and a thread hop"); a mailbox holds a few messages, a hundred or a thousand at most:
         taking the first of a list costs nothing that matters. Used on the actor's loop only."""
         self._alive = True

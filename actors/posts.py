@@ -2,7 +2,7 @@
 
 ``loop.call_soon_threadsafe`` writes a byte to the loop's wake-up socket for every call. From
 a thread that holds the GIL, the write lets it go and takes it back: a supervisor starting a
-batch of pod actors spent most of its time a pod there (bench/README.md, "Calls from other
+batch of pod actors lost time at every pod there (bench/README.md, "Calls from other
 threads"), waiting for the loop's thread to hand the GIL back each time, while the loop was
 woken for each actor.
 :func:`post` queues the call instead; only the first call queued while the loop has not

@@ -21,9 +21,9 @@ __all__ = ["PER_TURN", "Turns", "take_turn", "wake_in_turns"]
 
 PER_TURN = 6
 """Steps let through per turn of the loop: a pod's heavy step is a fraction of a millisecond,
-longer with a larger heap, so a turn holds a few milliseconds of them, not tens. 6 kept the
-creates' longest stall at 100,000 pods within its target where 8 did not, at the same rate
-(decision 61; bench/README.md, "Steps per turn of the loop")."""
+longer with a larger heap, so a turn holds a few milliseconds of them, not tens. 6 made the
+creates' longest stall at 100,000 pods shorter than 8 did, at the same rate (decision 61;
+bench/README.md, "Steps per turn of the loop")."""
 
 
 class Turns:

@@ -456,7 +456,7 @@ class PodFollower:
             self._report(Observed(status, reply, manifest, now, endpoints, placement))
             # A resumed pod's first poll tells what its snapshot showed already, not news:
             # polled again at the longest wait, not ramping up from the shortest (resumed
-            # pods polled twice as often as the pace allowed: bench/README.md, "A restart's
+            # pods polled more often than the pace allowed: bench/README.md, "A restart's
             # resume").
             first_of_resumed = f.resumed and f.last is None
             f.interval = (

@@ -142,8 +142,8 @@ def parsed_request(request: bytes) -> RetrievedPodData:
     """A pod's stored body is read on every snapshot and restart decision, and never changes:
     parse it once (the most recently read are kept). It was checked as a ``/create`` body when
     it was stored, and stored as the model writes it: the model reads it back without those
-    checks again (in about half the time: bench/README.md, "A restart's resume"; every
-    resumed pod misses once)."""
+    checks again (faster: bench/README.md, "A pod's /status entry"; every resumed pod misses
+    once)."""
     with _PARSED_LOCK:
         data = _parsed.get(request)
         if data is not None:
@@ -327,8 +327,8 @@ def kept_reply(reply: DeploymentStatusResponse) -> dict[str, Any]:
     """What a record keeps of a ``deployment/status`` reply: what its snapshot reads (the
     status, the error, three fields of each allocation's live state), under the reply's own
     Go keys. Not the whole reply: its usage figures and heartbeats, which nothing reads
-    (``/metrics`` asks the DMS anew), were a good part of a pod's memory, and writing them out
-    and reading them back a good part of a create (bench/README.md, "Memory per pod")."""
+    (``/metrics`` asks the DMS anew), cost memory in every pod, and writing them out and
+    reading them back a good part of a create (bench/README.md, "Memory per pod")."""
     kept: dict[str, Any] = {"status": reply.status, "error": reply.error}
     if reply.allocation_info:
         kept["allocation_info"] = {
