@@ -1,10 +1,11 @@
 """Actors that live on the asyncio event loop: a bounded mailbox each, and a task while
 there is work in it.
 
-Thread actors (:mod:`~dmsgw.actors.base`) cost a thread each (~40 KiB with its kernel stack)
-and a thread hop per message (~100 µs). Actors whose work is mostly waiting on I/O — a DMS
-connection, a pod following its ensemble — are better on the loop: a few µs per message, and
-a hundred thousand of them are cheap. An actor holds a task only while it starts or handles
+Thread actors (:mod:`~dmsgw.actors.base`) cost a thread each, with its kernel stack, and a
+thread hop per message. Actors whose work is mostly waiting on I/O — a DMS connection, a pod
+following its ensemble — are better on the loop: a message costs a call, not a hop, and a
+hundred thousand of them are cheap (bench/README.md, "An actor's memory and a thread hop").
+An actor holds a task only while it starts or handles
 messages, not while it waits for the next: CPython keeps every live task in one set, which
 doubles in one step (decision 58). They keep the same contract as thread actors (bounded
 mailbox, ask/tell, proxy calls, one exit report), so the same :class:`Supervisor` restarts both.
@@ -110,10 +111,10 @@ class AsyncActorRef(Generic[A]):
         self.loop = loop
         self._actor: A | None = actor
         self._inbox: list[tuple[Any, asyncio.Future[Any] | None]] = []
-        """The mailbox: a list (an ``asyncio.Queue``, three deques and an ``Event``, took
-        ~2.5 KiB of every actor, a deque 0.6 KiB, a list 56 bytes; a mailbox holds a few
-        messages, a hundred or a thousand at most: taking the first of a list costs nothing
-        that matters). Used on the actor's loop only."""
+        """The mailbox: a list, the smallest container (an ``asyncio.Queue``, with its three
+        deques and an ``Event``, cost every actor far more: bench/README.md, "An actor's memory
+        and a thread hop"); a mailbox holds a few messages, a hundred or a thousand at most:
+        taking the first of a list costs nothing that matters. Used on the actor's loop only."""
         self._alive = True
         self._stopping = False
         self._done: threading.Event | None = None  # made by the first blocking stop
@@ -186,8 +187,9 @@ class AsyncActorRef(Generic[A]):
         return True
 
     def _done_event(self) -> threading.Event:
-        """Set once the actor has ended. Made on demand (a ``threading.Event`` is ~0.8 KiB,
-        and only a blocking stop, from another thread, waits on one)."""
+        """Set once the actor has ended. Made on demand (a ``threading.Event`` is larger than
+        the rest of an idle actor's mailbox, and only a blocking stop, from another thread,
+        waits on one)."""
         with _DONE_LOCK:
             if self._done is None:
                 self._done = threading.Event()

@@ -2,8 +2,9 @@
 
 ``loop.call_soon_threadsafe`` writes a byte to the loop's wake-up socket for every call. From
 a thread that holds the GIL, the write lets it go and takes it back: a supervisor starting a
-batch of pod actors spent ~110 µs a pod there (measured with 5,000 pods), waiting for the
-loop's thread to hand the GIL back each time, while the loop was woken for each actor.
+batch of pod actors lost time at every pod there (bench/README.md, "Calls from other
+threads"), waiting for the loop's thread to hand the GIL back each time, while the loop was
+woken for each actor.
 :func:`post` queues the call instead; only the first call queued while the loop has not
 yet run the queue wakes it, and the loop runs every call queued by then, in the order they
 were posted (decision 60).

@@ -1,13 +1,13 @@
 """A map of one entry per pod that grows without stopping the event loop.
 
 A ``dict`` grows by doubling: the insert that crosses its threshold copies every entry into a
-table twice the size, in one step. At 100,000 pods that step is 5-15 ms a map (a ``dict`` of
-UIDs doubling at 87,381 entries took 5 ms in a bare process, more in the gateway's heap), and
-the maps that hold one entry per pod (its record, its newest record, its ``/status`` entry, its
+table twice the size, in one step. At 100,000 pods that step is milliseconds a map, and the
+maps that hold one entry per pod (its record, its newest record, its ``/status`` entry, its
 poll ledger, its actor's name, its supervisor's spec, ref and restart type) all cross it at the
-same pod: one create held the loop 37 ms. A :class:`ShardedDict` spreads its keys over
-:data:`SHARDS` small dicts, so that a doubling copies ~400 entries at 100,000 pods
-(microseconds), and keeps the rest of ``dict``'s contract but its order: it iterates shard by
+same pod: one create held the loop for all of them at once (bench/README.md, "Maps and sets
+that double"). A :class:`ShardedDict` spreads its keys over :data:`SHARDS` small dicts, so
+that a doubling copies a shard's entries only, 1/:data:`SHARDS` of them (microseconds), and
+keeps the rest of ``dict``'s contract but its order: it iterates shard by
 shard, unless made ``ordered`` (a supervisor's children, whose start order is its contract).
 """
 
@@ -34,9 +34,10 @@ _MISSING = object()
 
 class ShardedDict(MutableMapping[K, V]):
     """A ``dict`` made of :data:`SHARDS` dicts, each key in the one its hash picks. Iterates
-    shard by shard (a pass over 100,000 entries: 2 ms); an ``ordered`` one in insertion order,
-    as a ``dict`` does (a key assigned again keeps its place), from the insertion stamps it keeps
-    beside its keys (the same pass: ~40 ms, for the rare readers that need the order). Not
+    shard by shard, about as fast as a ``dict``; an ``ordered`` one in insertion order, as a
+    ``dict`` does (a key assigned again keeps its place), from the insertion stamps it keeps
+    beside its keys (a sort, many times slower: for the rare readers that need the order;
+    bench/README.md, "Maps and sets that double"). Not
     thread-safe beyond what a ``dict`` is: whoever shares one across threads locks around it."""
 
     __slots__ = ("_len", "_shards", "_stamp", "_stamps")

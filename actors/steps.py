@@ -2,8 +2,9 @@
 
 CPython (3.11-3.13) keeps every live task in one ``WeakSet``, and a set grows by doubling: the
 insert that crosses its threshold copies every entry in one step. A gateway of 100,000 pods
-kept two tasks a pod, and at 157,285 tasks the set doubled inside ``create_task``: 31-81 ms
-of the loop in one callback (decision 58). A followed pod waits between two polls nearly all
+kept two tasks a pod, and the set's doubling inside ``create_task`` held the loop for tens of
+milliseconds in one callback (decision 58; bench/README.md, "Maps and sets that double"). A
+followed pod waits between two polls nearly all
 its life; :class:`Steps` runs each poll in a task of its own and waits between them on a
 timer of the loop's wheel (:mod:`dmsgw.actors.wheel`), so that the pod holds a task only while
 it polls, and no timer of the loop's own.

@@ -129,9 +129,9 @@ class Supervisor(Actor):
 
     def start_children(self, specs: Sequence[ChildSpec]) -> list[Ref]:
         """:meth:`start_child` for each spec in turn, in one message: a caller on another
-        thread waits for one round trip, not one per child (10,000 pods resumed at a restart
-        waited ~0.3 ms each). As there, the first that fails raises, and the rest are not
-        started."""
+        thread waits for one round trip, not one per child (a restart resuming its pods one
+        round trip each waited for every one: bench/README.md, "Calls from other threads").
+        As there, the first that fails raises, and the rest are not started."""
         return [self.start_child(spec) for spec in specs]
 
     def start_each(self, specs: Sequence[ChildSpec]) -> list[Ref | DmsgwError]:

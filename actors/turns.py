@@ -3,8 +3,9 @@
 A turn of the loop runs every callback that was ready when it began, and only then looks at
 its timers and sockets. Work that many actors begin together (50 pods whose records shared one
 commit start at once) then goes on in lockstep: each of the following turns carries one heavy
-step of every actor, and every timer and request waits for all of them (34 ms measured while
-creating pods 50 at a time). :class:`Turns` lets a few steps through per turn and the others
+step of every actor, and every timer and request waits for all of them (creating pods 50 at a
+time, such turns were the longest stalls: bench/README.md, "Steps per turn of the loop").
+:class:`Turns` lets a few steps through per turn and the others
 in the turns after, in the order they asked; :func:`wake_in_turns` settles waiters a few per
 turn.
 """
@@ -19,10 +20,10 @@ from collections.abc import Sequence
 __all__ = ["PER_TURN", "Turns", "take_turn", "wake_in_turns"]
 
 PER_TURN = 6
-"""Steps let through per turn of the loop: a pod's heavy step is ~0.2-0.5 ms at 10,000 pods and
-up to ~1 ms at 100,000 (a larger heap), so a turn holds a few milliseconds of them, not tens.
-At 100,000 pods, 8 a turn made the creates' longest stall 7-13 ms on a quiet hour and 15-21 ms
-on a slower one; 6 made it 6-8 ms on the same hour, at the same rate (decision 61)."""
+"""Steps let through per turn of the loop: a pod's heavy step is a fraction of a millisecond,
+longer with a larger heap, so a turn holds a few milliseconds of them, not tens. 6 made the
+creates' longest stall at 100,000 pods shorter than 8 did, at the same rate (decision 61;
+bench/README.md, "Steps per turn of the loop")."""
 
 
 class Turns:
@@ -80,8 +81,8 @@ def _loop_gate() -> Turns:
 async def take_turn() -> None:
     """Pass the loop's one gate, the one :func:`wake_in_turns` passes: for a heavy step that
     many callers may begin in the same turn, such as the requests of interLink's connections
-    each reading a body never seen before (~0.3 ms each at 100,000 pods; 64 connections
-    at once held the loop 20 ms)."""
+    each reading a body never seen before (64 connections at once held the loop as long as
+    the longest stall allowed: bench/README.md, "Steps per turn of the loop")."""
     await _loop_gate().take()
 
 
@@ -90,7 +91,8 @@ async def wake_in_turns(waiters: Sequence[asyncio.Future[None]]) -> None:
     does next runs before the next ones wake, not all in one turn. Every wake-up on a loop
     passes one gate: batches woken at once (the creates of several supervisor replies that
     came back together, a commit's writers) go a few per turn in all, where each batch let
-    a few through and seven batches, 56 creates, ran in one 20 ms turn (decision 61)."""
+    a few through and seven batches ran in one long turn (decision 61; bench/README.md,
+    "Steps per turn of the loop")."""
     gate = _loop_gate()
     for done in waiters:
         if not done.done():

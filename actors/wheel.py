@@ -3,9 +3,9 @@
 asyncio keeps every timer in one heap, and a cancelled timer stays there until its time comes;
 once more than half of the heap is cancelled timers, the loop rebuilds it in one pass. Every
 request's deadline, and every HTTP client call's timeout, is a timer cancelled a moment later,
-while a gateway of 100,000 pods held one timer a pod (its next poll): the rebuild walked
-~150,000 timers, 70 ms of one turn (measured while interLink's first polls of 100,000 pods
-came in). A :class:`TimerWheel` keeps the waits of followed pods in slots of :data:`TICK_S`
+while a gateway of 100,000 pods held one timer a pod (its next poll): the rebuild walked them
+all in one turn, the longest stall of interLink's first polls (bench/README.md, "The loop's
+timer heap"). A :class:`TimerWheel` keeps the waits of followed pods in slots of :data:`TICK_S`
 and holds one loop timer per slot that has any, so that the loop's heap holds a few thousand
 timers whatever the number of pods, and its rebuilds stay short.
 """
@@ -21,7 +21,7 @@ __all__ = ["TICK_S", "TimerWheel", "WheelTimer", "wheel_of"]
 
 TICK_S = 0.01
 """The wheel's resolution: a timer fires at the end of the slot its time falls in, at most
-this much late (a pod's poll waits 20 ms at the least)."""
+this much late (a pod's poll waits far longer: ``PodPolicy.poll_min_s``)."""
 
 
 class WheelTimer:

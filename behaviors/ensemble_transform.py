@@ -13,7 +13,7 @@ Where the DMS is knowingly wrong, these transforms are not:
 * GPU VRAM is converted under ``gpus`` (the key the DMS decodes); the DMS's conversion is
   registered under ``gpu`` and never applies, so it sends a bare ``vram: 24`` as 24 bytes.
 * A resource set or volume used by several allocations is copied for each; the DMS merges into
-  the shared set, so a set used twice has its sizes converted twice (2 GiB becomes 2^61 bytes).
+  the shared set, so a set used twice has its sizes converted twice (``2GiB`` becomes 2^61 bytes).
 * Clock units the DMS misreads (``ghz``, ``mhz``) are refused (:func:`.units.parse_clock_hz`).
 * An allocation naming a resource set that does not exist is refused here, by name; the DMS
   refuses it one step later ("resources must have cpu configuration").

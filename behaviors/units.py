@@ -64,7 +64,8 @@ def _number_and_unit(value: object) -> tuple[float, str]:
 
 
 def parse_bytes(value: object, default_unit: str = "GiB") -> int:
-    """A size in bytes, as ``ParseBytesWithDefaultUnit``: ``4`` is 4 GiB, ``"512MiB"``, ``"1GB"``.
+    """A size in bytes, as ``ParseBytesWithDefaultUnit``: ``4`` is ``4GiB``, ``"512MiB"``,
+    ``"1GB"``.
 
     Units are case-insensitive; ``KB/MB/GB`` are powers of 1000, ``KiB/MiB/GiB`` of 1024. The
     number goes through ``%.10f`` as in the DMS CLI, so fractions of a byte are cut off.

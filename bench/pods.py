@@ -248,9 +248,9 @@ def _running(gateway: Gateway, uid: str) -> bool:
 
 async def _until_running(gateway: Gateway, indices: range) -> None:
     """Until every pod of ``indices`` answers Running: a few thousand looked at per turn
-    of the loop, not all at once, and their UIDs made a few thousand at a time too (a look
-    at 100,000 pods held the loop ~0.2 s, and making their UIDs 70 ms, in the bench's own
-    code, inside the window it measures)."""
+    of the loop, not all at once, and their UIDs made a few thousand at a time too: a look
+    at every pod at once held the loop longer than the stalls it measures, in the bench's own
+    code, inside the window it measures (bench/README.md, "The bench's own work")."""
     for first in range(indices.start, indices.stop, LOOKED_AT_ONCE):
         waiting = [uid_of(i) for i in range(first, min(first + LOOKED_AT_ONCE, indices.stop))]
         while waiting := [u for u in waiting if not _running(gateway, u)]:
@@ -260,8 +260,9 @@ async def _until_running(gateway: Gateway, indices: range) -> None:
 
 async def _until_gone(gateway: Gateway, uids: list[str]) -> None:
     """Until no pod of ``uids`` has a ``/status`` entry: a few thousand looked at per turn of
-    the loop (a look at 25,000 pods held the loop 16-20 ms, in the bench's own code, inside
-    the deletes' window)."""
+    the loop (a look at all of them at once held the loop as long as the stalls it measures,
+    in the bench's own code, inside the deletes' window: bench/README.md, "The bench's own
+    work")."""
     for first in range(0, len(uids), LOOKED_AT_ONCE):
         waiting = uids[first : first + LOOKED_AT_ONCE]
         while waiting := [u for u in waiting if u in gateway.book.snapshots]:
@@ -458,7 +459,7 @@ def _forget_handlers() -> None:
     """aiohttp keeps each request handler it built middlewares for (up to 1,024, in a cache
     of its module), and with the plugin server's handlers the first gateway and every pod it
     had: the restart ran beside 100,000 dead pods, and its first collection walked them all
-    (1.3 s). A restarted process holds none of them."""
+    (bench/README.md, "The bench's own work"). A restarted process holds none of them."""
     cache = getattr(aiohttp.web_app, "_cached_build_middleware", None)
     if cache is not None:
         cache.cache_clear()
@@ -599,7 +600,7 @@ class _Load:
             profiler.disable()
         stall = _stall_between(self.probe.samples, wall_started, time.time())
         # Not in the RSS per pod; let go once the window has closed (freeing 100,000 bodies
-        # is ~4 ms of the bench's own work on the loop).
+        # is the bench's own work on the loop: bench/README.md, "The bench's own work").
         del bodies
         gauge_line = self.gauge.read("the creates")
         gc.collect()
@@ -766,7 +767,7 @@ async def _restart(rig: _Rig, pods: int, profile: bool) -> None:
     tmp, dms, loop, probe, gauge = rig.tmp, rig.dms, rig.loop, rig.probe, rig.gauge
     # What the process holds is settled before the window, as a fresh `dmsgw serve` has
     # collected its own before its plugin API listens: the gateway's collection before its
-    # resume would otherwise walk the bench's heap (83,000 objects at 10,000 pods: 47-58 ms).
+    # resume would otherwise walk the bench's heap (bench/README.md, "The bench's own work").
     gc.collect()
     gc.freeze()
     await gauge.reset()

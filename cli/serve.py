@@ -56,7 +56,8 @@ def _run(args: argparse.Namespace) -> int:
     flags: dict[str, Any] = {setting.key: getattr(args, setting.key) for setting in SETTINGS}
     config = load_config(config_file=args.config, flags=flags)
     # Imported here, not above: `dmsgw serve --help` and a configuration refused need none of
-    # the gateway, its DMS client or the devnet (~0.3 s of imports).
+    # the gateway, its DMS client or the devnet, whose imports are most of a command's start
+    # (bench/README.md, "A command's start").
     from ..interlink.app import start_backend
 
     def factory(metrics: Metrics) -> Awaitable[PluginBackend]:

@@ -69,7 +69,7 @@ SMALL_RESOURCES = {
     "ram": {"size": 256 * 1024**2},
     "disk": {"size": 256 * 1024**2},
 }
-"""Half a core, 256 MiB RAM and disk: what any DMS node can host."""
+"""Half a core, and the RAM and disk above: what any DMS node can host."""
 
 
 def shell_allocation(

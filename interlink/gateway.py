@@ -80,7 +80,8 @@ POD_STOP_S = 5.0
 each one it stops)."""
 RESUME_BATCH = 64
 """Pods resumed per supervisor message at start: one thread round trip each, and between two
-the loop runs the batch's first steps (64 x ~0.3 ms holds it ~20 ms)."""
+the loop runs the batch's first steps (64 of them hold it about as long as the longest stall
+allowed: bench/README.md, "Steps per turn of the loop")."""
 
 
 def job_id(uid: str) -> str:
@@ -156,7 +157,8 @@ class Gateway:
         self._starting: list[tuple[ChildSpec, asyncio.Future[None]]] = []
         """The pod actors to start in the next supervisor message (:meth:`_spawn`)."""
         self._sending: set[asyncio.Task[None]] = set()  # the messages under way
-        # pykka builds a proxy by introspecting the actor (~0.4 ms): build it once.
+        # pykka builds a proxy by introspecting the actor, a cost worth paying once (see
+        # bench/README.md, "Calls from other threads").
         self._supervisor_proxy = self._supervisor.proxy()
         self._orphans: asyncio.Task[None] | None = None
         self.admission = AdmissionQueue(parts.capacity.gathering, parts.admission, parts.clock)
@@ -185,8 +187,9 @@ class Gateway:
 
     async def start(self) -> None:
         """Resume every stored pod (crash-only recovery). The store is read in a worker
-        thread (reading 10,000 records and their kept snapshots held the loop 2.4 s in one
-        go), then the live pods' actors start a batch at a time. What the process made before
+        thread (reading every record and its kept snapshot held the loop for seconds in one
+        go: bench/README.md, "A restart's resume"), then the live pods' actors start a batch
+        at a time. What the process made before
         is collected first, while it is small: the resume's own freeze collects nothing, and
         would keep its garbage for good (a command line's parser, say)."""
         self._heap.settle()

@@ -113,8 +113,9 @@ class TextFormatter(logging.Formatter):
 
 
 def _malformed_request_as_warning(record: logging.LogRecord) -> bool:
-    """aiohttp logs a client's malformed HTTP request (an 8 KiB request line, a bad header) at
-    ERROR with a traceback, as if the gateway had failed (it answered 400): one WARNING line."""
+    """aiohttp logs a client's malformed HTTP request (a request line over its limit, a bad
+    header) at ERROR with a traceback, as if the gateway had failed (it answered 400): one
+    WARNING line."""
     exc = record.exc_info[1] if record.exc_info else None
     if isinstance(exc, HttpProcessingError) and exc.code < 500:
         remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"

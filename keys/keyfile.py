@@ -53,7 +53,7 @@ IV_LEN = 16
 MAC_LEN = 32
 
 # A key file chooses its own scrypt cost; cap it so a planted file cannot make us allocate
-# gigabytes or spin for minutes (the DMS default needs 256 MiB).
+# gigabytes or spin for minutes (the DMS default, N=2^18 with r=8, needs half of the cap).
 _MAX_SCRYPT_MEMORY = 512 * 1024 * 1024
 _MAX_SCRYPT_P = 16
 

@@ -4,12 +4,17 @@ Imports go one way: ``gojson`` ← ``keys`` ← ``transport`` ← ``behaviors``;
 runtime that imports none of them; ``interlink`` and ``devnet`` build on all of these, and
 ``devnet`` never imports ``interlink``; ``cli`` sits on top. Only ``interlink/app.py`` and
 ``cli/`` wire configuration and the devnet together. And a module stays small (``MAX_LINES``)
-unless it mirrors one Go file.
+unless it mirrors one Go file. Comments say why; the figures behind them are in
+``bench/README.md``, under the heading they name.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
@@ -223,3 +228,48 @@ def test_no_two_modules_share_a_name() -> None:
         if path.name != "__init__.py":
             by_name.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
     assert {n: ps for n, ps in by_name.items() if len(ps) > 1} == {}
+
+
+FIGURE = re.compile(r"\d[\d.,]*\s*(?:ms|µs|us|ns|[KMG]iB|[kKMG]B)\b")
+"""A timing or a size in prose: measured, it goes stale in a comment (bench/README.md)."""
+QUOTED = re.compile(r'``.*?``|"[^"\n]*"', re.DOTALL)
+"""Literal values (``"512MiB"``, a Go duration) are inputs the code reads, not figures."""
+FIGURES_ALLOWED = {"devnet/resource_ledger.py", "interlink/capacity/node_capacity.py"}
+"""GPU boards are named by their memory ("RTX 3090 24 GiB"): a name, not a measurement."""
+POINTER = re.compile(r'bench/README\.md, "([^"]+)"')
+
+
+def _prose(path: Path) -> Iterator[tuple[int, str]]:
+    """The comments and docstrings of ``path``, each with the line it starts on."""
+    source = path.read_text()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+    statements = (node.value for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Expr))
+    for value in statements:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            yield value.lineno, value.value
+
+
+def test_comments_and_docstrings_quote_no_measured_figures() -> None:
+    """Comments say why and point to bench/README.md for the figure (issue 27)."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {match.group()!r}"
+        for path in _sources()
+        if str(path.relative_to(ROOT)) not in FIGURES_ALLOWED
+        for line, text in _prose(path)
+        for match in FIGURE.finditer(QUOTED.sub("", text))
+    ]
+    assert found == [], "move the figure to bench/README.md: " + "; ".join(found)
+
+
+def test_every_pointer_to_bench_readme_names_one_of_its_headings() -> None:
+    readme = (ROOT / "bench" / "README.md").read_text().splitlines()
+    headings = {line.lstrip("#").strip() for line in readme if line.startswith("#")}
+    named = {
+        f"{path.relative_to(ROOT)}: {heading}"
+        for path in _sources()
+        for heading in POINTER.findall(re.sub(r"\s*\n\s*(?:#\s*)?", " ", path.read_text()))
+        if heading not in headings
+    }
+    assert named == set()

@@ -29,9 +29,9 @@ from .node_taints import DMS_UNREACHABLE, NodeState, has_room, node_taints, ping
 log = logging.getLogger(__name__)
 
 PEER_CONCURRENCY = 32
-"""Peers asked for their free resources at once. At 20 ms per peer, 1,000 peers take 0.63 s
-(16 took 1.3 s); it is half of what the DMS client lets through at once (64), so the pods'
-own calls keep the other half while a ping gathers."""
+"""Peers asked for their free resources at once: enough for a cold ping of 1,000 peers within
+its target where 16 were not (bench/README.md, "The ping"); it is half of what the DMS client
+lets through at once (64), so the pods' own calls keep the other half while a ping gathers."""
 
 
 OFFERED_TTL_S = 300.0
@@ -214,8 +214,9 @@ class Capacity:
 
     def _capacity(self, peers: list[PeerResources]) -> tuple[PingResponse, bool]:
         """The capacity of ``peers``, and whether one has room (:func:`has_room`).
-        Consolidating 1,000 peers takes ~20 ms of the loop, so both are kept for as long as
-        the actor serves the same gathering (the same list): they change only with it."""
+        Consolidating 1,000 peers is a long step of the loop (bench/README.md, "The ping"), so
+        both are kept for as long as the actor serves the same gathering (the same list): they
+        change only with it."""
         if self._last is not None and self._last[0] is peers:
             return self._last[1], self._last[2]
         reply = consolidate_capacity(

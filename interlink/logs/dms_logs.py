@@ -91,7 +91,7 @@ async def fetched_logs(invoke: Invoke, ensemble_id: str, allocation: str) -> Asy
     """:func:`log_directory`, the files left as they are until the caller is done reading.
     The DMS rewrites them in place on each request, so fetches take rounds: a reader that comes
     while a round's fetch is under way joins that round and reads the same files (three
-    ``/getLogs`` of a 100 MB log at once wait for one fetch, not three in a row); one that
+    ``/getLogs`` of a large log at once wait for one fetch, not three in a row); one that
     comes later waits for the round's readers to finish, then fetches again."""
     key = (asyncio.get_running_loop(), ensemble_id, allocation)
     state = _FETCHING.setdefault(key, _Fetching())
@@ -164,8 +164,9 @@ async def new_lines(path: Path, offset: int, limit: int | None = None) -> tuple[
     """:func:`lines_after`, up to the size the file had when opened: read on the event loop
     when that leaves at most :data:`READ_ON_LOOP_BYTES` to read, on a thread when more. A
     pod's follower reads its container's markers as runs start and end: a few lines of a file
-    the DMS has just written, ~10 µs to read, where the hand-off to a thread and back cost
-    ~0.2 ms of the process's CPU (decision 54). The file is opened without blocking and
+    the DMS has just written, whose read costs a small fraction of the hand-off to a thread
+    and back (decision 54; bench/README.md, "Reading logs"). The file is opened without
+    blocking and
     anything but a regular file is refused (:class:`OSError`): a FIFO would otherwise hold
     the loop until something wrote to it."""
     try:
@@ -258,7 +259,7 @@ def _existing_lines(
     """The lines already written (stdout then stderr) that the options select, of run ``run``
     of the files (:func:`run_part`; ``None``: all), and where each file ends. With ``Tail``
     only each file's last lines are read (from the end), with ``Bytes`` only its first ones:
-    a log of 100 MB is not read whole for three lines."""
+    a large log is not read whole for three lines."""
     lines: list[bytes] = []
     offsets: dict[str, int] = {}
     since = _since_ts(opts, now)

@@ -10,7 +10,7 @@ copy once the DMS no longer has it. What is kept, and for how long:
 * per container, the two newest runs seen to end (what ``Previous`` and a terminated or
   back-off container's logs need; the kubelet keeps one dead container per container);
 * of each run, the last :data:`KEPT_RUN_BYTES` of each file, cut at a line (the kubelet
-  rotates a container's log at 10 MiB by default);
+  rotates a container's log at its ``containerLogMaxSize``, ``10Mi`` by default);
 * until the pod is deleted (:meth:`KeptLogs.forget`), across restarts of the gateway.
 
 The copies are the gateway's private state, beside its state file: directories 0700, files

@@ -1,7 +1,8 @@
 """Many deployments' states in one call (design principle 9, decision 79).
 
 Following a pod used to cost one signed ``deployment/status`` round trip per pod per poll:
-10,000 pods at the pace's 1,000 polls a second were more CPU than the gateway's host has. A
+10,000 pods at the pace's 1,000 polls a second were more CPU than the gateway's host has
+(bench/README.md, "The pace of polls"). A
 followed pod whose deployment has settled (:func:`~dmsgw.interlink.pods.follow_state.settled`)
 now parks on the gateway's one :class:`DeploymentBoard` instead of polling: the board asks the DMS
 for ``deployment/list`` (the gateway's own ensembles, by its owner label) once every
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 PAGE = 1000
 """Deployments a listing asks for at a time (a DMS without paging answers them all): each
 reply stays a bounded piece of work for both sides; one reply of every deployment went
-unanswered within the request's timeout on a busy machine (``bench/README.md``)."""
+unanswered within the request's timeout on a busy machine (bench/README.md, "The pace of
+polls")."""
 STARTING_EVERY_S = 0.5
 """The listing period while a deployment on its way to running is parked: a pod created is
 seen running within it, and the deployments starting together cost one listing for all."""

@@ -30,9 +30,10 @@ every poll: that would double the DMS calls of a steady pod (decision 67)."""
 @dataclasses.dataclass(slots=True)
 class Following:
     """What a follower knows of a followed deployment between two polls
-    (:meth:`~dmsgw.interlink.pods.pod_follower.PodFollower.poll`). Not the parsed pod (~8 KiB,
-    as long as the pod lives): what the polls need of it is read once (:meth:`of`), and the rest
-    again (cached) when needed."""
+    (:meth:`~dmsgw.interlink.pods.pod_follower.PodFollower.poll`). Not the parsed pod (a
+    large part of a pod's memory, had it been kept as long as the pod lives:
+    bench/README.md, "Memory per pod"): what the polls need of it is read once (:meth:`of`),
+    and the rest again (cached) when needed."""
 
     ensemble_id: str
     resumed: bool  # its stored snapshot shows it already: the first poll is not news

@@ -1,9 +1,10 @@
 """Keeping the cyclic garbage collector's passes short while tens of thousands of pods live.
 
-Each live pod is ~100 objects the collector tracks (its actor's task, mailbox and events, its
-follower's coroutine, its snapshot). A full pass walks all of them — 0.5 s at 10,000 pods,
-5 s at 100,000 — and it runs whenever the long-lived heap has grown by a quarter, stopping the
-event loop meanwhile. Pods live long, so :class:`HeapFreezer` moves them out of the
+Each live pod is many objects the collector tracks (its actor's task, mailbox and events, its
+follower's coroutine, its snapshot). A full pass walks all of them — seconds at 100,000 pods
+(bench/README.md, "The frozen heap") — and it runs whenever the long-lived heap has grown by a
+quarter, stopping the event loop meanwhile. Pods live long, so :class:`HeapFreezer` moves them
+out of the
 collector's sight (``gc.freeze``) once a batch of them has settled, right after a collection
 that leaves nothing unreachable behind: every pass after that walks only what is younger.
 What Python's own full collections leave is frozen too, for the same reason.
@@ -18,7 +19,7 @@ runs no young collection, and what is made meanwhile piles up. What the frozen h
 still keep is cyclic garbage of work in flight at a freeze (a connection open then) that was
 alive then and became garbage later: it stays until the process ends.
 The bench names it (``bench/pods.py``: the pods leave none; a connection open at a freeze and
-closed later leaves 5 objects), and decision 50 says why we accept it rather than thaw.
+closed later leaves a few objects), and decision 50 says why we accept it rather than thaw.
 """
 
 from __future__ import annotations
@@ -33,17 +34,18 @@ log = logging.getLogger(__name__)
 
 FREEZE_EVERY = 64
 """Pods taken on (or let go) between two freezes: the collection before each walks what is
-younger than the last freeze, ~64 pods' objects and the work in flight (10-24 ms measured
-while 10,000 pods were created 50 at a time; 20-75 ms at 256), so no collection walks more
-than that many pods' worth between two freezes."""
+younger than the last freeze, 64 pods' objects and the work in flight, so no collection walks
+more than that many pods' worth between two freezes: a quarter of the earlier 256, whose
+passes were longer than the longest stall allowed (bench/README.md, "The frozen heap")."""
 
 
 POLLS_BETWEEN_FREEZES = 256
-"""Polls of followed pods between two freezes. A poll makes anew the ~16 objects its pod
-holds until the next (the sleep's task wake-up, future, timer and context, the last reply, the
-ledgers); a resumed pod's first poll ~50 (its follower's view of the pod, and the pod parsed
-again into the cache of parsed requests). Measured at 100,000 pods, 512 first polls left
-26,000 objects, walked in 15-25 ms; 256 polls are 4,000-13,000 objects."""
+"""Polls of followed pods between two freezes. A poll makes anew the objects its pod holds
+until the next (the sleep's task wake-up, future, timer and context, the last reply, the
+ledgers); a resumed pod's first poll several times more (its follower's view of the pod, and
+the pod parsed again into the cache of parsed requests). 256 polls' worth is walked well
+within the longest stall allowed; twice that, after a restart, came up to it
+(bench/README.md, "The frozen heap")."""
 
 
 class HeapFreezer:
@@ -64,7 +66,8 @@ class HeapFreezer:
         """(In whichever thread collected.) Python's own full collections walk only what is
         younger than the last freeze too, but what they leave stayed unfrozen: the state that
         live pods make after they settle (a followed pod's poll replaces its last reply and
-        ledgers) piled up there, and at 100,000 pods such a pass held the loop 1.1 s. A full
+        ledgers) piled up there, and at 100,000 pods such a pass held the loop for a second
+        (bench/README.md, "The frozen heap"). A full
         collection has just left nothing unreachable: what it leaves is frozen, as a settle's."""
         if phase == "stop" and info["generation"] == 2:
             gc.freeze()
@@ -74,7 +77,8 @@ class HeapFreezer:
         made is then there to freeze); freeze once ``every`` pods have come or gone since the
         last freeze. Counted when the actors start, not when they are asked for: a restart's
         actors start turns after the resume has frozen, and 100,000 of them, never counted,
-        were walked by the first settle that came (3.6 s)."""
+        were walked by the first settle that came, for seconds (bench/README.md, "The frozen
+        heap")."""
         if not self._every:
             return
         self._taken += pods
@@ -86,8 +90,9 @@ class HeapFreezer:
         CPython lowers the young generation's count of allocations at every free (down to
         zero), so while pods are deleted faster than anything is made, no young collection
         runs, and all that is made meanwhile piles up young: the collection that finally runs
-        walks it all (120 ms after 25,000 deletes at 100,000 pods). Settling every ``every``
-        pods let go, as every ``every`` taken on, keeps that pile to so many pods' worth."""
+        walks it all (after a quarter of 100,000 pods deleted, the longest stall of the
+        deletes: bench/README.md, "The frozen heap"). Settling every ``every`` pods let go, as
+        every ``every`` taken on, keeps that pile to so many pods' worth."""
         self.took(pods)
 
     def polled(self) -> None:
@@ -95,9 +100,9 @@ class HeapFreezer:
         A live pod renews what it holds at each poll, and frees what it held (frozen, or made
         since): CPython lowers the young generation's count at each free, so in the steady
         state of polling no young collection runs for long, and the one that finally runs walks
-        every pod's renewed state (~90 ms at 10,000 pods polled every 5-10 s; the default
-        policy polls every 0.5-5 s). A settle every so many polls keeps that pile to so many
-        polls' worth (decision 55)."""
+        every pod's renewed state, past the longest stall allowed at 10,000 pods
+        (bench/README.md, "The frozen heap"). A settle every so many polls keeps that pile to
+        so many polls' worth (decision 55)."""
         if not self._every:
             return
         self._polls += 1
@@ -125,8 +130,8 @@ class HeapFreezer:
     def settle(self, *, collect: bool = True) -> None:
         """Collect what is unreachable (a pass over what is younger than the last freeze),
         then freeze what is left. A restart's resume freezes without collecting
-        (``collect=False``): that pass over every resumed pod held the loop ~1 s at 10,000
-        pods, and found nothing to collect."""
+        (``collect=False``): that pass over every resumed pod held the loop for a second at
+        10,000 pods (bench/README.md, "The frozen heap"), and found nothing to collect."""
         if not self._every:
             return
         started = time.perf_counter()

@@ -90,7 +90,8 @@ def _stopped(task: asyncio.Future[bool]) -> None:
 class _Follow:
     """A follow's step: a poll. The first reads what the polls need of the pod (a parse of
     its request): a gateway resuming 10,000 pods parsed them all as it started their actors,
-    1.4 s, where the first polls spread them over the longest wait. A follow whose deployment
+    for over a second (bench/README.md, "A restart's resume"), where the first polls spread
+    them over the longest wait. A follow whose deployment
     has settled parks on the gateway's board instead of polling (:meth:`woken`), and counts
     toward the pace only while it polls."""
 
@@ -317,7 +318,7 @@ class PodFollower:
         """Wait for a turn of the loop with room (:class:`~dmsgw.actors.turns.Turns`) before
         a step of a few hundred µs: pods created together translate and poll together, and
         their actors' gate alone let 8 of them start a turn while 16 translations and 26
-        polls ran in the same one (20 ms at 100,000 pods)."""
+        polls ran in the same one (bench/README.md, "Steps per turn of the loop")."""
         if self._services.turns is not None:
             await self._services.turns.take()
 
@@ -454,8 +455,9 @@ class PodFollower:
         if key != f.last or now != f.runs or endpoints is not None or placement is not None:
             self._report(Observed(status, reply, manifest, now, endpoints, placement))
             # A resumed pod's first poll tells what its snapshot showed already, not news:
-            # polled again at the longest wait, not ramping up from the shortest (100,000
-            # resumed pods made 2,000 polls a second where 1,000 were due).
+            # polled again at the longest wait, not ramping up from the shortest (resumed
+            # pods polled more often than the pace allowed: bench/README.md, "A restart's
+            # resume").
             first_of_resumed = f.resumed and f.last is None
             f.interval = (
                 self._longest_wait() if first_of_resumed else self._services.policy.poll_min_s

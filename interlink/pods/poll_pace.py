@@ -2,9 +2,9 @@
 
 A followed pod asks the DMS about its deployment every ``poll_max_s`` at most, once nothing
 changes (:class:`~dmsgw.interlink.records.pod_record.PodPolicy`: 5 s by default). A poll costs the
-gateway ~115 µs of CPU (``bench/pods.py``, the steady state) and the DMS a request: 10,000
-pods polled every 5 s are 2,000 polls a second, and 100,000 pods 20,000, more than two cores
-can make. :class:`PollPace` stretches the longest wait with the number of pods followed, so
+gateway CPU and the DMS a request: 10,000 pods polled every 5 s are 2,000 polls a second, and
+100,000 pods 20,000, more than two cores can make (bench/README.md, "The pace of polls").
+:class:`PollPace` stretches the longest wait with the number of pods followed, so
 that once nothing changes they poll at most ``per_s`` times a second together: at the default
 1,000 a second, the policy's 5 s up to 5,000 pods, 10 s at 10,000, 100 s at 100,000. A pod
 whose status has just changed still polls again after ``poll_min_s``, and its wait grows from

@@ -85,8 +85,9 @@ class Runs(NamedTuple):
     those of the ended run before it, ``earlier_*`` those of the earlier ensembles' last run.
 
     A named tuple, not a frozen dataclass: a poll and a snapshot make several, and a frozen
-    dataclass of 16 fields took ~5 µs to make (each field set through ``object.__setattr__``)
-    and ~7 µs to copy with ``dataclasses.replace``; a tuple takes a fraction of that."""
+    dataclass of 16 fields sets each field through ``object.__setattr__`` and is copied
+    through ``dataclasses.replace``; a tuple takes a fraction of that (bench/README.md, "A
+    pod's /status entry")."""
 
     read_to: int = 0
     started: int = 0

@@ -88,7 +88,8 @@ class PodRecord:
 
     def to_map(self) -> dict[str, Any]:
         """The map to persist. It shares the record's ``observed`` and ``runs`` (the store
-        packs it at once): ``dataclasses.asdict`` copied them, ~100 calls a save."""
+        packs it at once): ``dataclasses.asdict`` copied them deeply, a call for every value
+        nested in them, at every save."""
         return {name: getattr(self, name) for name in _FIELD_NAMES}
 
     @classmethod
@@ -141,7 +142,8 @@ def parsed_request(request: bytes) -> RetrievedPodData:
     """A pod's stored body is read on every snapshot and restart decision, and never changes:
     parse it once (the most recently read are kept). It was checked as a ``/create`` body when
     it was stored, and stored as the model writes it: the model reads it back without those
-    checks again (half the time, ~0.1 ms; every resumed pod misses once)."""
+    checks again (faster: bench/README.md, "A pod's /status entry"; every resumed pod misses
+    once)."""
     with _PARSED_LOCK:
         data = _parsed.get(request)
         if data is not None:
@@ -218,9 +220,9 @@ def stored(record: PodRecord, kept: Kept) -> dict[str, Any]:
 def kept_snapshot(value: Mapping[str, Any], record: PodRecord) -> Kept | None:
     """The ``/status`` entry stored with ``record`` (:data:`SHOWN_KEY`), with the record's
     digest, if it is what this gateway would make of the record (``None``: make it again).
-    A restart resumed 10,000 pods in 7.8 s, of which making their snapshots again took 2 s;
-    the entry is taken as stored, not read back as a model, and the digest goes to the pod's
-    actor, which needs it too."""
+    Making every resumed pod's snapshot again was a good part of a restart's time
+    (bench/README.md, "A restart's resume"); the entry is taken as stored, not read back as a
+    model, and the digest goes to the pod's actor, which needs it too."""
     kept, digest = value.get(SHOWN_KEY), shown_by(record)
     if not (isinstance(kept, list) and kept and kept[0] == digest):
         return None
@@ -260,8 +262,9 @@ def shown_by(record: PodRecord) -> bytes:
     """A digest of all that :func:`snapshot_of` reads of ``record``: two records with the
     same digest read as the same ``/status`` entry (up to the time standing in for times no
     run knows, which a snapshot kept then fixes, as an ended pod's ``finished_ns`` does). A
-    pod on its way to Running saved four records that read as two entries; a snapshot is
-    ~0.2 ms, this digest a few microseconds. The digest names this gateway's code too: a
+    pod on its way to Running saved four records that read as two entries; this digest costs
+    a small fraction of a snapshot (bench/README.md, "A pod's /status entry"). The digest
+    names this gateway's code too: a
     snapshot kept with the record (:func:`kept_snapshot`) is one this code would make."""
     final = record.phase in ENDED_PHASES
     inputs = (
@@ -324,8 +327,8 @@ def kept_reply(reply: DeploymentStatusResponse) -> dict[str, Any]:
     """What a record keeps of a ``deployment/status`` reply: what its snapshot reads (the
     status, the error, three fields of each allocation's live state), under the reply's own
     Go keys. Not the whole reply: its usage figures and heartbeats, which nothing reads
-    (``/metrics`` asks the DMS anew), were ~1 KiB a pod, and writing them out and reading
-    them back a sixth of a create."""
+    (``/metrics`` asks the DMS anew), cost memory in every pod, and writing them out and
+    reading them back a good part of a create (bench/README.md, "Memory per pod")."""
     kept: dict[str, Any] = {"status": reply.status, "error": reply.error}
     if reply.allocation_info:
         kept["allocation_info"] = {
@@ -356,7 +359,8 @@ def _text(value: object) -> str:
 
 def plain_reply(reply: Any) -> dict[str, Any]:
     """A reply as a plain map, to persist what was last observed. Every pod keeps one, with
-    the same two dozen keys: they are interned, not a copy of each per pod (~1 KiB)."""
+    the same two dozen keys: they are interned, not a copy of each per pod (bench/README.md,
+    "Memory per pod")."""
     raw = reply.to_json() if hasattr(reply, "to_json") else b"{}"
     value = json.loads(raw, object_pairs_hook=_interned)
     return value if isinstance(value, dict) else {}

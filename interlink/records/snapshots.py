@@ -2,10 +2,11 @@
 
 A pod's entry changes a few times in its life and is read at every poll of that pod, every few
 seconds, where all that is needed is its JSON. So the entry is kept as those bytes
-(:class:`Shown`, ~0.4 KiB), not as the :class:`~dmsgw.interlink.wire.bodies.PodStatus` model it was
-made as (~4.8 KiB, a quarter of a pod's memory): ``/status`` joins the kept bytes of the pods
-it is asked for (:meth:`Snapshots.joined`), and whoever needs the model (a restart decision,
-the operator's view of one pod, ``/getLogs``) reads it back from them, ~25 µs. The two facts
+(:class:`Shown`), not as the :class:`~dmsgw.interlink.wire.bodies.PodStatus` model it was
+made as (many times larger, a large part of a pod's memory: bench/README.md, "Memory per pod"):
+``/status`` joins the kept bytes of the pods it is asked for (:meth:`Snapshots.joined`), and
+whoever needs the model (a restart decision, the operator's view of one pod, ``/getLogs``)
+reads it back from them, far cheaper than making it. The two facts
 that reads over every pod need (the pod phase its containers show, and the containers' names)
 are kept beside the bytes, so that an operator's scrape of 100,000 pods reads no model.
 """

@@ -90,8 +90,9 @@ def host_is_local(host: str, sockname: object) -> bool:
     """Whether ``host`` (a ``Host`` header) names the local end of the connection,
     ``sockname``: its IP address and port, ``localhost`` when that is loopback, and ``unix``
     or ``localhost`` for a unix socket (whatever port). Every request asks, with the same
-    few pairs, and parsing the addresses took ~40 µs of a ~100 µs ``/status``: the answers
-    are kept (a socket's name is a tuple or a string, so it is hashable)."""
+    few pairs, and parsing the addresses was a large part of a ``/status``'s CPU
+    (bench/README.md, "The cost of a request"): the answers are kept (a socket's name is a
+    tuple or a string, so it is hashable)."""
     names, port = _local_names(sockname)
     name, given_port = _split_host(host)
     if name is None or name not in names:

@@ -3,8 +3,9 @@ each took and how many are being answered, by route and method.
 
 interLink polls ``/status`` thousands of times a second, and prometheus_client's own metrics
 lock and check themselves on every update (a counter's ``inc`` and a histogram's ``observe``
-take three locks a request): ~4 µs of the ~20 µs the gateway adds to aiohttp's own cost of a
-known poll. Requests are answered on the event loop's thread, which is also where ``/metrics``
+take three locks a request): a good part of what the gateway adds to aiohttp's own cost of a
+known poll (bench/README.md, "The cost of a request"). Requests are answered on the event
+loop's thread, which is also where ``/metrics``
 is rendered, so they are counted here in plain numbers and turned into Prometheus families only
 when scraped (:class:`PluginRequests` is a collector).
 """

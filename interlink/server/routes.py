@@ -71,7 +71,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 AT_ONCE_MAX_PODS = 256
 """Pods a ``/status`` body may name to be answered at once from the backend's kept entries
-(a lookup and a join of ~0.4 KiB each: under a millisecond for the lot)."""
+(a lookup and a join of each one's kept JSON: under a millisecond for the lot;
+bench/README.md, "A pod's /status entry")."""
 
 
 def _json(body: bytes) -> web.Response:

@@ -205,8 +205,9 @@ class PodStore:
                         done.set_exception(exc)
             else:
                 # Each writer goes on at once with its next step (a pod actor saves, then starts its
-                # follower: ~0.5-1 ms): the 50 writers of one commit, woken together, ran in
-                # one turn, and the loop's timers waited 30-40 ms.
+                # follower): the 50 writers of one commit, woken together, ran in one turn, and
+                # the loop's timers waited for all of them (bench/README.md, "Steps per turn of
+                # the loop").
                 await wake_in_turns([done for _, _, done in batch])
 
     def _commit(self, batch: list[tuple[str, bytes | None]]) -> None:

@@ -35,7 +35,7 @@ MESH_HEREDOC = "cat <<'EOFMESH'"
 """How interLink's full-mesh script starts inside :data:`PRE_EXEC_ANNOTATION`."""
 MAX_SCRIPT_BYTES = 64 * 1024
 """The most an annotation's script may hold: it travels inside the wrapper, one argument
-of the container's command, which Linux caps at 128 KiB (``MAX_ARG_STRLEN``)."""
+of the container's command, which Linux caps at ``MAX_ARG_STRLEN`` (``128 KiB``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

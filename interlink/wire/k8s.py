@@ -5,7 +5,7 @@ whole ``v1.Pod``, ``v1.ConfigMap`` and ``v1.Secret`` objects as the Go API serve
 and decodes the ``v1.ContainerStatus`` values we send back with Go's strict ``encoding/json``.
 These models carry exactly that JSON; every model keeps unknown fields (``extra="allow"``) so
 that newer Kubernetes fields survive a round trip and a volume kind we do not model can still be
-refused by name. The official ``kubernetes`` package is 126 MB and drops unknown fields, hence
+refused by name. The official ``kubernetes`` package is large and drops unknown fields, hence
 our own models. Their scalar types (quantities, times, base64 bytes) and the Go rules of
 decoding are :mod:`dmsgw.interlink.wire.apimachinery`'s.
 """

@@ -250,8 +250,9 @@ def _refs(remembered: _Remembered, body: StatusBody) -> list[PodRef]:
 
 
 _TURN = 16
-"""Pods handled between two turns of the event loop: 0.1-0.3 ms each to validate a pod or
-write its status, so a few ms per turn."""
+"""Pods handled between two turns of the event loop: validating a pod or writing its status
+is a fraction of a millisecond, so a turn holds a few milliseconds of them (bench/README.md,
+"Steps per turn of the loop")."""
 
 
 async def in_turns(items: Iterable[T]) -> AsyncIterator[T]:
@@ -267,7 +268,8 @@ async def in_turns(items: Iterable[T]) -> AsyncIterator[T]:
 class _BodyMemo:
     """Validated bodies' pods (identity and place) by digest, bounded in entries and in the
     bytes the entries hold (:func:`held_bytes`). One entry per pod interLink polls: sharded
-    (decision 57), as a ``dict`` of them doubling at 87,381 held the loop 18 ms."""
+    (decision 57), as a ``dict`` of them doubling held the loop (bench/README.md, "Maps and
+    sets that double")."""
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self._known: ShardedDict[bytes, _Remembered] = ShardedDict()
@@ -295,9 +297,10 @@ def held_bytes(remembered: _Remembered) -> int:
 MEMO_ENTRIES = 1 << 18
 MEMO_BYTES = 128 << 20
 """Bounds of the remembered ``/status`` bodies: interLink sends one body per pod, so 100,000
-pods are 100,000 entries of ~400 bytes (40 MiB). Bounded by the bodies' own size instead
-(32,768 entries, 64 MiB), the memo was emptied past ~10,000 pods of a few KiB each, and past
-32,768 pods of any size: every poll then validated its pod again."""
+pods are 100,000 entries of :func:`held_bytes` each, a third of :data:`MEMO_BYTES`. Bounded by
+the bodies' own size instead (and an eighth of the entries), the memo was emptied past
+~10,000 pods of a few KiB each, and past 32,768 pods of any size: every poll then validated
+its pod again."""
 _VALID_STATUS_BODIES = _BodyMemo(max_entries=MEMO_ENTRIES, max_bytes=MEMO_BYTES)
 
 

@@ -554,8 +554,8 @@ def _encode_unsigned(t: DMSToken) -> str:
     """The JSON of ``t`` without ``sig``, by the hand-written encoder below when it applies.
 
     Every token is written once per message it arrives in (its issuer signed that JSON), and
-    the hand-written encoder takes about half the time of the generic codec's per-field
-    dispatch (2.5 against 4.7 µs a token; bench/crypto.py's token rows gain some 3%). The
+    the hand-written encoder is faster than the generic codec's per-field dispatch
+    (bench/README.md, "Signing and verifying"). The
     generic codec stays the reference, and takes every value outside the plain shapes.
     """
     try:
