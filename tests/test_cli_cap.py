@@ -28,7 +28,7 @@ from dmsgw.keys.ucan import Action, Token, TokenList, load_context, unmarshal_to
 from dmsgw.keys.ucan.expiry import parse_expiry
 from dmsgw.transport import envelope as env
 from dmsgw.transport.security import SecurityContext
-from tests.conftest import load_vector
+from tests.support.vectors import load_vector
 
 NOW = 1_767_225_600 * NS_PER_SECOND  # 2026-01-01T00:00:00Z
 HOUR = 3600 * NS_PER_SECOND

@@ -18,7 +18,7 @@ from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.translate.env import MAX_ARG_STRLEN
 from dmsgw.interlink.wire.parsing import MAX_CONTAINERS_PER_POD
-from tests.gateway_fakes import FakeDMS, gateway_on, pod, uid
+from tests.support.gateway_fakes import FakeDMS, gateway_on, pod, uid
 
 OWNER = "did:key:the-gateway"
 

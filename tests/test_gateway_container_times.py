@@ -34,8 +34,8 @@ from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import INIT_CONTAINER_FAILED, Phase, PodRecord, snapshot_of
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.state.pod_store import PodStore
-from tests.gateway_fakes import FAST
-from tests.test_gateway_pods import _container, _create, _pod
+from tests.support.gateway_fakes import FAST
+from tests.support.plugin_api import create_pod, pod_of, shell_container
 
 T0 = 1_700_000_000
 Status = dict[str, Any]
@@ -105,8 +105,8 @@ async def test_a_runs_times_stay_put_when_others_change_and_across_a_restart(
     plugin: Any, clock: FixedClock, tmp_path: Path
 ) -> None:
     client, gateway = plugin
-    spec = _pod([_container("short", "sleep 0.6"), _container("long", "sleep 2")])
-    await _create(client, spec)
+    spec = pod_of([shell_container("short", "sleep 0.6"), shell_container("long", "sleep 2")])
+    await create_pod(client, spec)
     await _until(client, spec, _in("running", "short", "long"))
     clock.advance(10)
     seen = await _until(client, spec, _in("terminated", "short"))
@@ -150,12 +150,12 @@ async def test_an_init_container_runs_then_fails_with_its_own_code_and_the_rest_
     ensemble down (the DMS shuts down only a running deployment: this one ends at its deadline)
     and then records the pod terminal, as a restarted gateway reads it."""
     client, gateway = plugin
-    spec = _pod(
-        [_container("main", "sleep 600")],
-        init=[_container("init", "sleep 1; exit 2")],
+    spec = pod_of(
+        [shell_container("main", "sleep 600")],
+        init=[shell_container("init", "sleep 1; exit 2")],
     )
     uid = spec["metadata"]["uid"]
-    await _create(client, spec)
+    await create_pod(client, spec)
     running = await _until(client, spec, _in("running", "init"))
     assert running["init"]["state"]["running"]["startedAt"] == _at(0)
     assert running["main"]["state"]["waiting"]["reason"] == "PodInitializing"
@@ -201,7 +201,7 @@ async def _until_true(ask: Callable[[], Awaitable[str]], wanted: str) -> None:
 def test_a_pod_that_failed_before_it_ran_ends_at_one_time_whatever_the_snapshot() -> None:
     """A pod the DMS refused has no runs: its containers end when the pod ended, as recorded,
     not at the time of each snapshot (a restarted gateway's included)."""
-    spec = _pod([_container("main", "true")])
+    spec = pod_of([shell_container("main", "true")])
     record = PodRecord(
         uid=spec["metadata"]["uid"],
         namespace="default",

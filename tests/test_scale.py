@@ -24,7 +24,7 @@ from dmsgw.actors.aio import AsyncActorRef
 from dmsgw.actors.registry import Registry
 from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
 from dmsgw.behaviors.resources import CPU, Resources
-from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.clock import FixedClock
 from dmsgw.interlink.capacity import resource_actor as resources
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, job_id
@@ -49,7 +49,8 @@ from dmsgw.interlink.wire.parsing import (
     held_bytes,
     parse_create_body,
 )
-from tests.gateway_fakes import (
+from tests.support.echo_actor import Echo
+from tests.support.gateway_fakes import (
     WAIT_S,
     ClosedTurns,
     FakeDMS,
@@ -59,14 +60,8 @@ from tests.gateway_fakes import (
     uid,
     until,
 )
-from tests.test_actors_runtime import Echo
 
 DATA = Path(__file__).parent / "data" / "interlink"
-
-
-@pytest.fixture
-def clock() -> FixedClock:
-    return FixedClock(1_700_000_000 * NS_PER_SECOND)
 
 
 # --- the ping ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -326,3 +326,13 @@ async def until(done: Callable[[], bool], what: str) -> None:
         if loop.time() > deadline:
             raise AssertionError(f"never happened within {WAIT_S} s: {what}")
         await asyncio.sleep(0.01)
+
+
+async def until_async(done: Callable[[], Awaitable[bool]], what: str) -> None:
+    """:func:`until` for a check that must await (an HTTP poll), bounded as it is."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not await done():
+        if loop.time() > deadline:
+            raise AssertionError(f"never happened within {WAIT_S} s: {what}")
+        await asyncio.sleep(0.05)
