@@ -58,12 +58,12 @@ class SlowShutdownDMS(FakeDMS):
         self.done.set()
         self.asked_to_stop: set[str] = set()
 
-    def _about_one(self, name: str, payload: Any) -> Any:
+    def about_one(self, name: str, payload: Any) -> Any:
         ident = getattr(payload, "id", "")
         if name == "deployment/shutdown" and not self.done.is_set() and ident in self.deployments:
             self.asked_to_stop.add(ident)
             return DeploymentShutdownResponse(ok=True)  # and the ensemble runs on
-        return super()._about_one(name, payload)
+        return super().about_one(name, payload)
 
 
 @pytest.fixture

@@ -74,7 +74,9 @@ class _Clock:
 
 
 def _pod_actor(clock: _Clock) -> PodActor:
-    """A PodActor that is never started: only its restart bookkeeping is exercised."""
+    """A PodActor that is never started: only its restart bookkeeping is exercised (through
+    its private ``_count_restart``: from outside, the delays show only as the real 10 s to
+    300 s the follower waits before it deploys again)."""
 
     def unused(*_: Any, **__: Any) -> Any:
         raise AssertionError("not reached")

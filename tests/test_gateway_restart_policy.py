@@ -137,11 +137,11 @@ class _ForgetfulDMS(FakeDMS):
     """A DMS whose answer for the logs of a deployment it dropped is the one users saw
     (``node not found for allocation``), not a plain not-found."""
 
-    def _about_one(self, name: str, payload: Any) -> Any:
+    def about_one(self, name: str, payload: Any) -> Any:
         ident = getattr(payload, "id", "") or getattr(payload, "ensemble_id", "")
         if name == "deployment/logs" and ident not in self.deployments:
             return DeploymentLogsResponse(error=f"node not found for allocation {ident}_pod.main")
-        return super()._about_one(name, payload)
+        return super().about_one(name, payload)
 
 
 async def test_the_logs_of_a_run_outlive_the_deployment_the_dms_dropped(tmp_path: Path) -> None:

@@ -469,7 +469,8 @@ async def _create_and_delete_two_pods(
     stopped = (ref.wait_stopped() for ref in refs)  # type: ignore[attr-defined]
     await asyncio.wait_for(asyncio.gather(*stopped), WAIT_S)
     del refs
-    # The supervisor lets go of the refs in its own thread, before it answers this.
+    # The supervisor lets go of the refs in its own thread, before it answers this (an
+    # internal step with no public sign, which a test of what stays in memory must wait for).
     await bridge.call(gateway._supervisor_proxy.which_children())
     return alive
 
@@ -603,7 +604,10 @@ async def test_the_pods_a_gateway_follows_set_how_often_each_polls(
 ) -> None:
     """The gateway's followers share one pace: with 3 pods followed and 10 polls a second for
     all, each waits at most the policy's longest wait (0.1 s here) but no less than 0.3 s; a
-    deleted pod no longer counts."""
+    deleted pod no longer counts.
+
+    The pace is read inside the gateway: no public answer counts the pods followed, and the
+    waits it sets show outside only as real time between polls (no timing in the suite)."""
     dms = FakeDMS(tmp_path / "logs")
     pods = [uid(n) for n in range(3)]
     gateway = await gateway_on(

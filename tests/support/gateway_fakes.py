@@ -170,9 +170,11 @@ class FakeDMS:
                 for d in found
             )
             return DeploymentListResponse(deployments=infos, total=len(infos))
-        return self._about_one(name, payload)
+        return self.about_one(name, payload)
 
-    def _about_one(self, name: str, payload: Any) -> Any:
+    def about_one(self, name: str, payload: Any) -> Any:
+        """The answer of behavior ``name`` about one deployment: what a test's DMS overrides
+        to answer otherwise than the devnet does."""
         ident = getattr(payload, "id", "") or getattr(payload, "ensemble_id", "")
         found = self.deployments.get(ident)
         self.asked_about[ident] += 1
