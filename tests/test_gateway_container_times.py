@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_STATUS
 from dmsgw.behaviors.deployment import DeploymentStatusRequest
@@ -28,14 +28,11 @@ from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS, Timeouts
 from dmsgw.interlink import app
-from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import INIT_CONTAINER_FAILED, Phase, PodRecord, snapshot_of
-from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.state.pod_store import PodStore
 from tests.support.gateway_fakes import FAST
-from tests.support.plugin_api import create_pod, pod_of, shell_container
+from tests.support.plugin_api import Plugin, create_pod, open_plugin, pod_of, shell_container
 
 T0 = 1_700_000_000
 Status = dict[str, Any]
@@ -55,23 +52,11 @@ def devnet_timeouts() -> Timeouts:
 @pytest.fixture
 async def plugin(
     tmp_path: Path, clock: FixedClock, devnet_timeouts: Timeouts, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
+) -> AsyncIterator[Plugin]:
     """The plugin API of a gateway on its embedded devnet, whose clock the test holds."""
     monkeypatch.setattr(app, "Devnet", functools.partial(Devnet, timeouts=devnet_timeouts))
-    config = load_config(
-        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
-    )
-    backend = await start_backend(config, metrics=Metrics(process=False), clock=clock, policy=FAST)
-    server = PluginServer(backend, config.server_options(), Metrics(process=False))
-    client = TestClient(
-        TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
-    )
-    await client.start_server()
-    try:
-        yield client, backend
-    finally:
-        await client.close()
-        await backend.close()
+    async with open_plugin(tmp_path, policy=FAST, clock=clock) as opened:
+        yield opened
 
 
 def _at(seconds: int) -> str:
