@@ -1,20 +1,19 @@
-"""Shared fixtures: the golden vectors produced by the DMS Go packages; a private state dir."""
+"""Shared fixtures: the golden vectors produced by the DMS Go packages; a private state dir; an
+injected clock; the plugin API of a gateway on its embedded devnet. What they are built of lives
+in ``tests/support/``."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-VECTORS = Path(__file__).parent / "vectors"
-
-
-def load_vector(name: str) -> Any:
-    return json.loads((VECTORS / name).read_text())
+from dmsgw.clock import NS_PER_SECOND, FixedClock
+from tests.support.plugin_api import Plugin, open_plugin
+from tests.support.vectors import load_vector
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +46,16 @@ async def turn() -> AsyncIterator[Callable[[], int]]:
     counter = asyncio.get_running_loop().create_task(counting())
     yield lambda: count
     counter.cancel()
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    """A clock that moves only when the test advances it (a module may start it elsewhere)."""
+    return FixedClock(1_700_000_000 * NS_PER_SECOND)
+
+
+@pytest.fixture
+async def plugin(tmp_path: Path) -> AsyncIterator[Plugin]:
+    """interLink's plugin API of a gateway on its embedded devnet (:func:`open_plugin`)."""
+    async with open_plugin(tmp_path) as opened:
+        yield opened

@@ -26,10 +26,10 @@ WAIT = 10.0
 class Counter(AsyncActor):
     mailbox_size = 3
 
-    def __init__(self, start: int = 0, **kwargs: Any) -> None:
+    def __init__(self, start: int = 0, gate: asyncio.Event | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.value = start
-        self.gate = asyncio.Event()
+        self.gate = gate or asyncio.Event()
 
     async def on_receive(self, message: Any) -> Any:
         if message == "crash":
@@ -105,14 +105,15 @@ async def test_failing_on_start_is_reported() -> None:
 
 
 async def test_full_mailbox_refuses_and_pending_asks_fail_when_stopped() -> None:
-    ref = Counter.start()
+    gate = asyncio.Event()
+    ref = Counter.start(gate=gate)
     holding = ref.ask("hold")
     await asyncio.sleep(0)  # let the actor take "hold" (a scheduling step, not a timing wait)
     pending = [ref.ask("x") for _ in range(3)]
     with pytest.raises(MailboxFullError, match="mailbox of Counter is full"):
         ref.tell("x")
     ref.stop()
-    ref._actor.gate.set()  # type: ignore[union-attr]
+    gate.set()
     assert await holding == 1
     assert [await p for p in pending] == [2, 3, 4]
     await ref.wait_stopped()

@@ -20,33 +20,7 @@ from dmsgw.actors.registry import DeadLetter, Registry
 from dmsgw.actors.scheduler import ManualScheduler
 from dmsgw.actors.supervision import Backoff, Intensity, Restart, Strategy
 from dmsgw.actors.supervisor import ChildSpec, EscalationError, Supervisor, SupervisorEvent
-
-WAIT = 10.0  # upper bound on waiting for an actor event; never reached when things work
-
-
-class Echo(Actor):
-    def __init__(
-        self,
-        gate: threading.Event | None = None,
-        entered: threading.Event | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.gate = gate
-        self.entered = entered or threading.Event()
-
-    def on_receive(self, message: Any) -> Any:
-        if message == "crash":
-            raise RuntimeError("boom")
-        if message == "wait" and self.gate is not None:
-            self.entered.set()
-            self.gate.wait(WAIT)
-        return ("echo", message)
-
-    def slow(self, value: int) -> int:
-        assert self.gate is not None
-        self.gate.wait(WAIT)
-        return value * 2
+from tests.support.echo_actor import WAIT, Echo
 
 
 class FailsToStart(Actor):

@@ -35,7 +35,7 @@ from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import POD_UID_KEY, Phase
 from dmsgw.interlink.reports.pod_report import PodReport
 from dmsgw.interlink.reports.pod_usage import UsageBook
-from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, poll, uid, until
+from tests.support.gateway_fakes import FakeDMS, create, gateway_on, pod, poll, uid, until
 
 GIB = 1 << 30
 OWNER = "did:key:the-gateway"

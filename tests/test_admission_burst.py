@@ -29,7 +29,7 @@ from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import POD_UID_KEY
 from dmsgw.interlink.server import Metrics
 from dmsgw.interlink.wire.parsing import parse_create_body
-from tests.gateway_fakes import FAST
+from tests.support.gateway_fakes import FAST
 
 GIB = 1 << 30
 PODS = 6

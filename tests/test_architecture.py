@@ -273,3 +273,33 @@ def test_every_pointer_to_bench_readme_names_one_of_its_headings() -> None:
         if heading not in headings
     }
     assert named == set()
+
+
+def _test_modules_imported(path: Path) -> set[str]:
+    """The test modules (and ``conftest``) that ``path`` imports: ``tests.test_x`` or
+    ``tests.conftest``, or bare or relative (``test_x``, ``.test_x``, ``from . import test_x``)."""
+    named: set[tuple[str, ...]] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            module = tuple(node.module.split(".")) if node.module else ()
+            named.add(module)
+            named |= {(*module, a.name) for a in node.names}
+        elif isinstance(node, ast.Import):
+            named |= {tuple(a.name.split(".")) for a in node.names}
+    modules = {name[:2] if name[:1] == ("tests",) else name[:1] for name in named}
+    return {
+        ".".join(module)
+        for module in modules
+        if module and (module[-1].startswith("test_") or module[-1] == "conftest")
+    }
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in ``tests/support/`` (and its fixtures in ``tests/conftest.py``):
+    a test module imported by another ties the two together and runs its set-up twice."""
+    importers = {
+        str(path.relative_to(ROOT)): sorted(found)
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if (found := _test_modules_imported(path))
+    }
+    assert importers == {}

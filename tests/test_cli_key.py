@@ -15,7 +15,7 @@ import pytest
 
 from dmsgw import cli
 from dmsgw.keys import keystore
-from tests.conftest import load_vector
+from tests.support.vectors import load_vector
 
 VECTOR = load_vector("keystore.json")
 KEY = VECTOR["key"]  # Ed25519 seed 00..1f

@@ -11,33 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from dmsgw.clock import NS_PER_SECOND, FixedClock
-from dmsgw.interlink.configuration.serve_config import load_config
-from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.translate.env import MAX_ARG_STRLEN
 from dmsgw.interlink.wire.parsing import MAX_CONTAINERS_PER_POD
-from tests.gateway_fakes import FakeDMS, gateway_on, pod, uid
-
-OWNER = "did:key:the-gateway"
+from tests.support.fake_dms_plugin import fake_dms_plugin
+from tests.support.gateway_fakes import FakeDMS, pod, uid
 
 
 @pytest.fixture
 async def setup(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], FakeDMS]]:
-    dms = FakeDMS(tmp_path / "logs")
-    clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
-    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
-    env = {"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")}
-    config = load_config(env=env)
-    server = PluginServer(gateway, config.server_options(), Metrics(process=False))
-    client = TestClient(
-        TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
-    )
-    await client.start_server()
-    yield client, dms
-    await client.close()
-    await gateway.close()
+    async with fake_dms_plugin(tmp_path) as opened:
+        yield opened
 
 
 def _body(**container: Any) -> str:

@@ -14,9 +14,8 @@ import pytest
 import yaml
 
 from dmsgw.interlink.configuration.serve_config import GatewayConfig, load_config
+from tests.support.deploy_files import DEPLOY
 
-REPO = Path(__file__).resolve().parent.parent
-DEPLOY = REPO / "deploy"
 TIMEOUT_S = 120
 
 CHART_PLUGIN_KEYS = {
@@ -145,13 +144,3 @@ def test_the_alert_rules_check_and_fire_as_their_tests_say() -> None:
             [tool, *command], cwd=rules, capture_output=True, text=True, timeout=TIMEOUT_S
         )
         assert done.returncode == 0, done.stdout + done.stderr
-
-
-def alert_metrics() -> set[str]:
-    """Every gateway series the alert rules query (the end-to-end test checks each is
-    exported)."""
-    import re
-
-    groups = yaml.safe_load((DEPLOY / "prometheus" / "dmsgw-alerts.yaml").read_text())["groups"]
-    exprs = [str(rule["expr"]) for group in groups for rule in group["rules"]]
-    return {name for expr in exprs for name in re.findall(r"\bdmsgw_[a-z0-9_]+", expr)}

@@ -24,7 +24,7 @@ from dmsgw.interlink.pods.pod_follower import STARTING_WAIT_S, PodFollower
 from dmsgw.interlink.records.pod_record import POD_UID_KEY, PodPolicy
 from dmsgw.interlink.wire import k8s
 from dmsgw.transport.rest import TransportError
-from tests.gateway_fakes import (
+from tests.support.gateway_fakes import (
     FakeDMS,
     create,
     gateway_on,

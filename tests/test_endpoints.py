@@ -5,22 +5,20 @@ HTTP answer fetched through its reported endpoint, end to end on the embedded de
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import json
 import logging
 import os
-import shutil
 import socket
 import subprocess
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import ClientError, ClientSession
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from dmsgw.behaviors.status import EnsembleManifest
 from dmsgw.clock import NS_PER_SECOND, FixedClock
@@ -37,24 +35,27 @@ from dmsgw.devnet.netns import (
 )
 from dmsgw.devnet.sandbox import Isolation, SandboxError
 from dmsgw.devnet_files.devnet_record import process_start_time
-from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.endpoints import endpoints_of
 from dmsgw.interlink.records.pod_record import PodRecord
 from dmsgw.interlink.reports.pod_report import PodReport
 from dmsgw.interlink.reports.pod_usage import UsageBook
-from dmsgw.interlink.server import Health, Metrics, PluginServer, Pods, operator_app
+from dmsgw.interlink.server import Health, Metrics, Pods, operator_app
 from dmsgw.interlink.translate.wrapper import UNWRAPPED_ANNOTATION
 from dmsgw.interlink.wire import k8s
-from tests.gateway_fakes import FAST, WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
-from tests.test_gateway_passes import _gateway_config
-from tests.test_plugin_server import FakeBackend, loopback_options, start_serve
+from tests.support.devnet_gateways import (
+    PYTHON,
+    needs_namespaces,
+    needs_python,
+    no_dms,
+    pod_view,
+    serving,
+)
+from tests.support.fake_backend import FakeBackend, loopback_options, start_serve
+from tests.support.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until, until_async
 
 Client = TestClient[Any, Any]
 TOKEN = "s3cret-operator-token"
 PEER = "12D3KooWEndpointPeer"
-PYTHON = shutil.which("python3", path="/usr/bin")
-needs_python = pytest.mark.skipif(PYTHON is None, reason="needs /usr/bin/python3")
 
 
 def web_pod(n: int, private: int, answer: str, public: int, **spec: Any) -> dict[str, Any]:
@@ -174,13 +175,9 @@ RECORD = PodRecord(
 )
 
 
-async def _no_dms(*_: Any, **__: Any) -> Any:
-    raise AssertionError("a pod without a snapshot is not measured")
-
-
 def _report() -> PodReport:
     """The gateway's pods as the operator port reads them: :data:`RECORD` alone."""
-    return PodReport(lambda: [(RECORD, None)], UsageBook(_no_dms))
+    return PodReport(lambda: [(RECORD, None)], UsageBook(no_dms))
 
 
 def _pods() -> Pods:
@@ -252,20 +249,6 @@ async def test_serve_shows_the_backends_pods_on_the_operator_port(
     finally:
         stop.set()
         await task
-
-
-def _gateway_pods(gateway: Gateway) -> Pods:
-    assert gateway.pod_report is not None
-    pods = Pods()
-    pods.serving(gateway.pod_report)
-    return pods
-
-
-def _view(gateway: Gateway, namespace: str, name: str) -> dict[str, Any]:
-    """The gateway's view of a pod, as ``GET /pods/{namespace}/{name}`` shows it."""
-    view = PodReport(gateway.pods, UsageBook(_no_dms)).view(namespace, name)
-    assert view is not None, f"no pod {namespace}/{name}"
-    return view
 
 
 # --- the devnet's forwarding ------------------------------------------------------------------
@@ -341,83 +324,6 @@ async def test_a_public_port_in_use_refuses_the_allocation() -> None:
 
 
 # --- end to end on the embedded devnet --------------------------------------------------------
-
-
-NAMESPACES_POSSIBLE = os.geteuid() == 0 and shutil.which("ip") is not None
-needs_namespaces = pytest.mark.skipif(
-    not NAMESPACES_POSSIBLE,
-    reason="network namespaces need root and ip (iproute2); the shared network is tested below",
-)
-
-
-class Serving:
-    """A gateway on the embedded devnet, with its plugin API and its operator port."""
-
-    def __init__(self, devnet: Devnet, gateway: Gateway, plugin: Client, operator: Client):
-        self.devnet, self.gateway, self.plugin, self.operator = devnet, gateway, plugin, operator
-
-    async def create(self, spec: dict[str, Any]) -> None:
-        body = json.dumps({"pod": spec, "container": [{"name": "main"}]})
-        assert (await self.plugin.post("/create", data=body)).status == 200
-
-    async def state(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """The pod's container state, as ``/status`` reports it."""
-        (status,) = await (await self.plugin.get("/status", data=json.dumps([spec]))).json()
-        return dict(status["containers"][0]["state"])
-
-    async def endpoint(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """The pod's one endpoint, from the operator port, once it runs."""
-
-        async def running() -> bool:
-            return bool((await self.state(spec)).get("running"))
-
-        name = spec["metadata"]["name"]
-        await until_async(running, f"{name} runs")
-        await until(lambda: bool(_view(self.gateway, "default", name)["endpoints"]), "endpoint")
-        view = await (await self.operator.get(f"/pods/default/{name}")).json()
-        assert view["node"] and view["peer"]  # where it runs is known while it runs
-        (endpoint,) = view["endpoints"]
-        return dict(endpoint)
-
-    def namespace(self, spec: dict[str, Any]) -> AllocationNamespace:
-        """The network namespace of the pod's allocation."""
-        ensemble = self.gateway.book.records[spec["metadata"]["uid"]].ensemble_id
-        namespace = self.devnet.networks.namespace(f"{ensemble}_pod.main")
-        assert namespace is not None
-        return namespace
-
-    def health(self, spec: dict[str, Any]) -> str:
-        """The health of the pod's allocation, as the devnet's orchestrator has it."""
-        ensemble = self.gateway.book.records[spec["metadata"]["uid"]].ensemble_id
-        deployments = self.devnet.nodes[0].deployments
-        assert deployments is not None
-        orchestrator = deployments.orchestrators.get(ensemble)
-        infos = orchestrator.allocation_info().values() if orchestrator is not None else ()
-        return next((info.health for info in infos), "")
-
-
-@contextlib.asynccontextmanager
-async def serving(tmp_path: Path, **devnet_options: Any) -> AsyncIterator[Serving]:
-    devnet = Devnet(seed="endpoints", **devnet_options)
-    await devnet.start()
-    config = _gateway_config(devnet, tmp_path / "gw", seed=170)
-    gateway = await start_backend(config, metrics=Metrics(process=False), policy=FAST)
-    plugin = TestClient(
-        TestServer(PluginServer(gateway, config.server_options(), Metrics(process=False)).app()),
-        headers={"Content-Type": "application/json"},
-    )
-    operator = TestClient(
-        TestServer(operator_app(Health(), Metrics(process=False), pods=_gateway_pods(gateway)))
-    )
-    await plugin.start_server()
-    await operator.start_server()
-    try:
-        yield Serving(devnet, gateway, plugin, operator)
-    finally:
-        await plugin.close()
-        await operator.close()
-        await gateway.close()
-        await devnet.stop()
 
 
 async def fetch(endpoint: dict[str, Any]) -> str:
@@ -597,16 +503,6 @@ async def test_without_root_allocations_share_the_hosts_network(
         await wanting.stop()
 
 
-async def until_async(done: Callable[[], Awaitable[bool]], what: str) -> None:
-    """:func:`until` for a check that must await (an HTTP poll), bounded as it is."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
-    while not await done():
-        if loop.time() > deadline:
-            raise AssertionError(f"never happened within {WAIT_S} s: {what}")
-        await asyncio.sleep(0.05)
-
-
 # --- what looking endpoints up costs -----------------------------------------------------------
 
 
@@ -637,7 +533,7 @@ async def test_the_running_manifest_is_read_once_for_every_pod(
         await until(lambda: gateway.board.parked == 1, "the follow parked again")
         assert dms.asked["deployment/status"] >= 3
         assert dms.asked["deployment/manifest"] == 1
-        view = _view(gateway, "default", "p-0005")
+        view = pod_view(gateway, "default", "p-0005")
         assert (view["node"], view["peer"]) == ("pod", PEER)
         assert view["endpoints"] == []  # the manifest publishes no port
     finally:
@@ -663,10 +559,10 @@ async def test_an_ended_deployment_publishes_no_endpoint(tmp_path: Path) -> None
     try:
         ports = [{"containerPort": 8080}]
         await create(gateway, pod(uid(6), command=["sleep", "60"], ports=ports))
-        await until(lambda: bool(_view(gateway, "default", "p-0006")["endpoints"]), "endpoints")
+        await until(lambda: bool(pod_view(gateway, "default", "p-0006")["endpoints"]), "endpoints")
         dms.live()[0].status = "Completed"
         await until(lambda: gateway.book.records[uid(6)].phase == "terminal", "ended")
-        view = _view(gateway, "default", "p-0006")
+        view = pod_view(gateway, "default", "p-0006")
         assert view["endpoints"] == [] and view["node"] == "pod"  # where it ran: kept
     finally:
         await gateway.close()

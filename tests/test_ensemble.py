@@ -34,12 +34,9 @@ from dmsgw.behaviors import (
 )
 from dmsgw.behaviors.deployment import NewDeploymentRequest
 from dmsgw.behaviors.ensemble import HealthCheckResponse
+from tests.support.go_values import DID, FULL_JSON, HOST_DID, OTHER_PEER, PEER
 
 GIB = 1 << 30
-PEER = "12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB"
-OTHER_PEER = "12D3KooWJMtMN1mTNRfgMqUygT7eSXamVzc9ihpSjeairm9PebmB"
-DID = "did:key:z6MkehRgf7yJbgaGfYsdoAsKdBPE3dj2CYhowQdcjqSJgvVd"
-HOST_DID = "did:key:z6MkhFwXNFWosLeugvSf4wcL9t3uuRXueGSFTRgSvHhWj5G2"
 
 WEB = AllocationConfig(
     executor="docker",
@@ -111,42 +108,6 @@ FULL = EnsembleConfig(
         metadata={"pod-uid": "1234", "namespace": "default"},
         contracts={"c1": ContractConfig(did=DID, host=HOST_DID)},
     )
-)
-# json.Marshal of the same Go value, written out by hand from ensemble.go's declarations.
-FULL_JSON = (
-    '{"v1":{"escalation_strategy":"teardown","allocations":{'
-    '"db":{"executor":"docker","type":"service","resources":{"cpu":{"cores":1},'
-    '"ram":{"size":1073741824},"disk":{"size":1073741824}},'
-    '"execution":{"type":"docker","params":{"image":"postgres"}},'
-    '"healthcheck":{"type":"","exec":null,"endpoint":"","response":{"type":"","value":""},'
-    '"interval":0},'
-    '"volume":[{"type":"local","mount_destination":"/var/lib/pg","read_only":false,'
-    '"src":"/srv/pg"}]},'
-    '"web":{"executor":"docker","type":"service","resources":{"cpu":{"clock_speed":2400000000,'
-    '"cores":1.5},"gpus":[{"index":0,"vendor":"NVIDIA","pci_address":"","model":"T4",'
-    '"vram":17179869184,"uuid":""}],"ram":{"size":2147483648},"disk":{"size":10737418240}},'
-    '"execution":{"type":"docker","params":{"cmd":["nginx","-g","daemon off;"],'
-    '"environment":["A=1"],"image":"nginx:1.25"}},"dns_name":"web",'
-    '"keys":[{"type":"ssh","file":"ssh-ed25519 AAAA","dest":""},'
-    '{"type":"gpg","file":"KEY","dest":"/root/k"}],"provision":["setup"],'
-    '"healthcheck":{"type":"http","exec":null,"endpoint":"http://localhost/",'
-    '"response":{"type":"string","value":"ok"},"interval":30000000000},'
-    '"volume":[{"type":"glusterfs","mount_destination":"/data","read_only":true,"name":"vol",'
-    '"servers":["gfs1"],"client_private_key":"K","client_pem":"P","client_ca":"C"}],'
-    '"failure_recovery":"one_for_all","depends_on":["db"]}},'
-    '"nodes":{"n1":{"allocations":["db","web"],"ports":[{"public":8443,"private":443,'
-    '"allocation":"web"}],"location":{"accept":[{"continent":"Europe","country":"DE",'
-    '"city":"Berlin","asn":3320,"isp":"DTAG"}],"reject":[{"continent":"Asia"}]},'
-    f'"peer":"{PEER}","redundancy":2,"failure_recovery":"restart"}},'
-    '"n2":{"allocations":[],"location":{}}},'
-    '"edges":[{"s":"n1","t":"n2","rtt":20,"bw":1000000000}],'
-    '"supervisor":{"strategy":"OneForOne","allocations":["db"],'
-    '"children":[{"strategy":"RestForOne","allocations":["web"]}]},'
-    '"keys":{"admin":"ssh-ed25519 AAAA"},"scripts":{"setup":"IyEvYmluL3NoCmVjaG8gPG9rPgo="},'
-    '"subnet":{"join":true},'
-    f'"exclude_peers":["{OTHER_PEER}"],'
-    '"metadata":{"namespace":"default","pod-uid":"1234"},'
-    f'"contracts":{{"c1":{{"did":"{DID}","host":"{HOST_DID}"}}}}}}}}'
 )
 
 

@@ -12,7 +12,7 @@ from dmsgw.clock import FixedClock
 from dmsgw.gojson import marshal
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.transport import envelope as env
-from tests.conftest import load_vector
+from tests.support.vectors import load_vector
 
 DATA = load_vector("envelopes.json")
 NOW = FixedClock(1_795_000_000 * 10**9)  # 2026: vectors expire in 2001 or 2100

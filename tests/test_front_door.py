@@ -43,14 +43,14 @@ from dmsgw.interlink.wire.bodies import (
     RetrievedPodData,
 )
 from dmsgw.interlink.wire.parsing import PodRef
-from tests.test_plugin_server import (
+from tests.support.fake_backend import (
     INTERLINK,
-    UID,
     FakeBackend,
     body,
     loopback_options,
     start_serve,
 )
+from tests.support.pod_bodies import UID
 
 Client = TestClient[web.Request, web.Application]
 AiohttpClient = Callable[..., Awaitable[Client]]

@@ -11,7 +11,7 @@ import pytest
 
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.state.pod_store import pack
-from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
+from tests.support.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
 
 OWNER = "did:key:the-gateway"
 

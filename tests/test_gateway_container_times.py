@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_STATUS
 from dmsgw.behaviors.deployment import DeploymentStatusRequest
@@ -28,14 +28,11 @@ from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.timeouts import DEVNET_TIMEOUTS, Timeouts
 from dmsgw.interlink import app
-from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import INIT_CONTAINER_FAILED, Phase, PodRecord, snapshot_of
-from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.state.pod_store import PodStore
-from tests.gateway_fakes import FAST
-from tests.test_gateway_pods import _container, _create, _pod
+from tests.support.gateway_fakes import FAST
+from tests.support.plugin_api import Plugin, create_pod, open_plugin, pod_of, shell_container
 
 T0 = 1_700_000_000
 Status = dict[str, Any]
@@ -55,23 +52,11 @@ def devnet_timeouts() -> Timeouts:
 @pytest.fixture
 async def plugin(
     tmp_path: Path, clock: FixedClock, devnet_timeouts: Timeouts, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
+) -> AsyncIterator[Plugin]:
     """The plugin API of a gateway on its embedded devnet, whose clock the test holds."""
     monkeypatch.setattr(app, "Devnet", functools.partial(Devnet, timeouts=devnet_timeouts))
-    config = load_config(
-        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
-    )
-    backend = await start_backend(config, metrics=Metrics(process=False), clock=clock, policy=FAST)
-    server = PluginServer(backend, config.server_options(), Metrics(process=False))
-    client = TestClient(
-        TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
-    )
-    await client.start_server()
-    try:
-        yield client, backend
-    finally:
-        await client.close()
-        await backend.close()
+    async with open_plugin(tmp_path, policy=FAST, clock=clock) as opened:
+        yield opened
 
 
 def _at(seconds: int) -> str:
@@ -105,8 +90,8 @@ async def test_a_runs_times_stay_put_when_others_change_and_across_a_restart(
     plugin: Any, clock: FixedClock, tmp_path: Path
 ) -> None:
     client, gateway = plugin
-    spec = _pod([_container("short", "sleep 0.6"), _container("long", "sleep 2")])
-    await _create(client, spec)
+    spec = pod_of([shell_container("short", "sleep 0.6"), shell_container("long", "sleep 2")])
+    await create_pod(client, spec)
     await _until(client, spec, _in("running", "short", "long"))
     clock.advance(10)
     seen = await _until(client, spec, _in("terminated", "short"))
@@ -150,12 +135,12 @@ async def test_an_init_container_runs_then_fails_with_its_own_code_and_the_rest_
     ensemble down (the DMS shuts down only a running deployment: this one ends at its deadline)
     and then records the pod terminal, as a restarted gateway reads it."""
     client, gateway = plugin
-    spec = _pod(
-        [_container("main", "sleep 600")],
-        init=[_container("init", "sleep 1; exit 2")],
+    spec = pod_of(
+        [shell_container("main", "sleep 600")],
+        init=[shell_container("init", "sleep 1; exit 2")],
     )
     uid = spec["metadata"]["uid"]
-    await _create(client, spec)
+    await create_pod(client, spec)
     running = await _until(client, spec, _in("running", "init"))
     assert running["init"]["state"]["running"]["startedAt"] == _at(0)
     assert running["main"]["state"]["waiting"]["reason"] == "PodInitializing"
@@ -201,7 +186,7 @@ async def _until_true(ask: Callable[[], Awaitable[str]], wanted: str) -> None:
 def test_a_pod_that_failed_before_it_ran_ends_at_one_time_whatever_the_snapshot() -> None:
     """A pod the DMS refused has no runs: its containers end when the pod ended, as recorded,
     not at the time of each snapshot (a restarted gateway's included)."""
-    spec = _pod([_container("main", "true")])
+    spec = pod_of([shell_container("main", "true")])
     record = PodRecord(
         uid=spec["metadata"]["uid"],
         namespace="default",

@@ -1,8 +1,8 @@
 """Deletes that race a pod's create, deletes whose store write fails, and a UID created again
 while (or after) its delete runs (issue 26, items 8 and 10; decision 070).
 
-Over the in-memory DMS of :mod:`tests.gateway_fakes`: an injected clock, bounded waits on the
-gateway's own state, and stores and DMSs held at the step a test needs.
+Over the in-memory DMS of :mod:`tests.support.gateway_fakes`: an injected clock,
+bounded waits on the gateway's own state, and stores and DMSs held at the step a test needs.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.behaviors.deployment import DeploymentShutdownResponse
-from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.clock import FixedClock
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import Phase
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.state.pod_store import PodStore, StoreError
 from dmsgw.interlink.wire import k8s
-from tests.gateway_fakes import WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
+from tests.support.gateway_fakes import WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
 
 OWNER = "did:key:the-gateway"
 
@@ -58,17 +58,12 @@ class SlowShutdownDMS(FakeDMS):
         self.done.set()
         self.asked_to_stop: set[str] = set()
 
-    def _about_one(self, name: str, payload: Any) -> Any:
+    def about_one(self, name: str, payload: Any) -> Any:
         ident = getattr(payload, "id", "")
         if name == "deployment/shutdown" and not self.done.is_set() and ident in self.deployments:
             self.asked_to_stop.add(ident)
             return DeploymentShutdownResponse(ok=True)  # and the ensemble runs on
-        return super()._about_one(name, payload)
-
-
-@pytest.fixture
-def clock() -> FixedClock:
-    return FixedClock(1_700_000_000 * NS_PER_SECOND)
+        return super().about_one(name, payload)
 
 
 @pytest.fixture

@@ -7,27 +7,22 @@ pod actor's next published change), never on a fixed sleep.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
 from dmsgw.behaviors.dms_version import UnsupportedDmsError
-from dmsgw.clock import Clock, system_clock
 from dmsgw.interlink import app
 from dmsgw.interlink.app import DmsConnection, start_backend
 from dmsgw.interlink.configuration.serve_config import load_config
-from dmsgw.interlink.gateway import Gateway, job_id
-from dmsgw.interlink.records.pod_record import PodPolicy
-from dmsgw.interlink.server import Metrics, PluginServer
+from dmsgw.interlink.gateway import job_id
+from dmsgw.interlink.server import Metrics
+from tests.support.plugin_api import wait_state
 
 UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
-FAST = PodPolicy(poll_min_s=0.05, poll_max_s=0.2, retry_min_s=0.05, restart_min_s=0.05)
 
 
 def pod(
@@ -42,52 +37,6 @@ def pod(
             ],
         },
     }
-
-
-@pytest.fixture
-async def plugin(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
-    async with open_plugin(tmp_path) as opened:
-        yield opened
-
-
-@contextlib.asynccontextmanager
-async def open_plugin(
-    tmp_path: Path, *, policy: PodPolicy = FAST, clock: Clock = system_clock
-) -> AsyncIterator[tuple[TestClient[Any, Any], Gateway]]:
-    """The plugin API of a gateway on its embedded devnet, its pods following ``policy``
-    on ``clock``."""
-    config = load_config(
-        env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
-    )
-    metrics = Metrics()
-    backend = await start_backend(config, metrics=metrics, policy=policy, clock=clock)
-    server = PluginServer(backend, config.server_options(), metrics)
-    # with the Content-Type interLink sends on every plugin request
-    client = TestClient(
-        TestServer(server.app(), host="127.0.0.1"),
-        headers={"Content-Type": "application/json"},
-    )
-    await client.start_server()
-    try:
-        yield client, backend
-    finally:
-        await client.close()
-        await backend.close()
-
-
-async def wait_state(
-    client: TestClient[Any, Any], spec: dict[str, Any], state: str
-) -> dict[str, Any]:
-    """Poll /status (as interLink does) until the main container reaches ``state``."""
-    for _ in range(400):
-        resp = await client.get("/status", data=json.dumps([spec]))
-        assert resp.status == 200, await resp.text()
-        (status,) = await resp.json()
-        container = status["containers"][0]
-        if state in container["state"]:
-            return status
-        await asyncio.sleep(0.05)  # interLink's poll interval, shortened
-    raise AssertionError(f"{spec['metadata']['uid']} never reached {state}: {status}")
 
 
 async def test_a_pod_runs_completes_logs_and_is_deleted(plugin: Any) -> None:

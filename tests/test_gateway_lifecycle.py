@@ -19,10 +19,14 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from dmsgw.devnet.cgroups import Cgroups
-from tests.test_gateway_e2e import plugin
-from tests.test_gateway_pods import _container, _create, _logs, _pod, _wait_all_terminated
-
-__all__ = ["plugin"]  # the fixture, re-exported for pytest
+from tests.support.plugin_api import (
+    container_logs,
+    create_pod,
+    delete_pod,
+    pod_of,
+    shell_container,
+    wait_all_terminated,
+)
 
 SPIKE = ["/usr/bin/python3", "-c", "bytearray(200 * 1024 * 1024)"]
 """Takes 200 MiB and exits at once (the system's interpreter: the allocations' unprivileged
@@ -34,37 +38,37 @@ unprivileged user, who may not reach this test's interpreter)."""
 
 async def test_each_container_reports_its_own_exit_code(plugin: Any) -> None:
     client, _ = plugin
-    spec = _pod(
-        [_container("bad", "echo oops >&2; exit 3"), _container("good", "echo fine")],
-        init=[_container("setup", "echo set up >&2")],
+    spec = pod_of(
+        [shell_container("bad", "echo oops >&2; exit 3"), shell_container("good", "echo fine")],
+        init=[shell_container("setup", "echo set up >&2")],
     )
-    await _create(client, spec)
-    status = await _wait_all_terminated(client, spec)
+    await create_pod(client, spec)
+    status = await wait_all_terminated(client, spec)
     ended = {
         c["name"]: (c["state"]["terminated"]["exitCode"], c["state"]["terminated"]["reason"])
         for c in (*status["initContainers"], *status["containers"])
     }
     assert ended == {"setup": (0, "Completed"), "bad": (3, "Error"), "good": (0, "Completed")}
     # The wrapper's markers are the gateway's: the containers' own logs do not show them.
-    assert await _logs(client, spec, "bad") == "oops\n"
-    assert await _logs(client, spec, "setup") == "set up\n"
-    await _delete(plugin, spec)
+    assert await container_logs(client, spec, "bad") == "oops\n"
+    assert await container_logs(client, spec, "setup") == "set up\n"
+    await delete_pod(plugin, spec)
 
 
 async def test_a_container_over_its_memory_limit_is_oom_killed(plugin: Any) -> None:
     client, _ = plugin
-    hog = _container("hog", "")
+    hog = shell_container("hog", "")
     hog["command"] = ["/bin/sh", "-c", HOG]
     hog["resources"] = {"limits": {"memory": "64Mi"}}
-    spec = _pod([hog, _container("light", "echo fine")])
-    await _create(client, spec)
-    status = await _wait_all_terminated(client, spec)
+    spec = pod_of([hog, shell_container("light", "echo fine")])
+    await create_pod(client, spec)
+    status = await wait_all_terminated(client, spec)
     ended = {
         c["name"]: (c["state"]["terminated"]["exitCode"], c["state"]["terminated"]["reason"])
         for c in status["containers"]
     }
     assert ended == {"hog": (137, "OOMKilled"), "light": (0, "Completed")}
-    await _delete(plugin, spec)
+    await delete_pod(plugin, spec)
 
 
 async def test_a_burst_over_the_memory_limit_ends_oom_killed(plugin: Any) -> None:
@@ -79,16 +83,16 @@ async def test_a_burst_over_the_memory_limit_ends_oom_killed(plugin: Any) -> Non
         pytest.skip("this host lets the devnet write no memory cgroup")
     if not os.access(SPIKE[0], os.X_OK):
         pytest.skip(f"no {SPIKE[0]}")
-    spike = _container("spike", "")
+    spike = shell_container("spike", "")
     spike["command"] = SPIKE
     spike["resources"] = {"limits": {"memory": "50Mi"}}
-    spec = _pod([spike])
-    await _create(client, spec)
-    status = await _wait_all_terminated(client, spec)
+    spec = pod_of([spike])
+    await create_pod(client, spec)
+    status = await wait_all_terminated(client, spec)
     (container,) = status["containers"]
     ended = container["state"]["terminated"]
     assert (ended["exitCode"], ended["reason"]) == (137, "OOMKilled")
-    await _delete(plugin, spec)
+    await delete_pod(plugin, spec)
 
 
 async def _until(
@@ -105,17 +109,6 @@ async def _until(
             return seen
         await asyncio.sleep(0.05)
     raise AssertionError(f"{spec['metadata']['uid']} never got there: {seen[-1]}")
-
-
-async def _delete(plugin: Any, spec: dict[str, Any]) -> None:
-    """``/delete``, then wait until the pod's ensemble has been stopped (its actor ends)."""
-    client, backend = plugin
-    assert (await client.post("/delete", data=json.dumps(spec))).status == 200
-    for _ in range(400):
-        if spec["metadata"]["uid"] not in backend.book.records:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{spec['metadata']['uid']} was never deleted")
 
 
 def _by_name(status: dict[str, Any]) -> dict[str, Any]:
@@ -142,35 +135,35 @@ async def test_lifecycle_hooks_run_around_the_container(plugin: Any, host_dir: P
         "preStop": {"exec": {"command": ["sh", "-c", f"echo pre-stop > {stopped}"]}},
     }
     script = f"until [ -e {started} ]; do sleep 0.05; done; echo main; exec sleep 60"
-    spec = _pod([_container("main", script, lifecycle=hooks)])
-    await _create(client, spec)
+    spec = pod_of([shell_container("main", script, lifecycle=hooks)])
+    await create_pod(client, spec)
     await _until(client, spec, lambda s: "running" in s["containers"][0]["state"])
     for _ in range(400):
-        logs = await _logs(client, spec, "main")
+        logs = await container_logs(client, spec, "main")
         if logs == "post-start\nmain\n":
             break
         await asyncio.sleep(0.05)
     else:
         raise AssertionError(f"the hook's and the command's output: {logs!r}")
     assert not stopped.exists()
-    await _delete(plugin, spec)
+    await delete_pod(plugin, spec)
     assert stopped.read_text() == "pre-stop\n"
 
 
 async def test_readiness_and_startup_probes_set_ready_and_started(plugin: Any) -> None:
     client, backend = plugin
     sleeper = "exec sleep 60"
-    spec = _pod(
+    spec = pod_of(
         [
-            _container("ready-ok", sleeper, **_probe("readiness", True)),
-            _container("ready-bad", sleeper, **_probe("readiness", False)),
-            _container("start-ok", sleeper, **_probe("startup", True)),
-            _container("start-bad", sleeper, **_probe("startup", False)),
+            shell_container("ready-ok", sleeper, **_probe("readiness", True)),
+            shell_container("ready-bad", sleeper, **_probe("readiness", False)),
+            shell_container("start-ok", sleeper, **_probe("startup", True)),
+            shell_container("start-bad", sleeper, **_probe("startup", False)),
         ],
         policy="Always",
     )
     uid = spec["metadata"]["uid"]
-    await _create(client, spec)
+    await create_pod(client, spec)
 
     def settled(status: dict[str, Any]) -> bool:
         c = _by_name(status)
@@ -191,16 +184,16 @@ async def test_readiness_and_startup_probes_set_ready_and_started(plugin: Any) -
     assert (last["start-bad"]["ready"], last["start-bad"]["started"]) == (False, False)
     # A failing probe never let its container count as ready, however it was polled.
     assert not any(_by_name(s)[n]["ready"] for s in seen for n in ("ready-bad", "start-bad"))
-    await _delete(plugin, spec)
+    await delete_pod(plugin, spec)
 
 
 async def test_a_failing_liveness_probe_restarts_the_container(plugin: Any) -> None:
     client, _ = plugin
-    spec = _pod(
-        [_container("main", "echo up; exec sleep 60", **_probe("liveness", False))],
+    spec = pod_of(
+        [shell_container("main", "echo up; exec sleep 60", **_probe("liveness", False))],
         policy="Always",
     )
-    await _create(client, spec)
+    await create_pod(client, spec)
     seen = await _until(
         client,
         spec,
@@ -212,4 +205,4 @@ async def test_a_failing_liveness_probe_restarts_the_container(plugin: Any) -> N
     # The wrapper stopped it (SIGTERM, as the kubelet) and the DMS started it again.
     assert main["lastState"]["terminated"]["exitCode"] == 143
     assert main["lastState"]["terminated"]["reason"] == "Error"
-    await _delete(plugin, spec)
+    await delete_pod(plugin, spec)

@@ -24,24 +24,20 @@ from dmsgw.interlink.logs.dms_logs import fetched_logs, read_logs
 from dmsgw.interlink.plugin_errors import PluginRequestError
 from dmsgw.interlink.wire.bodies import ContainerLogOpts
 from dmsgw.interlink.wire.parsing import parse_logs_body
-from tests.gateway_fakes import ClosedTurns, FakeDMS, create, gateway_on, pod, uid, until
-from tests.test_gateway_e2e import plugin, wait_state
-from tests.test_gateway_pod_life import clock
-from tests.test_gateway_pods import _container, _create, _log_request, _pod
-
-__all__ = ["clock", "plugin"]
+from tests.support.gateway_fakes import ClosedTurns, FakeDMS, create, gateway_on, pod, uid, until
+from tests.support.plugin_api import create_pod, log_request, pod_of, shell_container, wait_state
 
 
 async def _get_logs(client: Any, spec: dict[str, Any], **opts: Any) -> str:
-    resp = await client.get("/getLogs", data=_log_request(spec, "main", **opts))
+    resp = await client.get("/getLogs", data=log_request(spec, "main", **opts))
     assert resp.status == 200, await resp.text()
     return str(await resp.text())
 
 
 async def test_bytes_is_the_first_bytes_of_what_is_selected(plugin: Any) -> None:
     client, _ = plugin
-    spec = _pod([_container("main", "echo first line; echo second line; echo third line")])
-    await _create(client, spec)
+    spec = pod_of([shell_container("main", "echo first line; echo second line; echo third line")])
+    await create_pod(client, spec)
     await wait_state(client, spec, "terminated")
     assert await _get_logs(client, spec, Bytes=8) == "first li"
     assert await _get_logs(client, spec, Tail=2, Bytes=8) == "second l"
@@ -51,8 +47,8 @@ async def test_lines_carry_the_time_they_were_written_not_the_time_they_were_rea
     plugin: Any,
 ) -> None:
     client, _ = plugin
-    spec = _pod([_container("main", "echo early; sleep 1; echo late >&2")])
-    await _create(client, spec)
+    spec = pod_of([shell_container("main", "echo early; sleep 1; echo late >&2")])
+    await create_pod(client, spec)
     await wait_state(client, spec, "terminated")
     stamped = (await _get_logs(client, spec, Timestamps=True)).splitlines()
     times = {
@@ -94,7 +90,7 @@ async def test_concurrent_log_requests_find_the_allocation_by_its_key_and_read_i
         # then does the count say what the log requests ask.
         await until(lambda: dms.asked["deployment/manifest"] > 0, "the placement read")
         manifests = dms.asked["deployment/manifest"]
-        request = parse_logs_body(_log_request(spec, "main").encode())
+        request = parse_logs_body(log_request(spec, "main").encode())
 
         async def read() -> bytes:
             return b"".join([chunk async for chunk in gateway.logs(request)])
@@ -192,10 +188,10 @@ async def test_previous_logs_of_a_pod_that_never_restarted_are_the_callers_mista
     """The kubelet answers ``--previous`` without a previous run with a 400 naming it; the
     gateway answered 500, which reads as its own failure."""
     client, _ = plugin
-    spec = _pod([_container("main", "echo only run")])
-    await _create(client, spec)
+    spec = pod_of([shell_container("main", "echo only run")])
+    await create_pod(client, spec)
     await wait_state(client, spec, "terminated")
-    resp = await client.get("/getLogs", data=_log_request(spec, "main", Previous=True))
+    resp = await client.get("/getLogs", data=log_request(spec, "main", Previous=True))
     assert resp.status == 400
     name = f"{spec['metadata']['namespace']}/{spec['metadata']['name']}"
     assert await resp.text() == f"Opts.Previous: pod {name} has no previous run"
@@ -214,7 +210,7 @@ async def test_logs_of_a_pod_not_deployed_yet_are_the_callers_mistake(
     try:
         spec = pod(uid(8), command=["sh", "-c", "sleep 60"])
         await create(gateway, spec)
-        request = parse_logs_body(_log_request(spec, "main").encode())
+        request = parse_logs_body(log_request(spec, "main").encode())
         with pytest.raises(PluginRequestError) as waiting:
             _ = [chunk async for chunk in gateway.logs(request)]
         name = f"{spec['metadata']['namespace']}/{spec['metadata']['name']}"

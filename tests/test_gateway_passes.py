@@ -4,8 +4,8 @@ gateways sharing one DMS.
 
 The rule under test: a pod is collected only once interLink, alive and polling other pods, has
 not named it for a whole grace period; a gateway only ever collects or re-adopts ensembles that
-carry its own owner label. Most tests run over an in-memory DMS (:mod:`tests.gateway_fakes`);
-the last runs two real gateways over the embedded devnet.
+carry its own owner label. Most tests run over an in-memory DMS
+(:mod:`tests.support.gateway_fakes`); the last runs two real gateways over the embedded devnet.
 """
 
 from __future__ import annotations
@@ -21,33 +21,22 @@ import pytest
 from dmsgw.actors.scheduler import ManualScheduler
 from dmsgw.actors.supervisor import Supervisor
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_NEW
-from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.clock import FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.interlink import gateway as gateway_module
 from dmsgw.interlink.app import start_backend
-from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import ROOT_BACKOFF, Gateway
 from dmsgw.interlink.pods.pod_actor import _TaskCrashed
 from dmsgw.interlink.records.pod_record import POD_UID_KEY, Phase
 from dmsgw.interlink.server import Metrics
 from dmsgw.interlink.state.recovery import ORPHAN_GRACE_S, OWNER_KEY
 from dmsgw.interlink.wire.parsing import parse_create_body
-from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
-from dmsgw.keys.did import DID
-from dmsgw.keys.keystore import KeyStore
-from dmsgw.keys.trust import provider_from_private_key
-from dmsgw.keys.ucan import CapabilityContext
-from dmsgw.keys.ucan.store import save_context
-from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, poll, uid, until
+from tests.support.devnet_gateways import gateway_config
+from tests.support.gateway_fakes import FakeDMS, create, gateway_on, pod, poll, uid, until
 
 GRACE = ORPHAN_GRACE_S
 ONE = "did:key:gateway-one"
 TWO = "did:key:gateway-two"
-
-
-@pytest.fixture
-def clock() -> FixedClock:
-    return FixedClock(1_700_000_000 * NS_PER_SECOND)
 
 
 @pytest.fixture
@@ -244,31 +233,6 @@ def _ensemble_request(metadata: dict[str, str]) -> Any:
 # --- two real gateways over the embedded devnet ---------------------------------------------
 
 
-def _gateway_config(devnet: Devnet, tmp: Path, seed: int, *, grant_s: float | None = None) -> Any:
-    """Key and capability files for a gateway of its own on ``devnet`` (its grant lasting
-    ``grant_s``, by default the devnet's year), and its config."""
-    key = Ed25519PrivKey(bytes(range(seed, seed + 32)))
-    keys, caps = tmp / "key", tmp / "cap"
-    KeyStore(keys).save("gw", marshal_private_key(key), "pw")
-    caps.mkdir(parents=True)
-    lasting = {} if grant_s is None else {"duration_s": grant_s}
-    grant = devnet.grant(DID.from_public_key(key.public_key()), ["/dms/node"], **lasting)
-    save_context(
-        CapabilityContext(provider_from_private_key(key), name="gw", provide=grant), directory=caps
-    )
-    return load_config(
-        env={
-            "DMS_PASSPHRASE": "pw",
-            "DMSGW_DMS_URL": devnet.urls[0],
-            "DMSGW_KEY_NAME": "gw",
-            "DMSGW_KEY_DIR": str(keys),
-            "DMSGW_CAP_CONTEXT": "gw",
-            "DMSGW_CAP_DIR": str(caps),
-            "DMSGW_STATE_PATH": str(tmp / "state.sqlite3"),
-        }
-    )
-
-
 async def test_two_gateways_on_one_devnet_keep_each_others_pods(
     tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -278,7 +242,7 @@ async def test_two_gateways_on_one_devnet_keep_each_others_pods(
     backends = []
     try:
         for n in (1, 2):
-            config = _gateway_config(devnet, tmp_path / f"gw{n}", seed=100 + n)
+            config = gateway_config(devnet, tmp_path / f"gw{n}", seed=100 + n)
             backends.append(await start_backend(config, metrics=Metrics(), clock=clock))
         specs = [pod(uid(n), command=["sh", "-c", "exec sleep 60"]) for n in (1, 2)]
         for backend, spec in zip(backends, specs, strict=True):

@@ -1,8 +1,8 @@
 """A pod's life when the world around it fails: the DMS forgets its deployment, the GPU catalog
 is not known yet, the root supervisor gives up.
 
-Over the in-memory DMS of :mod:`tests.gateway_fakes` (an injected clock, bounded waits on the
-gateway's own state), and once over the embedded devnet, whose answers mirror the DMS's.
+Over the in-memory DMS of :mod:`tests.support.gateway_fakes` (an injected clock, bounded waits
+on the gateway's own state), and once over the embedded devnet, whose answers mirror the DMS's.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from dmsgw.actors.supervision import Backoff, Intensity
 from dmsgw.behaviors.node import DMSBehaviorError
 from dmsgw.behaviors.resources import GPU
-from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.clock import FixedClock
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.handlers_deployment import NOT_FOUND, NOT_RUNNING, ORCHESTRATOR_NOT_FOUND
 from dmsgw.interlink.app import start_backend
@@ -45,7 +45,8 @@ from dmsgw.interlink.server import (
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.wire.bodies import PingResponse
 from dmsgw.transport.rest import DMSError, DMSErrorKind, DMSTimeoutError, TransportError
-from tests.gateway_fakes import (
+from tests.support.devnet_gateways import gateway_config
+from tests.support.gateway_fakes import (
     FAST,
     ROOMY,
     WAIT_S,
@@ -57,16 +58,10 @@ from tests.gateway_fakes import (
     uid,
     until,
 )
-from tests.test_gateway_passes import _gateway_config
 
 OWNER = "did:key:the-gateway"
 P100 = GPU(vendor="NVIDIA", model="Tesla P100-PCIE-16GB", vram=16 << 30)
 GPU_LIMITS = {"resources": {"limits": {"nunet.gpu.nvidia.tesla.p100.16gb": "1"}}}
-
-
-@pytest.fixture
-def clock() -> FixedClock:
-    return FixedClock(1_700_000_000 * NS_PER_SECOND)
 
 
 @pytest.fixture
@@ -246,7 +241,7 @@ async def test_a_pod_whose_devnet_deployment_vanished_fails_and_its_logs_are_404
     monkeypatch.setenv("DMSGW_TEST_SCRYPT_N", "1024")
     devnet = Devnet(seed="lost-deployment")
     await devnet.start()
-    config = _gateway_config(devnet, tmp_path / "gw", seed=140)
+    config = gateway_config(devnet, tmp_path / "gw", seed=140)
     gateway = await start_backend(config, metrics=Metrics(process=False), policy=FAST)
     server = PluginServer(gateway, config.server_options(), Metrics(process=False))
     client = TestClient(

@@ -22,11 +22,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.test_gateway_e2e import plugin
-from tests.test_gateway_lifecycle import _delete
-from tests.test_gateway_pods import _container, _create, _logs, _pod
-
-__all__ = ["plugin"]  # the fixture, re-exported for pytest
+from tests.support.plugin_api import container_logs, create_pod, delete_pod, pod_of, shell_container
 
 PYTHON = "/usr/bin/python3"
 SERVER = """
@@ -136,14 +132,14 @@ async def test_every_probe_runs_with_the_kubelets_semantics(plugin: Any, host_di
         livenessProbe=_http("/healthz", port, failureThreshold=1),
         readinessProbe=_http("/ready", port, failureThreshold=1),
     )
-    spec = _pod([server], policy="Always")
+    spec = pod_of([server], policy="Always")
     spec["spec"]["terminationGracePeriodSeconds"] = 1
-    await _create(client, spec)
+    await create_pod(client, spec)
     up = await _until(client, spec, "web", lambda c: c["ready"], "ready")
     assert (up["started"], up["restartCount"]) == (True, 0)
 
     async def all_probed() -> list[tuple[str, int]] | None:
-        seen = _requests(await _logs(client, spec, "web"))
+        seen = _requests(await container_logs(client, spec, "web"))
         return seen if {"/healthz", "/ready"} <= {path for path, _ in seen} else None
 
     seen = await _eventually("probed /healthz and /ready", all_probed)
@@ -166,7 +162,7 @@ async def test_every_probe_runs_with_the_kubelets_semantics(plugin: Any, host_di
     prefix = f"killed by the gateway: its liveness probe failed: HTTP GET http://127.0.0.1:{port}"
     assert ended["message"].startswith(f"{prefix}/healthz: "), ended["message"]
     assert "500" in ended["message"]
-    await _delete(plugin, spec)
+    await delete_pod(plugin, spec)
 
 
 async def test_liveness_failure_under_never_ends_the_pod_exec_and_tcp_probes_run(
@@ -176,7 +172,7 @@ async def test_liveness_failure_under_never_ends_the_pod_exec_and_tcp_probes_run
     pod is then Failed); exec and tcpSocket probes set ``started`` and ``ready``."""
     client, _ = plugin
     port = _free_port()
-    doomed = _container(
+    doomed = shell_container(
         "doomed",
         "exec sleep 60",
         livenessProbe={"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 1},
@@ -188,11 +184,11 @@ async def test_liveness_failure_under_never_ends_the_pod_exec_and_tcp_probes_run
         startupProbe={"exec": {"command": ["true"]}, "periodSeconds": 1},
         readinessProbe={"tcpSocket": {"port": port}, "periodSeconds": 1},
     )
-    spec = _pod([doomed, served])
+    spec = pod_of([doomed, served])
     # A grace the TERM is honoured well within on a loaded machine: a kill after it (137)
     # would say the liveness stop did not reach the command.
     spec["spec"]["terminationGracePeriodSeconds"] = 5
-    await _create(client, spec)
+    await create_pod(client, spec)
     both = await _eventually(
         "doomed ended and served ready",
         lambda: _settled(client, spec),
@@ -203,7 +199,7 @@ async def test_liveness_failure_under_never_ends_the_pod_exec_and_tcp_probes_run
         "killed by the gateway: its liveness probe failed: exec false: exit status 1"
     )
     assert (both["served"]["started"], both["served"]["ready"]) == (True, True)
-    await _delete(plugin, spec)
+    await delete_pod(plugin, spec)
 
 
 async def _settled(client: TestClient[Any, Any], spec: dict[str, Any]) -> dict[str, Any] | None:
@@ -228,25 +224,25 @@ async def test_a_probe_whose_tool_the_image_lacks_fails_and_says_so(
         found = shutil.which(name)
         if found:
             (tools / name).symlink_to(found)
-    bare = _container(
+    bare = shell_container(
         "bare",
         "exec sleep 60",
         env=[{"name": "PATH", "value": str(tools)}],
         readinessProbe={"httpGet": {"path": "/", "port": 1}, "periodSeconds": 1},
         livenessProbe={"tcpSocket": {"port": 1}, "periodSeconds": 1, "failureThreshold": 2},
     )
-    spec = _pod([bare])
+    spec = pod_of([bare])
     spec["spec"]["terminationGracePeriodSeconds"] = 1
-    await _create(client, spec)
+    await create_pod(client, spec)
     ended = await _until(client, spec, "bare", lambda c: "terminated" in c["state"], "ended")
     assert not ended["ready"]
     assert ended["state"]["terminated"]["message"] == (
         "killed by the gateway: its liveness probe failed: TCP 127.0.0.1:1: the image has none "
         "of nc, bash, python3, which a tcpSocket probe needs"
     )
-    assert (await _logs(client, spec, "bare")).splitlines() == [
+    assert (await container_logs(client, spec, "bare")).splitlines() == [
         "dmsgw: the liveness probe (tcpSocket) cannot run: the image has none of nc, bash, python3",
         "dmsgw: the readiness probe (httpGet) cannot run: the image has none of wget, curl, "
         "python3",
     ]
-    await _delete(plugin, spec)
+    await delete_pod(plugin, spec)

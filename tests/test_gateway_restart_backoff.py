@@ -21,11 +21,8 @@ from dmsgw.interlink.pods.pod_actor import PodActor
 from dmsgw.interlink.records.container_runs import Runs, latest_runs
 from dmsgw.interlink.records.pod_record import Phase, PodPolicy, PodRecord, snapshot_of
 from dmsgw.interlink.translate import allocation_key
-from tests.gateway_fakes import pod_services
-from tests.test_gateway_e2e import plugin
-from tests.test_gateway_pods import _container, _create, _pod
-
-__all__ = ["plugin"]
+from tests.support.gateway_fakes import pod_services
+from tests.support.plugin_api import create_pod, pod_of, shell_container
 
 RUNS_PER_DEPLOYMENT = 1 + DEVNET_TIMEOUTS.max_restarts
 """The first run and the DMS's restarts in place (``one_for_one``) before the ensemble ends."""
@@ -35,8 +32,8 @@ async def test_a_container_failing_under_on_failure_keeps_failing_and_restarting
     plugin: Any,
 ) -> None:
     client, _ = plugin
-    spec = _pod([_container("main", "echo run; sleep 0.1; exit 1")], policy="OnFailure")
-    await _create(client, spec)
+    spec = pod_of([shell_container("main", "echo run; sleep 0.1; exit 1")], policy="OnFailure")
+    await create_pod(client, spec)
     seen: list[dict[str, Any]] = []
     for _ in range(600):
         resp = await client.get("/status", data=json.dumps([spec]))
@@ -77,7 +74,9 @@ class _Clock:
 
 
 def _pod_actor(clock: _Clock) -> PodActor:
-    """A PodActor that is never started: only its restart bookkeeping is exercised."""
+    """A PodActor that is never started: only its restart bookkeeping is exercised (through
+    its private ``_count_restart``: from outside, the delays show only as the real 10 s to
+    300 s the follower waits before it deploys again)."""
 
     def unused(*_: Any, **__: Any) -> Any:
         raise AssertionError("not reached")

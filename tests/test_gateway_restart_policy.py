@@ -3,8 +3,8 @@ in place only up to its own limit, then leaves it down while the ensemble runs o
 restarts such a container forever, with back-off; so does the gateway, by deploying the pod
 again (decision 67).
 
-Over the in-memory DMS of :mod:`tests.gateway_fakes` (an injected clock, bounded waits on the
-gateway's own state).
+Over the in-memory DMS of :mod:`tests.support.gateway_fakes` (an injected clock, bounded waits
+on the gateway's own state).
 """
 
 from __future__ import annotations
@@ -25,8 +25,18 @@ from dmsgw.interlink.records.container_runs import Runs
 from dmsgw.interlink.records.endpoints import ENDPOINTS_KEY
 from dmsgw.interlink.records.pod_record import Phase
 from dmsgw.interlink.wire.parsing import parse_create_body, parse_logs_body
-from tests.gateway_fakes import FAST, PEER, FakeDMS, create, gateway_on, pod, poll, uid, until
-from tests.test_gateway_pods import _log_request
+from tests.support.gateway_fakes import (
+    FAST,
+    PEER,
+    FakeDMS,
+    create,
+    gateway_on,
+    pod,
+    poll,
+    uid,
+    until,
+)
+from tests.support.plugin_api import log_request
 
 OWNER = "did:key:the-gateway"
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"
@@ -127,11 +137,11 @@ class _ForgetfulDMS(FakeDMS):
     """A DMS whose answer for the logs of a deployment it dropped is the one users saw
     (``node not found for allocation``), not a plain not-found."""
 
-    def _about_one(self, name: str, payload: Any) -> Any:
+    def about_one(self, name: str, payload: Any) -> Any:
         ident = getattr(payload, "id", "") or getattr(payload, "ensemble_id", "")
         if name == "deployment/logs" and ident not in self.deployments:
             return DeploymentLogsResponse(error=f"node not found for allocation {ident}_pod.main")
-        return super()._about_one(name, payload)
+        return super().about_one(name, payload)
 
 
 async def test_the_logs_of_a_run_outlive_the_deployment_the_dms_dropped(tmp_path: Path) -> None:
@@ -153,7 +163,7 @@ async def test_the_logs_of_a_run_outlive_the_deployment_the_dms_dropped(tmp_path
         (deployment,) = dms.live(uid(4))
         dms.forget(deployment.id)
         await until(lambda: gateway.book.records[uid(4)].phase == Phase.TERMINAL, "lost, failed")
-        request = parse_logs_body(_log_request(spec, "main").encode())
+        request = parse_logs_body(log_request(spec, "main").encode())
         logs = b"".join([chunk async for chunk in gateway.logs(request)])
         assert logs == b"the job's last words\noops\n"
         await gateway.delete(parse_create_body(json.dumps({"pod": spec}).encode())[0].pod)

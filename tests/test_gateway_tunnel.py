@@ -25,8 +25,8 @@ from typing import Any
 
 from dmsgw.devnet.netns import GATEWAY
 from dmsgw.interlink.translate.pod_network import POD_IP_ANNOTATION, TUNNEL_ANNOTATION
-from tests.gateway_fakes import WAIT_S, pod, uid
-from tests.test_endpoints import PYTHON, Serving, needs_python, serving, until_async
+from tests.support.devnet_gateways import PYTHON, Serving, needs_python, serving
+from tests.support.gateway_fakes import WAIT_S, pod, uid, until_async
 
 RELAY = """
 import socket, sys, threading, time

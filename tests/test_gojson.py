@@ -18,7 +18,6 @@ import pytest
 
 from dmsgw.gojson import (
     ANY,
-    BOOL,
     BYTES,
     FLOAT32,
     FLOAT64,
@@ -46,7 +45,8 @@ from dmsgw.gojson import (
     marshal,
     unmarshal,
 )
-from tests.conftest import load_vector
+from tests.support.go_values import EVERYTHING_ZERO, Everything, Inner
+from tests.support.vectors import load_vector
 
 UINT64_MAX = (1 << 64) - 1
 INT64_MIN = -(1 << 63)
@@ -59,51 +59,6 @@ def f32(x: float) -> float:
 
 
 # --- Go structs used by the tests ----------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Inner(GoStruct):
-    GO_NAME = "Inner"
-    a: str = go_field("a", STRING, default="")
-    b: str = go_field("b", STRING, omitempty=True, default="")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Everything(GoStruct):
-    """One field of every kind, with and without ``omitempty``, in Go declaration order."""
-
-    GO_NAME = "Everything"
-    s: str = go_field("s", STRING, default="")
-    s_o: str = go_field("s_o", STRING, omitempty=True, default="")
-    flag: bool = go_field("flag", BOOL, default=False)
-    flag_o: bool = go_field("flag_o", BOOL, omitempty=True, default=False)
-    u: int = go_field("u", UINT64, default=0)
-    u_o: int = go_field("u_o", UINT64, omitempty=True, default=0)
-    i: int = go_field("i", INT64, default=0)
-    i_o: int = go_field("i_o", INT64, omitempty=True, default=0)
-    f: float = go_field("f", FLOAT64, default=0.0)
-    f_o: float = go_field("f_o", FLOAT64, omitempty=True, default=0.0)
-    f32: float = go_field("f32", FLOAT32, default=0.0)
-    raw: bytes | None = go_field("raw", BYTES, default=None)
-    raw_o: bytes | None = go_field("raw_o", BYTES, omitempty=True, default=None)
-    list_: tuple[str, ...] | None = go_field("list", SliceOf(STRING), default=None)
-    list_o: tuple[str, ...] | None = go_field(
-        "list_o", SliceOf(STRING), omitempty=True, default=None
-    )
-    map_: dict[str, int] | None = go_field("map", MapOf(UINT64), default=None)
-    map_o: dict[str, int] | None = go_field("map_o", MapOf(UINT64), omitempty=True, default=None)
-    ptr: Inner | None = go_field("ptr", Ptr(StructOf(Inner)), default=None)
-    ptr_o: Inner | None = go_field("ptr_o", Ptr(StructOf(Inner)), omitempty=True, default=None)
-    inner: Inner = go_field("inner", StructOf(Inner), default_factory=Inner)
-    inner_o: Inner = go_field("inner_o", StructOf(Inner), omitempty=True, default_factory=Inner)
-    any_: Any = go_field("any", ANY, default=None)
-    any_o: Any = go_field("any_o", ANY, omitempty=True, default=None)
-
-
-EVERYTHING_ZERO = (
-    '{"s":"","flag":false,"u":0,"i":0,"f":0,"f32":0,"raw":null,"list":null,"map":null,'
-    '"ptr":null,"inner":{"a":""},"inner_o":{"a":""},"any":null}'
-)
 
 
 # The DMS actor envelope (actor/interface.go, dms-wire.md section 3).

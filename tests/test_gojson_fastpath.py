@@ -48,10 +48,8 @@ from dmsgw.gojson.parse import json_kind, parse
 from dmsgw.gojson.structs import decode_struct, fast_struct, zero_struct
 from dmsgw.keys.ucan import TokenList
 from dmsgw.transport.envelope import Envelope
-from tests.conftest import load_vector
-from tests.test_ensemble import FULL_JSON
-from tests.test_gojson import EVERYTHING_ZERO, Everything, Inner
-from tests.test_gojson_properties import Leaf, Record
+from tests.support.go_values import EVERYTHING_ZERO, FULL_JSON, Everything, Inner, Leaf, Record
+from tests.support.vectors import load_vector
 
 PROPERTY = settings(
     max_examples=100,

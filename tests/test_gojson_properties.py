@@ -18,21 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dmsgw.gojson import (
-    BOOL,
     BYTES,
     FLOAT32,
-    FLOAT64,
-    INT64,
-    PLAIN,
-    RAW,
-    STRING,
     UINT64,
     GoDecodeError,
     GoStruct,
-    MapOf,
-    Ptr,
-    SliceOf,
-    StructOf,
     compact_json,
     decode_any,
     decode_plain,
@@ -45,6 +35,7 @@ from dmsgw.gojson import (
 )
 from dmsgw.gojson.base64 import CorruptInputError, go_base64_decode, go_base64_decode_exact
 from dmsgw.gojson.floats import repr_digits, shortest_decimal
+from tests.support.go_values import Leaf, Record
 
 UINT64_MAX = (1 << 64) - 1
 INT64_MIN = -(1 << 63)
@@ -223,34 +214,6 @@ def test_strings_with_lone_surrogates_still_encode_to_valid_utf8_json(text: str)
 
 
 # --- structs -------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Leaf(GoStruct):
-    GO_NAME = "Leaf"
-    name: str = go_field("name", STRING, default="")
-    tag: str = go_field("tag", STRING, omitempty=True, default="")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Record(GoStruct):
-    GO_NAME = "Record"
-    text: str = go_field("text", STRING, default="")
-    text_o: str = go_field("text_o", STRING, omitempty=True, default="")
-    flag: bool = go_field("flag", BOOL, omitempty=True, default=False)
-    nonce: int = go_field("nonce", UINT64, default=0)
-    delta: int = go_field("delta", INT64, omitempty=True, default=0)
-    ratio: float = go_field("ratio", FLOAT64, default=0.0)
-    cores: float = go_field("cores", FLOAT32, omitempty=True, default=0.0)
-    blob: bytes | None = go_field("blob", BYTES, default=None)
-    blob_o: bytes | None = go_field("blob_o", BYTES, omitempty=True, default=None)
-    names: tuple[str, ...] | None = go_field("names", SliceOf(STRING), default=None)
-    counts: dict[str, int] | None = go_field("counts", MapOf(UINT64), omitempty=True, default=None)
-    leaf: Leaf = go_field("leaf", StructOf(Leaf), default_factory=Leaf)
-    parent: Leaf | None = go_field("parent", Ptr(StructOf(Leaf)), omitempty=True, default=None)
-    leaves: tuple[Leaf, ...] | None = go_field("leaves", SliceOf(StructOf(Leaf)), default=None)
-    extra: Any = go_field("extra", PLAIN, omitempty=True, default=None)
-    literal: bytes | None = go_field("literal", RAW, omitempty=True, default=None)
 
 
 leaves = st.builds(Leaf, name=texts, tag=texts)

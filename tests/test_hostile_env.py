@@ -29,7 +29,7 @@ from dmsgw.devnet.sandbox import Isolation, SandboxPlan, materialise, plan_sandb
 from dmsgw.devnet.tools import SETUP_ENVIRONMENT
 from dmsgw.interlink.translate import PodTranslationError, pod_to_ensemble
 from dmsgw.interlink.translate.run_markers import Marker, markers, strip_marker
-from tests.test_pod_ensemble import cm, container, data, make_pod, needs_sh
+from tests.support.pod_bodies import cm, container, data, make_pod, needs_sh
 
 CANARY = "dmsgw-canary"
 """What an environment value that ran as a command would create in the working directory."""

@@ -23,7 +23,7 @@ from dmsgw.interlink.records.container_runs import Runs
 from dmsgw.interlink.records.pod_status import container_statuses
 from dmsgw.interlink.translate.run_markers import markers
 from dmsgw.interlink.wire.bodies import RetrievedPodData
-from tests.gateway_fakes import pod, pod_services, uid
+from tests.support.gateway_fakes import pod, pod_services, uid
 
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"
 

@@ -14,7 +14,7 @@ from dmsgw.keys.crypto import (
 from dmsgw.keys.did import DID
 from dmsgw.keys.id import ID
 from dmsgw.keys.peer import peer_id_from_public_key, public_key_from_peer_id
-from tests.conftest import load_vector
+from tests.support.vectors import load_vector
 
 KEYS = load_vector("keys.json")["keys"]
 

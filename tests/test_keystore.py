@@ -32,7 +32,7 @@ from dmsgw.keys.keystore import (
     KeyStore,
     read_passphrase,
 )
-from tests.conftest import VECTORS, load_vector
+from tests.support.vectors import VECTORS, load_vector
 
 VECTOR = load_vector("keystore.json")
 CASES = {case["name"]: case for case in VECTOR["cases"]}

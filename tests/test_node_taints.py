@@ -47,8 +47,8 @@ from dmsgw.interlink.server.operator_port import Health
 from dmsgw.interlink.wire.bodies import PingResponse, TaintResponse
 from dmsgw.keys.ucan.token import format_second
 from dmsgw.transport.rest import TransportError
-from tests.gateway_fakes import FakeDMS, gateway_on, pod, uid, until
-from tests.test_gateway_passes import _gateway_config
+from tests.support.devnet_gateways import gateway_config
+from tests.support.gateway_fakes import FakeDMS, gateway_on, pod, uid, until
 
 START_NS = 1_700_000_000 * NS_PER_SECOND
 ROOMY = Resources(cpu=CPU(cores=4.0), ram=RAM(size=8 << 30), disk=Disk(size=64 << 30))
@@ -341,7 +341,7 @@ async def test_a_devnet_dms_that_stops_and_comes_back_leaves_the_pod_running(
     await devnet.start()
     backend = None
     try:
-        config = _gateway_config(devnet, tmp_path / "gw", seed=60, grant_s=GRANT_MARGIN_S / 2)
+        config = gateway_config(devnet, tmp_path / "gw", seed=60, grant_s=GRANT_MARGIN_S / 2)
         backend = await start_backend(config, metrics=Metrics(), clock=clock)
         plugin = await aiohttp_client(
             PluginServer(backend, ServerOptions(), Metrics(process=False)).app()

@@ -25,7 +25,7 @@ from aiohttp.test_utils import TestClient
 
 from dmsgw.actors.turns import PER_TURN
 from dmsgw.errors import DmsgwError
-from dmsgw.interlink.plugin_errors import BackendUnavailable, UnknownPodError
+from dmsgw.interlink.plugin_errors import BackendUnavailable
 from dmsgw.interlink.server import (
     SESSION_HEADER,
     AddressError,
@@ -34,133 +34,23 @@ from dmsgw.interlink.server import (
     Metrics,
     MetricsError,
     PluginServer,
-    Serve,
     ServeError,
-    ServeInfo,
     ServerOptions,
     operator_app,
     routes,
 )
-from dmsgw.interlink.wire import k8s
-from dmsgw.interlink.wire.bodies import (
-    CreateStruct,
-    LogStruct,
-    PingResponse,
-    PodStatus,
-    ResourcesResponse,
-    RetrievedPodData,
+from tests.support.fake_backend import (
+    INTERLINK,
+    FakeBackend,
+    body,
+    loopback_options,
+    start_serve,
 )
-from dmsgw.interlink.wire.parsing import PodRef
+from tests.support.pod_bodies import UID
 
-DATA = Path(__file__).parent / "data" / "interlink"
-UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
 QUICKSTART_UID = "1df0a37e-a29b-426b-9b14-43f95dfc5a2f"
 UNKNOWN_UID = "99999999-9999-4999-8999-999999999999"
 TEXT = "text/plain"
-# What interLink 0.6.2 sends with every plugin request (no Origin; Host is the address).
-INTERLINK = {"Content-Type": "application/json"}
-
-
-def body(name: str) -> bytes:
-    return (DATA / name).read_bytes()
-
-
-def waiting(name: str) -> k8s.ContainerStatus:
-    return k8s.ContainerStatus.model_validate(
-        {"name": name, "ready": False, "restartCount": 0, "image": "busybox", "imageID": "",
-         "state": {"waiting": {"reason": "ContainerCreating"}}}
-    )  # fmt: skip
-
-
-def failed(name: str) -> k8s.ContainerStatus:
-    return k8s.ContainerStatus.model_validate(
-        {"name": name, "ready": False, "restartCount": 0, "image": "", "imageID": "",
-         "state": {"terminated": {"exitCode": 404, "reason": "NotFound"}}}
-    )  # fmt: skip
-
-
-class FakeBackend:
-    """Answers like the gateway would, and records what it was asked."""
-
-    def __init__(self) -> None:
-        self.created: list[list[RetrievedPodData]] = []
-        self.deleted: list[str] = []
-        self.ping_error: Exception | None = None
-        self.error: Exception | None = None
-        self.hang = False
-        self.cancelled = asyncio.Event()
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-        self.follow_gate = asyncio.Event()
-        self.logs_closed = asyncio.Event()
-        self.closed = False
-
-    async def create(self, pods: list[RetrievedPodData]) -> list[CreateStruct]:
-        self.entered.set()
-        if self.error is not None:
-            raise self.error
-        if self.hang:
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                self.cancelled.set()
-                raise
-        await self.release.wait()
-        self.created.append(pods)
-        return [
-            CreateStruct(pod_uid=p.pod.metadata.uid, pod_jid=f"job-{p.pod.metadata.uid[:8]}")
-            for p in pods
-        ]
-
-    async def delete(self, pod: k8s.Pod) -> None:
-        if self.error is not None:
-            raise self.error
-        self.deleted.append(pod.metadata.uid)
-
-    def statuses_at_once(self, uids: list[str]) -> None:
-        return None
-
-    async def status(self, pods: list[PodRef]) -> list[PodStatus]:
-        if self.error is not None:
-            raise self.error
-        return [self._status(ref.pod()) for ref in pods]
-
-    def _status(self, pod: k8s.Pod) -> PodStatus:
-        meta = pod.metadata
-        known = meta.uid == UID
-        return PodStatus(
-            name=meta.name,
-            uid=meta.uid,
-            namespace=meta.namespace,
-            jid="job-0b8c6f6e" if known else "",
-            containers=[waiting(c.name) if known else failed(c.name) for c in pod.spec.containers],
-        )
-
-    async def ping(self) -> PingResponse:
-        if self.ping_error is not None:
-            raise self.ping_error
-        return PingResponse(
-            status="ok", resources=ResourcesResponse(cpu="8", memory="16Gi", pods="100")
-        )
-
-    def logs(self, request: LogStruct) -> AsyncIterator[bytes]:
-        if request.pod_uid != UID:
-            raise UnknownPodError(f"no pod with uid {request.pod_uid}")
-        return self._lines(request)
-
-    async def _lines(self, request: LogStruct) -> AsyncIterator[bytes]:
-        try:
-            yield b"line 1\n"
-            if request.opts.follow:
-                await self.follow_gate.wait()
-                yield b"line 2\n"
-                if self.error is not None:
-                    raise self.error
-        finally:
-            self.logs_closed.set()
-
-    async def close(self) -> None:
-        self.closed = True
 
 
 @pytest.fixture
@@ -661,27 +551,6 @@ async def test_healthz_and_readyz(
 
 
 # --- Serve: start, drain, stop ---------------------------------------------------------------
-
-
-def loopback_options(**overrides: Any) -> ServerOptions:
-    ports = {"listen": ListenAddress(port=0), "operator_listen": ListenAddress(port=0)}
-    return ServerOptions(**(ports | overrides))
-
-
-async def start_serve(
-    backend: FakeBackend, options: ServerOptions
-) -> tuple[asyncio.Task[None], ServeInfo, asyncio.Event]:
-    started: asyncio.Future[ServeInfo] = asyncio.get_running_loop().create_future()
-    stop = asyncio.Event()
-
-    async def factory(_: Metrics) -> FakeBackend:
-        return backend
-
-    task = asyncio.create_task(Serve(factory, options).run(started=started.set_result, stop=stop))
-    await asyncio.wait({started, task}, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()  # raises what stopped it from starting
-    return task, started.result(), stop
 
 
 async def test_serve_drains_in_flight_requests_then_closes_the_backend() -> None:

@@ -41,14 +41,13 @@ from dmsgw.devnet.pytest_plugin import (
 )
 from dmsgw.devnet.sandbox import Isolation
 from dmsgw.devnet_files.devnet_record import process_start_time
-from tests.gateway_fakes import pod, uid
-from tests.test_endpoints import (
+from tests.support.devnet_gateways import (
     NAMESPACES_POSSIBLE,
     PYTHON,
     needs_namespaces,
     serving,
-    until_async,
 )
+from tests.support.gateway_fakes import pod, uid, until_async
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(

@@ -12,11 +12,10 @@ import base64
 import copy
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +55,8 @@ from dmsgw.interlink.translate.run_markers import Marker, markers
 from dmsgw.interlink.wire import k8s
 from dmsgw.interlink.wire.bodies import RetrievedPodData
 from dmsgw.interlink.wire.parsing import parse_create_body
+from tests.support.pod_bodies import DATA, SH, UID, cm, container, data, make_pod, needs_sh
 
-DATA = Path(__file__).parent / "data" / "interlink"
-UID = "0b8c6f6e-3d4a-4f0e-9c1e-2f9a7d1b5e11"
 PEER = "12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB"
 OTHER_PEER = "12D3KooWJMtMN1mTNRfgMqUygT7eSXamVzc9ihpSjeairm9PebmB"
 MIB = 1 << 20
@@ -66,41 +64,10 @@ GIB = 1 << 30
 V100 = GPU(vendor="NVIDIA", model="Tesla V100-SXM2-40GB", vram=40 * GIB)
 RTX3080 = GPU(vendor="NVIDIA", model="NVIDIA GeForce RTX 3080", vram=10 * GIB)
 CATALOG = {"nvidia.v100.40gb": V100, "nvidia.rtx.3080.10gb": RTX3080}
-SH = shutil.which("sh")
-needs_sh = pytest.mark.skipif(SH is None, reason="needs a POSIX sh")
 
 
 def load(name: str) -> Any:
     return json.loads((DATA / name).read_text())
-
-
-def container(name: str = "main", **fields: Any) -> dict[str, Any]:
-    return {"name": name, "image": "busybox", "command": ["sh", "-c", "true"], **fields}
-
-
-def make_pod(*containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "demo", "namespace": "default", "uid": UID},
-        "spec": {"containers": list(containers) or [container()], **spec},
-    }
-
-
-def data(
-    pod: dict[str, Any],
-    *,
-    config_maps: Sequence[dict[str, Any]] = (),
-    secrets: Sequence[dict[str, Any]] = (),
-    projected: Sequence[dict[str, Any]] = (),
-) -> RetrievedPodData:
-    """The ``/create`` body for ``pod``, with everything sent attached to its first container
-    (the translation indexes them pod-wide)."""
-    sent = {
-        "name": next((c["name"] for c in pod["spec"]["containers"]), ""),
-        "configMaps": list(config_maps),
-        "secrets": list(secrets),
-        "projectedvolumemaps": list(projected),
-    }
-    return RetrievedPodData.model_validate({"pod": pod, "container": [sent]})
 
 
 def translate(pod: dict[str, Any], **kwargs: Any) -> EnsembleConfig:
@@ -148,13 +115,6 @@ def script(config: EnsembleConfig, name: str = "main") -> str:
 def metadata(config: EnsembleConfig) -> dict[str, str]:
     assert config.v1 is not None
     return dict(config.v1.metadata or {})
-
-
-def cm(name: str, data: dict[str, str], binary: dict[str, bytes] | None = None) -> dict[str, Any]:
-    value: dict[str, Any] = {"metadata": {"name": name, "namespace": "default"}, "data": data}
-    if binary:
-        value["binaryData"] = {k: base64.b64encode(v).decode() for k, v in binary.items()}
-    return value
 
 
 def secret(name: str, data: dict[str, bytes]) -> dict[str, Any]:

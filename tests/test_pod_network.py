@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,11 @@ from dmsgw.interlink.translate.pod_network import (
     PodNetwork,
 )
 from dmsgw.interlink.translate.run_markers import markers, probe_markers, strip_marker
-from tests.gateway_fakes import FakeDMS, pod, uid
-from tests.test_create_refusals import setup
-from tests.test_pod_ensemble import container, data, make_pod, needs_sh
-from tests.test_probes_wrapper import _run as run_wrapper
+from tests.support.fake_dms_plugin import fake_dms_plugin
+from tests.support.gateway_fakes import FakeDMS, pod, uid
+from tests.support.pod_bodies import container, data, make_pod, needs_sh
+from tests.support.wrapper_runs import run_wrapper
 
-__all__ = ["setup"]  # the fixture, re-exported for pytest
 TUNNEL = f"metadata.annotations[{json.dumps(TUNNEL_ANNOTATION)}]"
 PRE_EXEC = f"metadata.annotations[{json.dumps(PRE_EXEC_ANNOTATION)}]"
 MESH_SCRIPT = "cat <<'EOFMESH' > $TMPDIR/mesh.sh\n#!/bin/bash\nset -e\nEOFMESH\n"
@@ -203,6 +203,12 @@ def test_an_annotation_that_cannot_run_is_refused_naming_it(
     with pytest.raises(PodTranslationError) as refused:
         pod_to_ensemble(data(_annotated(annotations, *(containers or (container(),)))))
     assert str(refused.value).startswith(said), str(refused.value)
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], FakeDMS]]:
+    async with fake_dms_plugin(tmp_path) as opened:
+        yield opened
 
 
 async def test_the_mesh_script_is_refused_at_create_with_one_line(

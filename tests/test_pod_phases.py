@@ -37,7 +37,7 @@ from dmsgw.interlink.pods.pod_phases import (
 )
 from dmsgw.interlink.records.pod_record import Phase, PodRecord, snapshot_of
 from dmsgw.interlink.wire.bodies import PodStatus
-from tests.gateway_fakes import pod, pod_services, uid
+from tests.support.gateway_fakes import pod, pod_services, uid
 
 STORED = frozenset(RESUMES)
 CLOCK = FixedClock(1_700_000_000 * 10**9)

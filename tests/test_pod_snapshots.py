@@ -1,7 +1,7 @@
 """A pod's ``/status`` entry is read from its record only when what the entry shows changed.
 
-Over the in-memory DMS of :mod:`tests.gateway_fakes` (an injected clock, bounded waits on the
-gateway's own state).
+Over the in-memory DMS of :mod:`tests.support.gateway_fakes` (an injected clock, bounded waits
+on the gateway's own state).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from dmsgw.interlink.records.pod_record import (
 from dmsgw.interlink.state.pod_store import pack, unpack
 from dmsgw.interlink.wire import k8s
 from dmsgw.interlink.wire.bodies import PodStatus, RetrievedPodData
-from tests.gateway_fakes import (
+from tests.support.gateway_fakes import (
     ClosedTurns,
     FakeDMS,
     create,
@@ -223,7 +223,7 @@ async def _resumed(
         made.append(record.uid)
         return snapshot_of(record, now_ns=now_ns)
 
-    monkeypatch.setattr("tests.gateway_fakes.snapshot_of", making)
+    monkeypatch.setattr("tests.support.gateway_fakes.snapshot_of", making)
     gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=CLOCK)
     try:
         await until(lambda: len(gateway.book.snapshots) == 2, "both answering")

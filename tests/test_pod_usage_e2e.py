@@ -31,7 +31,7 @@ from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import PodPolicy
 from dmsgw.interlink.reports.pod_usage import UsageBook
 from dmsgw.interlink.server import ListenAddress, Metrics, Serve, ServeInfo, ServerOptions
-from tests.test_deploy import alert_metrics
+from tests.support.deploy_files import alert_metrics
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
 FAST = PodPolicy(poll_min_s=0.05, poll_max_s=0.2, retry_min_s=0.05, restart_min_s=0.05)

@@ -16,7 +16,7 @@ from dmsgw.keys.id import ID
 from dmsgw.keys.ucan import CapabilityContext, TokenList
 from dmsgw.transport import envelope as env
 from dmsgw.transport.preflight import Stage, preflight
-from tests.test_ucan_vectors import CASES, EXPECTED_REASONS, KEYS, NOW_2026, TOKENS
+from tests.support.vectors import CASES, EXPECTED_REASONS, KEYS, NOW_2026, TOKENS
 
 DMS_KEY = Ed25519PrivKey(bytes.fromhex(KEYS["dms"]["seed_hex"]))
 DMS = env.Handle.from_public_key(DMS_KEY.public_key())

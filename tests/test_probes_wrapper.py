@@ -18,36 +18,12 @@ from dmsgw.interlink.records.pod_status import ContainerObservation, container_s
 from dmsgw.interlink.records.probe_state import ProbeState
 from dmsgw.interlink.state.pod_store import pack, unpack
 from dmsgw.interlink.translate.inputs import Container
-from dmsgw.interlink.translate.pod_network import NO_NETWORK, PodNetwork
-from dmsgw.interlink.translate.probes import probe_runs
 from dmsgw.interlink.translate.run_markers import ProbeMarker, markers, probe_markers, strip_marker
 from dmsgw.interlink.translate.wrapper import Hooks, wrapper_script
 from dmsgw.interlink.wire import k8s
+from tests.support.wrapper_runs import RUN_TIMEOUT_S, run_wrapper
 
-RUN_TIMEOUT_S = 30
 """A generous bound: the scripts below end within a few probe periods."""
-
-
-def _run(
-    tmp_path: Path,
-    spec: dict[str, Any],
-    command: str,
-    *,
-    pre_stop: str = "",
-    network: PodNetwork = NO_NETWORK,
-) -> Any:
-    """Run the wrapper of the container ``spec`` (grace period 1 s) around ``sh -c command``
-    in ``tmp_path``, with the pod's ``network`` annotations."""
-    container = Container("spec.containers[0]", k8s.Container.model_validate(spec), None)
-    hooks = Hooks(pre_stop=pre_stop)
-    script = wrapper_script(container, hooks, "", probe_runs(container), 1, network)
-    return subprocess.run(
-        ["/bin/sh", "-c", script, "dmsgw-pod", "/bin/sh", "-c", command],
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
 
 
 def _exec(command: str, **timings: Any) -> dict[str, Any]:
@@ -64,7 +40,7 @@ def test_a_failed_liveness_probe_runs_pre_stop_then_terms_then_kills_after_the_g
         "livenessProbe": _exec("echo sick; exit 1", failureThreshold=1),
     }
     # The command ignores TERM: only the KILL after the grace period ends it.
-    done = _run(tmp_path, spec, "trap '' TERM; exec sleep 30", pre_stop="touch pre-stopped")
+    done = run_wrapper(tmp_path, spec, "trap '' TERM; exec sleep 30", pre_stop="touch pre-stopped")
     assert done.returncode == 137
     assert (tmp_path / "pre-stopped").exists()
     assert done.stderr.decode().splitlines() == [
@@ -86,7 +62,7 @@ def test_user_text_in_a_pre_stop_hook_is_never_taken_for_a_placeholder(tmp_path:
     }
     words = "GRACEFUL-shutdown PRE_STOP PROBE_MARKER WGET_CURL_PYTHON3"
     hook = f"echo {words} > pre-stopped"
-    done = _run(tmp_path, spec, "exec sleep 30", pre_stop=hook)
+    done = run_wrapper(tmp_path, spec, "exec sleep 30", pre_stop=hook)
     assert done.returncode == 143
     assert (tmp_path / "pre-stopped").read_text() == words + "\n"
 
@@ -135,7 +111,7 @@ def test_readiness_failures_flip_ready_and_never_stop_the_command(tmp_path: Path
         # succeeds once, then fails, counting its calls
         "readinessProbe": _exec("echo . >> calls; [ $(wc -l < calls) -le 1 ]", failureThreshold=1),
     }
-    done = _run(
+    done = run_wrapper(
         tmp_path, spec, 'until [ "$(cat calls 2>/dev/null | wc -l)" -ge 3 ]; do sleep 0.1; done'
     )
     assert done.returncode == 0

@@ -30,8 +30,7 @@ from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import ENDED_PHASES, Phase, PodPolicy
 from dmsgw.interlink.records.snapshots import containers_phase
 from dmsgw.interlink.reports.pod_view import pod_phase
-from tests.test_gateway_e2e import open_plugin
-from tests.test_gateway_pods import _create, _log_request, _pod
+from tests.support.plugin_api import create_pod, log_request, open_plugin, pod_of
 
 POLICY = PodPolicy(
     poll_min_s=0.05,
@@ -71,10 +70,10 @@ class Kind:
         if self.init:
             failing = {**main, "name": "init"}
             main = {**main, "command": ["/bin/sh", "-c", "echo main; sleep 60"]}
-            return _pod([main], init=[failing], policy=policy)
+            return pod_of([main], init=[failing], policy=policy)
         if self.script.startswith("/"):  # a command to run as it is
             main["command"] = [self.script]
-        return _pod([main], policy=policy)
+        return pod_of([main], policy=policy)
 
     @property
     def container(self) -> str:
@@ -111,7 +110,7 @@ def _container(status: dict[str, Any], kind: Kind) -> dict[str, Any]:
 
 
 async def _logs(client: Any, spec: dict[str, Any], kind: Kind, **opts: Any) -> tuple[int, str]:
-    resp = await client.get("/getLogs", data=_log_request(spec, kind.container, **opts))
+    resp = await client.get("/getLogs", data=log_request(spec, kind.container, **opts))
     return resp.status, await resp.text()
 
 
@@ -146,7 +145,7 @@ async def _play_the_matrix(client: Any, backend: Gateway, clock: FixedClock) -> 
         for kind in KINDS.values()
     ]
     for watched in pods:
-        await _create(client, watched.spec)
+        await create_pod(client, watched.spec)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DEADLINE_S
     while not all(w.done for w in pods):

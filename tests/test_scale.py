@@ -24,7 +24,7 @@ from dmsgw.actors.aio import AsyncActorRef
 from dmsgw.actors.registry import Registry
 from dmsgw.actors.supervisor import ChildSpec, DuplicateChildError, Supervisor
 from dmsgw.behaviors.resources import CPU, Resources
-from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.clock import FixedClock
 from dmsgw.interlink.capacity import resource_actor as resources
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, job_id
@@ -49,7 +49,8 @@ from dmsgw.interlink.wire.parsing import (
     held_bytes,
     parse_create_body,
 )
-from tests.gateway_fakes import (
+from tests.support.echo_actor import Echo
+from tests.support.gateway_fakes import (
     WAIT_S,
     ClosedTurns,
     FakeDMS,
@@ -59,14 +60,8 @@ from tests.gateway_fakes import (
     uid,
     until,
 )
-from tests.test_actors_runtime import Echo
 
 DATA = Path(__file__).parent / "data" / "interlink"
-
-
-@pytest.fixture
-def clock() -> FixedClock:
-    return FixedClock(1_700_000_000 * NS_PER_SECOND)
 
 
 # --- the ping ------------------------------------------------------------------------------
@@ -474,7 +469,8 @@ async def _create_and_delete_two_pods(
     stopped = (ref.wait_stopped() for ref in refs)  # type: ignore[attr-defined]
     await asyncio.wait_for(asyncio.gather(*stopped), WAIT_S)
     del refs
-    # The supervisor lets go of the refs in its own thread, before it answers this.
+    # The supervisor lets go of the refs in its own thread, before it answers this (an
+    # internal step with no public sign, which a test of what stays in memory must wait for).
     await bridge.call(gateway._supervisor_proxy.which_children())
     return alive
 
@@ -608,7 +604,10 @@ async def test_the_pods_a_gateway_follows_set_how_often_each_polls(
 ) -> None:
     """The gateway's followers share one pace: with 3 pods followed and 10 polls a second for
     all, each waits at most the policy's longest wait (0.1 s here) but no less than 0.3 s; a
-    deleted pod no longer counts."""
+    deleted pod no longer counts.
+
+    The pace is read inside the gateway: no public answer counts the pods followed, and the
+    waits it sets show outside only as real time between polls (no timing in the suite)."""
     dms = FakeDMS(tmp_path / "logs")
     pods = [uid(n) for n in range(3)]
     gateway = await gateway_on(

@@ -23,6 +23,7 @@ from dmsgw.interlink.state.state_binding import (
 from dmsgw.interlink.state.state_schema import STATE_SCHEMA, NewerStateError
 from dmsgw.keys.crypto import Ed25519PrivKey
 from dmsgw.transport.envelope import Handle
+from dmsgw.transport.rest import TransportError
 
 KEY = Ed25519PrivKey(bytes(range(100, 132)))
 REAL = DmsIdentity.of(
@@ -152,8 +153,11 @@ class _Transport:
 
     def __init__(self) -> None:
         self.handle_of = Handle.from_public_key(Ed25519PrivKey(bytes(range(32))).public_key())
+        self.reachable = True
 
     async def handle(self, *, refresh: bool = False) -> Handle:
+        if not self.reachable:
+            raise TransportError("GET /actor/handle: connection refused")
         return self.handle_of
 
 
@@ -182,7 +186,9 @@ async def test_a_dms_that_comes_back_as_another_gets_no_call_and_the_gateway_giv
     dms = DmsConnection(client, where="http://dms:9999")  # type: ignore[arg-type]
     gave_up: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     dms.on_identity = functools.partial(_give_up_on_another_dms, binding, gave_up)
-    dms._lost = True  # as learn_version_or_defer leaves it when the DMS cannot be reached
+    client.transport.reachable = False
+    assert not await dms.learn_version_or_defer()  # started while its DMS was unreachable
+    client.transport.reachable = True  # and another DMS answers at its URL now
     with pytest.raises(StateFromAnotherDmsError):
         await dms.invoke(ONBOARDING_STATUS)
     assert client.calls == 0

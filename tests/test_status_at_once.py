@@ -2,7 +2,7 @@
 pod's kept ``/status`` entry: the same bytes the long way answers, without reading the body or
 the entry again; and a pod keeps its entry as JSON, not as a model.
 
-Over the in-memory DMS of :mod:`tests.gateway_fakes` and the real plugin routes on loopback.
+Over the in-memory DMS of :mod:`tests.support.gateway_fakes` and the real plugin routes on loopback.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.actors.turns import PER_TURN
-from dmsgw.clock import NS_PER_SECOND, FixedClock
+from dmsgw.clock import FixedClock
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import Phase
 from dmsgw.interlink.server import Metrics, PluginServer, routes
 from dmsgw.interlink.wire import k8s, parsing
 from dmsgw.interlink.wire.bodies import PodStatus
-from tests.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
+from tests.support.gateway_fakes import FakeDMS, create, gateway_on, pod, uid, until
 
 OWNER = "did:key:the-gateway"
 Plugin = tuple[TestClient[Any, Any], Gateway, list[int]]
@@ -37,11 +37,6 @@ def no_body_read_before(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bodies other tests polled are not remembered here."""
     fresh = parsing._BodyMemo(max_entries=parsing.MEMO_ENTRIES, max_bytes=parsing.MEMO_BYTES)
     monkeypatch.setattr(parsing, "_VALID_STATUS_BODIES", fresh)
-
-
-@pytest.fixture
-def clock() -> FixedClock:
-    return FixedClock(1_700_000_000 * NS_PER_SECOND)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from dmsgw.keys.ucan import (
     implies,
     unmarshal_token_list,
 )
-from tests.conftest import load_vector
+from tests.support.vectors import load_vector
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_767_225_600 * NS_PER_SECOND

@@ -19,7 +19,6 @@ from dmsgw.keys.ucan import (
     CapabilityBlobError,
     CapabilityContext,
     NotAuthorizedError,
-    Reason,
     SelfSign,
     Token,
     TokenError,
@@ -28,13 +27,15 @@ from dmsgw.keys.ucan import (
 )
 from dmsgw.transport.envelope import Envelope, Handle
 from dmsgw.transport.security import SecurityContext, SecurityError
-from tests.conftest import load_vector
+from tests.support.vectors import (
+    CASES,
+    EXPECTED_REASONS,
+    KEYS,
+    NOW_2026,
+    TOKENS,
+    load_vector,
+)
 
-VECTORS = load_vector("tokens.json")
-KEYS = VECTORS["keys"]
-TOKENS = VECTORS["tokens"]
-CASES = VECTORS["require_cases"]
-NOW_2026 = 1_767_225_600 * 1_000_000_000
 EXP_2100 = 4_102_444_800_000_000_000
 INVOKE_EXP = EXP_2100 - 100 * 1_000_000_000
 
@@ -224,34 +225,6 @@ def test_token_verification_matches_the_dms_log(case: dict[str, Any]) -> None:
             assert exc.go_error == go_error
         else:
             assert go_error is None
-
-
-# Why each refused case is refused: the explanation the DMS cannot give.
-EXPECTED_REASONS = {
-    "invalid_require_anchor_cap_not_covered": Reason.NOT_IMPLIED,
-    "invalid_self_signed_not_root": Reason.UNTRUSTED_ISSUER,
-    "invalid_cap_not_implied_prefix": Reason.NOT_IMPLIED,
-    "invalid_cap_other_namespace": Reason.NOT_IMPLIED,
-    "invalid_token_cap_not_allowed_by_chain": Reason.NOT_ALLOWED_BY_CHAIN,
-    "invalid_narrow_grant": Reason.NOT_ALLOWED_BY_CHAIN,
-    "invalid_expired_invoke": Reason.EXPIRED,
-    "invalid_expired_grant": Reason.EXPIRED,
-    "invalid_invoke_outlives_chain": Reason.CHAIN_OUTLIVED,
-    "invalid_wrong_audience": Reason.WRONG_AUDIENCE,
-    "invalid_wrong_subject": Reason.WRONG_SUBJECT,
-    "invalid_sender_not_subject": Reason.WRONG_SUBJECT,
-    "invalid_broken_signature": Reason.BAD_SIGNATURE,
-    "invalid_broken_chain_signature": Reason.BAD_SIGNATURE,
-    "invalid_tampered_exp": Reason.BAD_SIGNATURE,
-    "invalid_untrusted_issuer": Reason.UNTRUSTED_ISSUER,
-    "invalid_chain_not_delegate": Reason.CHAIN_NOT_DELEGATE,
-    "invalid_depth_exceeded": Reason.DEPTH_EXCEEDED,
-    "invalid_revoked_grant": Reason.REVOKED,
-    "invalid_no_cap": Reason.BAD_CAP_JSON,
-    "invalid_no_required_caps": Reason.NO_CAPABILITY,
-    "invalid_cap_too_big": Reason.CAP_TOO_BIG,
-    "invalid_cap_not_json": Reason.BAD_CAP_JSON,
-}
 
 
 def test_every_refused_case_has_an_expected_reason() -> None:

@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -170,9 +170,11 @@ class FakeDMS:
                 for d in found
             )
             return DeploymentListResponse(deployments=infos, total=len(infos))
-        return self._about_one(name, payload)
+        return self.about_one(name, payload)
 
-    def _about_one(self, name: str, payload: Any) -> Any:
+    def about_one(self, name: str, payload: Any) -> Any:
+        """The answer of behavior ``name`` about one deployment: what a test's DMS overrides
+        to answer otherwise than the devnet does."""
         ident = getattr(payload, "id", "") or getattr(payload, "ensemble_id", "")
         found = self.deployments.get(ident)
         self.asked_about[ident] += 1
@@ -326,3 +328,13 @@ async def until(done: Callable[[], bool], what: str) -> None:
         if loop.time() > deadline:
             raise AssertionError(f"never happened within {WAIT_S} s: {what}")
         await asyncio.sleep(0.01)
+
+
+async def until_async(done: Callable[[], Awaitable[bool]], what: str) -> None:
+    """:func:`until` for a check that must await (an HTTP poll), bounded as it is."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not await done():
+        if loop.time() > deadline:
+            raise AssertionError(f"never happened within {WAIT_S} s: {what}")
+        await asyncio.sleep(0.05)
