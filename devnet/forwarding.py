@@ -144,8 +144,8 @@ class AllocationNetworks:
         self.address = address
         self.namespaces = namespaces
         self.private_loopback = False
-        """Not root, but allocations without ports can have a loopback of their own
-        (:func:`~.netns.alone`)."""
+        """Not root, but allocations without ports can have a network namespace holding
+        only their loopback (:mod:`.userns`)."""
         self._private: dict[int, str] = {}
         self._forwarders: dict[str, _Forwarder] = {}
         self._namespaces: dict[str, AllocationNamespace] = {}

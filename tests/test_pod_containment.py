@@ -20,9 +20,9 @@ import base64
 import functools
 import logging
 import os
+import shutil
 import socket
 import stat
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from dmsgw.devnet.confinement import CLAIMS_DIR, IDENTITY_BASE, Identities, unpr
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.forwarding import _listening_socket
-from dmsgw.devnet.netns import GATEWAY, alone
+from dmsgw.devnet.netns import GATEWAY
 from dmsgw.devnet.pytest_plugin import (
     EmbeddedDevnet,
     one_node_ensemble,
@@ -41,11 +41,12 @@ from dmsgw.devnet.pytest_plugin import (
     start_embedded,
 )
 from dmsgw.devnet.sandbox import Isolation
+from dmsgw.devnet.userns import UserNamespaces
 from tests.gateway_fakes import pod, uid
+from tests.ordinary_user import ORDINARY, USERS, cases, played_elsewhere
 from tests.test_endpoints import (
     NAMESPACES_POSSIBLE,
     PYTHON,
-    needs_namespaces,
     serving,
     until_async,
 )
@@ -55,6 +56,7 @@ needs_root = pytest.mark.skipif(
     not ROOT, reason="a user per pod and root's set-up steps exist only on a root devnet"
 )
 PRIVILEGED = ("unshare", "mount", "setpriv", "nsenter", "env", "mkdir", "chmod", "true", "ip")
+PRIVILEGED += ("bash",)
 """Every program the devnet's set-up runs, which a pod's ``PATH`` must never choose."""
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -82,14 +84,16 @@ def _with_script(ensemble: dict[str, Any], name: str, text: str) -> dict[str, An
 # --- a pod's environment never reaches a privileged step --------------------------------------
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
 def test_a_pods_path_never_chooses_a_program_of_the_set_up(
-    isolation: Isolation, host_dir: Path
+    user: str, isolation: Isolation, host_dir: Path
 ) -> None:
     """The issue's critical attack: ``PATH`` put a pod's own ``unshare`` (and ``mount``,
     ``setpriv``, ``nsenter``…) before the system's, and root ran it when the allocation
     started, restarted, or was health-checked. Each fake here records who ran it; none may
     run at all, while the pod's own command is still found through its ``PATH``."""
+    if played_elsewhere(user):
+        return
     fakes = host_dir / "bin"
     fakes.mkdir(mode=0o755)
     proof = host_dir / "proof"
@@ -125,14 +129,16 @@ def test_a_pods_path_never_chooses_a_program_of_the_set_up(
         h.close()
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
 def test_a_pods_loader_variables_never_reach_a_privileged_step(
-    isolation: Isolation, host_dir: Path
+    user: str, isolation: Isolation, host_dir: Path
 ) -> None:
     """``LD_PRELOAD`` and its family are read by the dynamic loader of every program the
     variables reach. With ``LD_DEBUG_OUTPUT`` the loader of each such program leaves a trace
     file owned by whoever ran it: only the pod's own user may leave one, and no trace may
     name a set-up program."""
+    if played_elsewhere(user):
+        return
     traces = host_dir / "trace"
     libc = next(Path("/").glob("usr/lib/*/libc.so.6"), None) or next(
         Path("/").glob("lib*/libc.so.6")
@@ -176,9 +182,15 @@ def test_a_pods_loader_variables_never_reach_a_privileged_step(
 REACH = """
 import socket, sys
 reached, allowed = [], False
+own = socket.create_server(('127.0.0.1', 0))  # its own loopback is its own
+sys.argv.append('127.0.0.1:%d:yes' % own.getsockname()[1])
 for host, port, must in [tuple(t.split(':')) for t in sys.argv[1:]]:
     try:
-        socket.create_connection((host, int(port)), 3).close()
+        if host == 'unix':  # a socket file's path
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(port)
+        else:
+            socket.create_connection((host, int(port)), 3).close()
     except OSError:
         continue
     if must == 'yes':
@@ -203,29 +215,44 @@ def _host_address() -> str | None:
 
 
 @pytest.mark.skipif(PYTHON is None, reason="the attacking pod runs /usr/bin/python3")
-@needs_namespaces
-async def test_a_pod_reaches_no_api_of_the_gateway_or_the_devnet(tmp_path: Path) -> None:
+@pytest.mark.parametrize("user", USERS)
+async def test_a_pod_reaches_no_api_of_the_gateway_or_the_devnet(user: str, tmp_path: Path) -> None:
     """The issue's second attack: a pod without ports shared the host's network and read
     every pod through the operator port, and deleted them through the plugin API. Now it
     tries the plugin API, the operator port, every devnet node's API and a host service
     bound to every address (at 127.0.0.1, at the hub's gateway address, at the host's own
-    address): it reaches none, and still reaches the relays of public ports in the hub."""
+    address), nor the plugin API's unix socket where the gateway makes it by default, in its
+    user's home: it reaches none, and still reaches its own loopback — and, on a root devnet,
+    the relays of public ports in the hub (an ordinary user's devnet has no hub: its pods
+    without ports have a network namespace holding their loopback alone)."""
+    if played_elsewhere(user):
+        return
+    if user == "root" and not NAMESPACES_POSSIBLE:
+        pytest.skip("network namespaces need ip (iproute2)")
     anywhere = socket.create_server(("0.0.0.0", 0))
-    async with serving(tmp_path, network_namespaces=True) as s:
+    private = Path.home() / f".dmsgw-reach-{os.getpid()}"  # as ~/.interlink: 0700, socket 0600
+    private.mkdir(mode=0o700)
+    plugin_socket = socket.socket(socket.AF_UNIX)
+    plugin_socket.bind(str(private / "plugin.sock"))
+    plugin_socket.listen()
+    async with serving(tmp_path, network_namespaces=True if user == "root" else None) as s:
         namespaces = s.devnet.networks.namespaces
-        assert namespaces is not None
-        relay = await namespaces.hub.socket(functools.partial(_listening_socket, GATEWAY, 0))
-        relay.listen()
+        relay = socket.socket()
+        if namespaces is not None:
+            relay.close()
+            relay = await namespaces.hub.socket(functools.partial(_listening_socket, GATEWAY, 0))
+            relay.listen()
         try:
             every = anywhere.getsockname()[1]
             targets = [
                 f"127.0.0.1:{s.plugin.port}:no",
                 f"127.0.0.1:{s.operator.port}:no",
+                f"unix:{private / 'plugin.sock'}:no",
                 *(f"{url.split('//')[1]}:no" for url in s.devnet.urls),
                 f"127.0.0.1:{every}:no",
                 f"{GATEWAY}:{every}:no",
                 *([f"{a}:{every}:no"] if (a := _host_address()) else []),
-                f"{GATEWAY}:{relay.getsockname()[1]}:yes",
+                *([f"{GATEWAY}:{relay.getsockname()[1]}:yes"] if namespaces else []),
             ]
             attacker = pod(uid(25), command=[PYTHON, "-c", REACH, *targets])
             await s.create(attacker)
@@ -239,6 +266,8 @@ async def test_a_pod_reaches_no_api_of_the_gateway_or_the_devnet(tmp_path: Path)
         finally:
             relay.close()
             anywhere.close()
+            plugin_socket.close()
+            shutil.rmtree(private)
 
 
 # --- a pod reads nothing of another pod --------------------------------------------------------
@@ -256,15 +285,19 @@ exec sleep 60
 """
 
 
-@pytest.mark.parametrize("isolation", [i for i in ISOLATIONS if ROOT])
-@needs_root
-def test_a_pod_reads_no_other_pods_env_files_secrets_or_logs(isolation: Isolation) -> None:
+@pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
+def test_a_pod_reads_no_other_pods_env_files_secrets_or_logs(
+    user: str, isolation: Isolation
+) -> None:
     """The issue's third attack: every pod ran as ``nobody``, so one read another's Secret
     from ``/proc/<pid>/environ``, from its volumes and key files in the devnet's work
     directory (found from its own ``$HOME``), and read its logs. The victim holds its secret
     in its environment, a Secret-like key file, a volume written by its provision script,
     and its stdout; the attacker, another pod on the same node, finds it nowhere — and it
-    does find its own environment."""
+    does find its own environment. On an ordinary user's devnet both pods run as that user:
+    their PID and mount namespaces keep them apart."""
+    if played_elsewhere(user):
+        return
     victim = _service(
         f"echo {SECRET} > $HOME/note; echo {SECRET}; exec sleep 60",
         {"SECRET": SECRET},
@@ -288,10 +321,55 @@ def test_a_pod_reads_no_other_pods_env_files_secrets_or_logs(isolation: Isolatio
             what="the attacker's search",
         )
         assert out == "own: 1\ndone\n", out
+        if user == ORDINARY:
+            return
         victim_alloc = h.faults.allocation(victim_id, "victim")
         assert victim_alloc.plan is not None
         mode = stat.S_IMODE(victim_alloc.plan.root.stat().st_mode)
         assert mode == 0o710 and stat.S_IMODE(victim_alloc.plan.stdout.stat().st_mode) == 0o600
+    finally:
+        h.close()
+
+
+LIST = r"""
+trap 'echo got-term; exit 7' TERM
+for p in /proc/[0-9]*; do tr '\0' ' ' < "$p/cmdline"; echo; done 2>/dev/null \
+  | grep -c 'sleep 4711[.]25'
+echo listed
+sleep 61 & wait
+"""
+
+
+@pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
+def test_a_pod_sees_no_other_pods_processes_and_still_gets_its_sigterm(
+    user: str, isolation: Isolation
+) -> None:
+    """Beside the other pods' environments (refused by the kernel on a root devnet, as
+    another user's), their command lines and working directories were listed in ``/proc``.
+    A pod has a PID namespace of its own — on a root devnet with namespace isolation and on
+    an ordinary user's — and sees none of another pod's processes. Its init passes
+    ``docker stop``'s SIGTERM on: the command's trap runs and its exit code is the
+    deployment's, rather than a SIGKILL at the end of the grace period."""
+    if played_elsewhere(user):
+        return
+    victim = shell_allocation("service", "exec sleep 4711.25")
+    attacker = shell_allocation("service", LIST)
+    h = start_embedded(nodes=1, seed=f"pids-{user}-{isolation}", isolation=isolation)
+    try:
+        victim_id = h.dms.deployment.new(one_node_ensemble({"victim": victim})).ensemble_id
+        assert h.wait_status(victim_id, "Running", "Failed") == "Running"
+        eid = h.dms.deployment.new(one_node_ensemble({"attacker": attacker})).ensemble_id
+        assert h.wait_status(eid, "Running", "Failed") == "Running"
+        out = h.wait_for(
+            lambda: (o := h.stdout(eid, "n1.attacker")).endswith("listed\n") and o,
+            what="the attacker's listing",
+        )
+        pid_namespace = user == ORDINARY or isolation is Isolation.NAMESPACE
+        assert out == ("0\nlisted\n" if pid_namespace else "1\nlisted\n"), out
+        allocation = h.faults.allocation(eid, "attacker")
+        h.background.call(allocation.shutdown())
+        assert allocation.exit_code == 7
+        assert h.stdout(eid, "n1.attacker").endswith("got-term\n")
     finally:
         h.close()
 
@@ -330,10 +408,12 @@ def test_each_pod_runs_as_a_user_of_its_own_freed_when_it_is_deleted() -> None:
         h.close()
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_a_deleted_pods_files_and_logs_are_removed(isolation: Isolation) -> None:
+@pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
+def test_a_deleted_pods_files_and_logs_are_removed(user: str, isolation: Isolation) -> None:
     """The issue's fourth finding: a deleted pod's sandbox and the devnet's copy of its logs
     stayed until the devnet stopped. Now its shutdown removes them, and its volumes."""
+    if played_elsewhere(user):
+        return
     svc = shell_allocation(
         "service",
         "head -c 100000 /dev/zero | tr '\\0' x; echo; echo x > $HOME/left; exec sleep 60",
@@ -356,28 +436,39 @@ def test_a_deleted_pods_files_and_logs_are_removed(isolation: Isolation) -> None
         h.close()
 
 
+@pytest.mark.parametrize("user", USERS)
 async def test_a_devnet_that_cannot_keep_pods_apart_warns_what_no_longer_holds(
-    caplog: pytest.LogCaptureFixture,
+    user: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without network namespaces (or, not root, without a user per pod) the devnet says at
-    start which boundaries are gone; with them it warns of nothing."""
+    """Without network namespaces the devnet says at start which boundaries are gone; with
+    them it warns of nothing — but, run by an ordinary user, that pods with ports or HTTP
+    checks share the host's network; and where the kernel refuses that user namespaces,
+    that its pods run as its own user, unseparated."""
+    if played_elsewhere(user):
+        return
     caplog.set_level(logging.WARNING, logger="dmsgw.devnet.devnet")
-    devnet = Devnet(nodes=1, seed="shared-warning", network_namespaces=False)
-    await devnet.start()
-    try:
-        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-        assert any("no network namespaces: pods share the host's network" in w for w in warnings)
-        assert any("not root" in w for w in warnings) is (not ROOT)
-    finally:
-        await devnet.stop()
-    if ROOT and NAMESPACES_POSSIBLE:
+
+    async def warnings_of(devnet: Devnet) -> list[str]:
         caplog.clear()
-        contained = Devnet(nodes=1, seed="contained")
-        await contained.start()
-        try:
-            assert [r for r in caplog.records if r.levelno == logging.WARNING] == []
-        finally:
-            await contained.stop()
+        await devnet.start()
+        await devnet.stop()
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    shared = await warnings_of(Devnet(nodes=1, seed="shared", network_namespaces=False))
+    assert [w for w in shared if "no network namespaces: pods share the host's network" in w]
+    assert not [w for w in shared if "not root" in w]
+    contained = await warnings_of(Devnet(nodes=1, seed="contained"))
+    if user == "root":
+        assert contained == [] or not NAMESPACES_POSSIBLE, contained
+        return
+    assert len(contained) == 1 and "pods with ports or HTTP checks share" in contained[0]
+    monkeypatch.setattr(UserNamespaces, "probe", _refused)
+    refused = await warnings_of(Devnet(nodes=1, seed="refused"))
+    assert [w for w in refused if "this kernel refuses this user namespaces" in w], refused
+
+
+async def _refused(self: UserNamespaces) -> tuple[bool, bool]:
+    return False, False
 
 
 def test_the_ids_a_dead_devnet_held_are_freed_by_the_next(tmp_path: Path) -> None:
@@ -391,30 +482,3 @@ def test_the_ids_a_dead_devnet_held_are_freed_by_the_next(tmp_path: Path) -> Non
     (tmp_path / "1879048194").write_text(live)
     Identities("dmsgw-devnet-new", tmp_path).remove_stale()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1879048194"]
-
-
-@pytest.mark.skipif(not ROOT, reason="plays an ordinary user through setpriv, which needs root")
-def test_as_an_ordinary_user_a_pod_without_ports_reaches_nothing_on_the_hosts_loopback(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A devnet run by an ordinary user cannot make network namespaces with links; a pod
-    without ports then gets a loopback of its own (user and network namespaces), where the
-    host's 127.0.0.1 — the gateway's operator port, the nodes' APIs — is not. Played here
-    as ``nobody``: the same connection succeeds outside and fails inside, while the pod's own
-    loopback works and it keeps its user."""
-    nobody = unprivileged()
-    monkeypatch.setattr(os, "geteuid", lambda: nobody.uid)
-    monkeypatch.setattr(os, "getegid", lambda: nobody.gid)
-    as_nobody = ["setpriv", f"--reuid={nobody.uid}", f"--regid={nobody.gid}", "--clear-groups"]
-    probe = subprocess.run([*as_nobody, *alone(["true"])], capture_output=True, timeout=30)
-    if probe.returncode != 0:
-        pytest.skip(f"this kernel refuses ordinary users namespaces: {probe.stderr!r}")
-    with socket.create_server(("127.0.0.1", 0)) as host_service:
-        port = host_service.getsockname()[1]
-        reach = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo reached || echo refused"
-        own = "python3 -c 'import socket; s = socket.create_server((\"127.0.0.1\", 0))'"
-        script = ["/bin/bash", "-c", f"id -u; {reach}; {own} && echo own-loopback"]
-        outside = subprocess.run([*as_nobody, *script], capture_output=True, timeout=30)
-        inside = subprocess.run([*as_nobody, *alone(script)], capture_output=True, timeout=30)
-    assert outside.stdout.decode().splitlines()[1] == "reached"
-    assert inside.stdout.decode().splitlines() == [str(nobody.uid), "refused", "own-loopback"]
