@@ -41,7 +41,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from .tools import SETUP_ENVIRONMENT, have, tool
+from .tools import SETUP_ENVIRONMENT, SYSTEM_PATH, have, tool
 
 FORWARDED = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2")
 """The signals an allocation's init passes on to its command."""
@@ -162,8 +162,14 @@ class UserNamespaces:
         return any(path.is_relative_to(h) for h in self.hidden)
 
     def _outermost_hidden(self) -> list[Path]:
-        """The hidden directories that exist, but those inside another (hidden with it)."""
-        present = [h for h in self.hidden if h.is_dir()]
+        """The hidden directories that exist, but those inside another (hidden with it) and
+        any holding the system's programs (a home of ``/``)."""
+        system = [Path(d) for d in SYSTEM_PATH.split(":")]
+        present = [
+            h
+            for h in self.hidden
+            if h.is_dir() and not any(d.is_relative_to(h) for d in system)  # never `/`
+        ]
         return [h for h in present if not any(h != o and h.is_relative_to(o) for o in present)]
 
     def describe(self, network: bool) -> str:

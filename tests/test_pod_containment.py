@@ -280,6 +280,7 @@ for e in /proc/[0-9]*/environ; do cat "$e" 2>/dev/null | tr '\0' '\n' | grep SEC
 top="${HOME%/allocations/*}"
 grep -rhs SECRET "$top/allocations" "$top/volumes" 2>/dev/null
 grep -rhs SECRET "$top/.." 2>/dev/null | head -n 5
+grep -hs SECRET STATEFILE
 echo done
 exec sleep 60
 """
@@ -287,7 +288,7 @@ exec sleep 60
 
 @pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
 def test_a_pod_reads_no_other_pods_env_files_secrets_or_logs(
-    user: str, isolation: Isolation
+    user: str, isolation: Isolation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The issue's third attack: every pod ran as ``nobody``, so one read another's Secret
     from ``/proc/<pid>/environ``, from its volumes and key files in the devnet's work
@@ -295,7 +296,8 @@ def test_a_pod_reads_no_other_pods_env_files_secrets_or_logs(
     in its environment, a Secret-like key file, a volume written by its provision script,
     and its stdout; the attacker, another pod on the same node, finds it nowhere — and it
     does find its own environment. On an ordinary user's devnet both pods run as that user:
-    their PID and mount namespaces keep them apart."""
+    their PID and mount namespaces keep them apart. Nor does it read the gateway's state
+    (which holds every pod's Secret data)."""
     if played_elsewhere(user):
         return
     victim = _service(
@@ -308,7 +310,13 @@ def test_a_pod_reads_no_other_pods_env_files_secrets_or_logs(
     victim_ensemble = _with_script(
         one_node_ensemble({"victim": victim}), "secret", f"echo {SECRET} > /secret/value\n"
     )
-    attacker = _service(STEAL.replace("SECRET", SECRET).replace("MINE", MINE), {MINE: "1"})
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # the gateway's state: pod Secrets
+    state = tmp_path / "dmsgw" / "gateway.sqlite3"
+    state.parent.mkdir(mode=0o700)
+    state.write_text(SECRET)
+    state.chmod(0o600)
+    steal = STEAL.replace("SECRET", SECRET).replace("MINE", MINE)
+    attacker = _service(steal.replace("STATEFILE", str(state)), {MINE: "1"})
     h = start_embedded(nodes=1, seed=f"steal-{isolation}", isolation=isolation)
     try:
         victim_id = h.dms.deployment.new(victim_ensemble).ensemble_id
