@@ -23,6 +23,7 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -490,3 +491,23 @@ def test_the_ids_a_dead_devnet_held_are_freed_by_the_next(tmp_path: Path) -> Non
     (tmp_path / "1879048194").write_text(live)
     Identities("dmsgw-devnet-new", tmp_path).remove_stale()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1879048194"]
+
+
+def test_user_namespaces_hide_all_but_the_pods_own_and_never_the_systems_programs(
+    tmp_path: Path,
+) -> None:
+    """The wrapper of an ordinary user's devnet covers the work directory but for the pod's
+    own sandbox; a directory to hide that holds the system's programs (a user whose home is
+    ``/``) is left alone, or no pod could run anything."""
+    work = tmp_path / "work"
+    (work / "other-pod").mkdir(parents=True)
+    (work / "this-pod").mkdir()
+    (work / "this-pod" / "file").write_text("kept")
+    userns = UserNamespaces(os.geteuid(), os.getegid(), (work, Path("/")))
+    script = 'ls "$0"; cat "$0/this-pod/file"; echo; ls /usr/bin/env'
+    argv = userns.wrap(["/bin/sh", "-c", script, str(work)], [work / "this-pod"], network=False)
+    probe = ["unshare", "--user", "--map-root-user", "true"]
+    if subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode:
+        pytest.skip("this kernel refuses user namespaces")
+    done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    assert done.stdout.decode().split() == ["this-pod", "kept", "/usr/bin/env"], done.stderr
