@@ -223,11 +223,10 @@ class Devnet:
                 f"every pod runs as one user ({run_as.describe()}), so each can read the "
                 f"others' files and environment"
             )
-        if self.networks.namespaces is None:
-            which = "pods with ports or HTTP checks" if self.networks.private_loopback else "pods"
+        if self.networks.namespaces is None and not self.networks.private_loopback:
             weaker.append(
-                f"no network namespaces: {which} share the host's network and reach what "
-                f"listens on its loopback (the gateway's operator port, the devnet nodes' APIs)"
+                "no network namespaces: pods share the host's network and reach what "
+                "listens on its loopback (the gateway's operator port, the devnet nodes' APIs)"
             )
         return weaker
 
@@ -254,8 +253,8 @@ class Devnet:
         return namespaces
 
     async def _user_namespaces(self, root: Path) -> UserNamespaces | None:
-        """Not root: user, mount and PID namespaces for every allocation (and a network
-        namespace for those without ports), where this kernel lets this user make them."""
+        """Not root: user, mount, PID and network namespaces for every allocation, where this
+        kernel lets this user make them."""
         userns = UserNamespaces.for_this_user(root, state_dir())
         possible, network = await userns.probe()
         if not possible:

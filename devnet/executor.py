@@ -63,7 +63,7 @@ from .sandbox import (
     plan_sandbox,
 )
 from .tools import SETUP_ENVIRONMENT, have, tool
-from .userns import UserNamespaces, init_of
+from .userns import Connector, UserNamespaces, init_of
 
 OUTPUT_LIMIT = 4096
 """How much of a health check's output, or of a failed set-up's stderr, is kept."""
@@ -147,7 +147,7 @@ class Execution:
         group: RunGroup | None = None,
         *,
         forks: bool = False,
-        own_network: bool = False,
+        connector: Connector | None = None,
     ) -> None:
         self.proc = proc
         self.plan = plan
@@ -157,8 +157,9 @@ class Execution:
         self.forks = forks
         """Whether the process is ``unshare --fork``, whose child is the init of the run's
         PID namespace."""
-        self.own_network = own_network
-        """Whether the run has a network namespace of its own that :mod:`.userns` made."""
+        self.connector = connector
+        """How the devnet connects into the run's network namespace, where :mod:`.userns`
+        made it (``None``: the devnet reaches it otherwise, or it shares the host's)."""
         self._sampled_oom = False
         self._kernel_oom = False
         self._status_fd = status_fd
@@ -190,6 +191,8 @@ class Execution:
         """The exit status, once the main process has ended (its OOM kills counted first:
         then its groups go, unless a descendant still holds them)."""
         code = exit_status(await self.proc.wait())
+        if self.connector is not None:  # its network namespace is gone
+            await asyncio.to_thread(self.connector.close)
         await self._output.drained()  # what it wrote is in the logs before its end is told
         if self.group is not None:
             _ = self.oom_killed
@@ -381,10 +384,8 @@ class ProcessExecutor:
             await asyncio.to_thread(self.mount_points.acquire, plan.outermost)
         return plan
 
-    async def run(self, plan: SandboxPlan, *, alone: bool = False) -> Execution:
-        """Start the set-up and command; output is appended to the sandbox's log files.
-        ``alone``: not root, it may have a network namespace with only its loopback (it has
-        no HTTP health check, which the devnet runs from the host's network)."""
+    async def run(self, plan: SandboxPlan) -> Execution:
+        """Start the set-up and command; output is appended to the sandbox's log files."""
 
         def status_fifo() -> tuple[int, int]:
             with contextlib.suppress(FileNotFoundError):
@@ -409,7 +410,7 @@ class ProcessExecutor:
         try:
             output = OutputCopies(plan.stdout, plan.stderr)
             argv = plan.argv()
-            own_network = alone and self.network.alone(plan.root.name)
+            own_network = self.userns is not None and self.network.private_loopback
             if self.userns is not None:
                 keep = [plan.root, *(m.source for m in plan.mounts if not m.is_file)]
                 argv = self.userns.wrap(argv, keep, own_network)
@@ -436,6 +437,9 @@ class ProcessExecutor:
         if group is not None:
             group.close()
         forks = self.userns is not None or plan.isolation is Isolation.NAMESPACE
+        connector = Connector(self.userns, proc.pid) if self.userns and own_network else None
+        if connector is not None:
+            self.network.enter_through(plan.root.name, connector)
         return Execution(
             proc,
             plan,
@@ -445,7 +449,7 @@ class ProcessExecutor:
             self.watchdog,
             group,
             forks=forks,
-            own_network=self.userns is not None and own_network,
+            connector=connector,
         )
 
     @contextlib.contextmanager
@@ -515,14 +519,13 @@ class ProcessExecutor:
         """Run ``check`` against the running process; ``""`` when healthy, else why not."""
         expected = check.response.value
         if check.type == "http":
-            return await http_check(
-                check, timeout_s, self.network.namespace(execution.plan.root.name)
-            )
+            namespace = self.network.namespace(execution.plan.root.name)
+            return await http_check(check, timeout_s, namespace, execution.connector)
         argv: Sequence[str] = execution.plan.host_command(check.exec or ())
         if not argv:
             return "the health check has no command"
         if self.userns is not None:
-            argv = self.userns.enter(execution.init, argv, execution.own_network)
+            argv = self.userns.enter(execution.init, argv, execution.connector is not None)
         elif execution.plan.isolation is Isolation.NAMESPACE:
             run_as = execution.plan.run_as
             drop = run_as.setpriv() if run_as is not None else []

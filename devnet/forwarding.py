@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from ..behaviors.ensemble import EnsembleConfigV1
 from .netns import GATEWAY, AllocationNamespace, Hub, Namespaces
 from .sandbox import SandboxError
+from .userns import Connector
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +54,22 @@ class _Forwarder:
     """One allocation's listeners and the connections they relay to ``target`` (the address
     its private ports are at)."""
 
-    def __init__(self, allocation_id: str, target: str, hub: Hub | None = None) -> None:
+    def __init__(
+        self,
+        allocation_id: str,
+        target: str,
+        hub: Hub | None = None,
+        inside: bool = False,
+    ) -> None:
         self.allocation_id = allocation_id
         self.target = target
         self.hub = hub
         """Where ``target`` is, and :data:`GATEWAY` (``None``: the host's network)."""
+        self.inside = inside
+        """Whether ``target`` is inside the allocation's network namespace of a devnet that is
+        not root, reached through :attr:`connector`."""
+        self.connector: Connector | None = None
+        """The current run's way in (``None``: no run yet)."""
         self.servers: dict[str, list[asyncio.Server]] = {}
         """Listeners by address."""
         self.relays: set[asyncio.Task[None]] = set()
@@ -92,7 +104,13 @@ class _Forwarder:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, private: int
     ) -> None:
         try:
-            if self.hub is None:
+            if self.inside:  # no run, or no server yet: the client sees it closed
+                if self.connector is None:
+                    return
+                sock = await asyncio.to_thread(self.connector.connect, self.target, private)
+                sock.setblocking(False)
+                inner_reader, inner_writer = await asyncio.open_connection(sock=sock)
+            elif self.hub is None:
                 inner_reader, inner_writer = await asyncio.open_connection(self.target, private)
             else:  # the allocation's address is routed in the hub only
                 sock = await self.hub.socket(functools.partial(socket.socket, socket.AF_INET))
@@ -144,8 +162,8 @@ class AllocationNetworks:
         self.address = address
         self.namespaces = namespaces
         self.private_loopback = False
-        """Not root, but allocations without ports can have a network namespace holding
-        only their loopback (:mod:`.userns`)."""
+        """Not root, but each allocation has a network namespace holding only its loopback
+        (:mod:`.userns`), which the devnet reaches through its run's connector."""
         self._private: dict[int, str] = {}
         self._forwarders: dict[str, _Forwarder] = {}
         self._namespaces: dict[str, AllocationNamespace] = {}
@@ -155,13 +173,18 @@ class AllocationNetworks:
         if self.namespaces is not None:
             return self.namespaces.describe()
         if self.private_loopback:
-            return f"{SHARED} if they have ports; the others have a loopback of their own"
+            return (
+                "each allocation has a network namespace of its own holding only its loopback, "
+                "which its public ports are relayed into"
+            )
         return SHARED
 
-    def alone(self, allocation_id: str) -> bool:
-        """Whether ``allocation_id`` gets a loopback of its own and nothing else: not root,
-        where user namespaces allow it, and only when it has no ports to forward."""
-        return self.private_loopback and allocation_id not in self._forwarders
+    def enter_through(self, allocation_id: str, connector: Connector) -> None:
+        """Relay ``allocation_id``'s public ports (if any) through ``connector``, its current
+        run's."""
+        forwarder = self._forwarders.get(allocation_id)
+        if forwarder is not None:
+            forwarder.connector = connector
 
     def public_ports(self, allocation_id: str) -> list[int]:
         """The public ports forwarded for ``allocation_id`` (none once it is closed)."""
@@ -176,7 +199,7 @@ class AllocationNetworks:
     def refusals(self, v1: EnsembleConfigV1) -> list[str]:
         """Why allocations of ``v1`` cannot listen on their private ports (one line each):
         on a shared network, a port another allocation holds."""
-        if self.namespaces is not None:
+        if self.namespaces is not None or self.private_loopback:
             return []
         return [
             f"allocation {port.allocation}: {self._held(port.private, '')}"
@@ -206,7 +229,7 @@ class AllocationNetworks:
         namespace = None
         if self.namespaces is not None:
             namespace = await self.namespaces.create(allocation_id)
-        else:
+        elif not self.private_loopback:
             for private in mapping.values():
                 if why := self._held(private, allocation_id):
                     raise SandboxError(why)
@@ -214,7 +237,7 @@ class AllocationNetworks:
         forwarder = (
             _Forwarder(allocation_id, namespace.address, self.namespaces.hub)
             if namespace is not None and self.namespaces is not None
-            else _Forwarder(allocation_id, LOOPBACK)
+            else _Forwarder(allocation_id, LOOPBACK, inside=self.private_loopback)
         )
         self._forwarders[allocation_id] = forwarder
         if namespace is not None:

@@ -4,10 +4,8 @@ namespace.
 A devnet run by an ordinary user cannot give each pod a user ID of its own, nor make
 network namespaces linked to a hub (:mod:`.netns`). Where the kernel lets an ordinary user
 make user namespaces, every allocation process starts in new **user, mount and PID
-namespaces** (and a **network namespace** holding only its loopback, when it has no port to
-forward and no HTTP health check, which the devnet runs from outside), set up as the
-namespace's root (this user outside) and then run as this user again, with no capability,
-in a nested user namespace:
+and network namespaces**, set up as the namespaces' root (this user outside) and then run as
+this user again, with no capability, in a nested user namespace:
 
 * a fresh ``/proc`` shows only the allocation's own processes: no other pod's environment,
   command line or working directory, nor the devnet's and the gateway's (they run as the
@@ -17,12 +15,12 @@ in a nested user namespace:
   the allocation's own sandbox and the volumes it declares are bound back at their paths.
   The mounts belong to a more privileged user namespace than the pod's, so it cannot
   remove them;
-* the allocation's network namespace (where it has one) holds its loopback alone: nothing
-  that listens on the host, the gateway's operator port or the nodes' APIs among them.
+* the allocation's network namespace holds its loopback alone: nothing that listens on the
+  host, the gateway's operator port or the nodes' APIs among them. The devnet's relays of its
+  public ports and its HTTP checks connect from inside through a :class:`Connector`.
 
 What still holds for every process of this user: files outside the hidden directories that
-the user may read, and — for allocations sharing the host's network — what listens on the
-host's addresses and abstract unix sockets.
+the user may read.
 
 PID 1 of an allocation's PID namespace is its set-up shell, which stays there as its init
 (:func:`init_steps`): ``unshare --fork`` stands between the devnet and the namespace and does
@@ -38,6 +36,10 @@ import asyncio
 import dataclasses
 import os
 import shlex
+import socket
+import subprocess
+import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -158,6 +160,12 @@ class UserNamespaces:
         spaces += ["--net"] if network else []
         return [tool("nsenter"), "--target", str(init), *spaces, "--", *self.drop(), *argv]
 
+    def enter_network(self, pid: int, argv: Sequence[str]) -> list[str]:
+        """``argv`` (the devnet's own program) run in the user and network namespaces of
+        process ``pid``, as their root (this user outside)."""
+        spaces = ["--user", "--preserve-credentials", "--net"]
+        return [tool("nsenter"), "--target", str(pid), *spaces, "--", *argv]
+
     def _under_hidden(self, path: Path) -> bool:
         return any(path.is_relative_to(h) for h in self.hidden)
 
@@ -179,3 +187,83 @@ class UserNamespaces:
             f"each allocation has user, mount, PID {which}namespaces of its own (not root), "
             f"hiding {', '.join(map(str, self.hidden))}"
         )
+
+
+# --- connections into an allocation's network without root ---------------------------------
+
+CONNECTOR = r"""
+import array, socket, sys
+channel = socket.socket(fileno=int(sys.argv[1]))
+for line in channel.makefile('rb'):
+    host, _, port = line.decode().strip().rpartition(' ')
+    try:
+        made = socket.create_connection((host, int(port)), 5)
+    except (OSError, ValueError) as exc:
+        channel.sendall(b'e' + str(exc).encode()[:500])
+        continue
+    with made:
+        fds = array.array('i', [made.fileno()])
+        channel.sendmsg([b'k'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+"""
+"""The connector's program: one line ``HOST PORT`` asks for a connection made from inside the
+allocation's network namespace; the answer is ``k`` with the connected socket, or ``e`` and
+why not."""
+CONNECTOR_ARGV = (sys.executable, "-I", "-c", CONNECTOR)
+"""This interpreter, isolated from the environment and the user's site directory."""
+
+
+class Connector:
+    """Connections made from inside one run's network namespace, for a devnet that is not
+    root: its relays of public ports and its HTTP checks. An ordinary user cannot move its
+    own threads into another network namespace (``setns`` needs a capability in its own user
+    namespace), but a process it starts in the allocation's user namespace can (the user owns
+    it): a small Python program, entered there with ``nsenter`` and kept for the run, makes
+    each connection and hands the socket back over a unix socket pair. It is the devnet's
+    child, not the allocation's, so its memory is not counted against the allocation's."""
+
+    def __init__(self, userns: UserNamespaces, unshare: int) -> None:
+        self._userns = userns
+        self._unshare = unshare
+        """The run's process, ``unshare``: itself in the run's user and network namespaces."""
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._channel: socket.socket | None = None
+
+    def connect(self, host: str, port: int) -> socket.socket:
+        """A socket connected to ``host:port`` from inside the namespace (blocking: call it
+        from a thread); :class:`OSError` says why not."""
+        with self._lock:
+            channel = self._channel or self._start()
+            channel.sendall(f"{host} {port}\n".encode())
+            message, fds, _, _ = socket.recv_fds(channel, 512, 1)
+            if not message:
+                self._stop()
+                raise ConnectionRefusedError("the allocation's network is gone")
+            if message[:1] != b"k" or not fds:
+                raise ConnectionRefusedError(message[1:].decode(errors="replace"))
+            return socket.socket(fileno=fds[0])
+
+    def _start(self) -> socket.socket:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self._proc = subprocess.Popen(
+                self._userns.enter_network(self._unshare, [*CONNECTOR_ARGV, str(theirs.fileno())]),
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=dict(SETUP_ENVIRONMENT),
+            )
+        self._channel = ours
+        return ours
+
+    def _stop(self) -> None:
+        channel, self._channel = self._channel, None
+        proc, self._proc = self._proc, None
+        if channel is not None:
+            channel.close()  # the connector reads its end and exits
+        if proc is not None:
+            proc.wait()
+
+    def close(self) -> None:
+        """The run ended: end the connector (blocking)."""
+        with self._lock:
+            self._stop()

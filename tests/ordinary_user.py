@@ -68,6 +68,8 @@ def _rerun_as_ordinary_user(nodeid: str) -> None:
     options = [nodeid, "-x", "-p", "no:cacheprovider", f"--timeout={RERUN_TIMEOUT_S}"]
     argv = [*as_nobody, "--", *_python(f"sys.exit(pytest.main({options!r}))")]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LC_ALL": "C.UTF-8"}
+    if "PYTHONPATH" in os.environ:  # where this run found the package
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     try:
         done = subprocess.run(
             argv,
