@@ -7,8 +7,11 @@ allocation starts and closed when it is shut down, across restarts of its proces
 can, it gives each allocation a network namespace of its own first (:mod:`.netns`), ports or none:
 the private port is then a port at the allocation's address, two allocations listen on one
 private port as two containers do, and the public port is also opened at the gateway address
-the allocations reach the host by, so that they reach each other's public ports. Elsewhere the
-allocations share the host's network, a private port is one on the host's loopback, and a
+the allocations reach the host by, so that they reach each other's public ports. A devnet that
+is not root gives each allocation a network namespace of its own inside its user namespaces
+(:mod:`.userns`): the private port is then a port on the allocation's own loopback, reached
+through its run's :class:`~.userns.Connector`. Elsewhere the allocations share the host's
+network, a private port is one on the host's loopback, and a
 second allocation on a private port in use is refused with the name of the first (when its
 deployment is asked for, :meth:`AllocationNetworks.refusals`, and, should two deployments
 race, when it starts), as a node without network namespaces would fail to bind it.

@@ -244,7 +244,7 @@ class Connector:
             return socket.socket(fileno=fds[0])
 
     def _start(self) -> socket.socket:
-        ours, theirs = socket.socketpair()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one answer each
         with theirs:
             self._proc = subprocess.Popen(
                 self._userns.enter_network(self._unshare, [*CONNECTOR_ARGV, str(theirs.fileno())]),
