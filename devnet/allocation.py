@@ -173,7 +173,7 @@ class Allocation:
         if self.plan is None:
             self.plan = await self.executor.prepare(self.id, self.config, self.ensemble_id)
             self._mounted = True
-        execution = await self.executor.run(self.plan, alone=not self.config.healthcheck.type)
+        execution = await self.executor.run(self.plan)
         self.execution, self._command_runs = execution, False
         self.exit_code, self.error, self.oom_killed = None, "", False
         if execution.sampled:

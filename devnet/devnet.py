@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from ..clock import NS_PER_SECOND, Clock, system_clock
+from ..devnet_files.devnet_record import state_dir
 from ..keys.crypto import Ed25519PrivKey
 from ..keys.did import DID
 from ..keys.trust import provider_from_private_key
@@ -60,7 +61,7 @@ from .handlers_newest import install_newest_behaviors
 from .handlers_node import install_node_behaviors
 from .host_paths import remove_tree
 from .images import Images
-from .netns import Namespaces, private_loopback_possible
+from .netns import Namespaces
 from .network import Network
 from .oci_containers import ImageExecutor
 from .protocol import PEER_CAPABILITIES, PEER_TOPICS
@@ -70,6 +71,7 @@ from .rest_api import make_app
 from .sandbox import Isolation, SandboxError
 from .simulated_node import DmsNode
 from .timeouts import DEVNET_TIMEOUTS, Timeouts
+from .userns import UserNamespaces
 
 T = TypeVar("T")
 
@@ -158,6 +160,8 @@ class Devnet:
         self.cgroups: Cgroups | None = None
         self.identities: Identities | None = None
         """A user of its own for each pod, when the devnet is root and no user was named."""
+        self.userns: UserNamespaces | None = None
+        """Namespaces of its own for each pod, when the devnet is not root (:mod:`.userns`)."""
         self.network_namespaces = network_namespaces
         self.images = Images(images)
         """The images its nodes run in containers (Podman's storage; probed on first use)."""
@@ -193,8 +197,8 @@ class Devnet:
                 self.identities.remove_stale()
             self.cgroups = await asyncio.to_thread(Cgroups.probe, self.root.name)
             self.networks.namespaces = await self._namespaces(isolation, self.root.name)
-            if self.networks.namespaces is None and self.network_namespaces is not False:
-                self.networks.private_loopback = await private_loopback_possible()
+            if run_as is None:
+                self.userns = await self._user_namespaces(self.root)
             log.info(
                 "devnet: work dir %s, %s isolation; %s; %s; %s; %s",
                 self.root,
@@ -215,20 +219,21 @@ class Devnet:
         """What keeps pods apart that this devnet cannot have, in words for a warning."""
         weaker = []
         if run_as is None:
-            weaker.append(
-                "not root: every pod runs as this process's user, so each can read the "
-                "others' files and environment, and this user's (the gateway's state too)"
-            )
+            if self.userns is None:
+                weaker.append(
+                    "not root, and this kernel refuses this user namespaces: every pod runs "
+                    "as this process's user, so each can read the others' files and "
+                    "environment, and this user's (the gateway's state too)"
+                )
         elif self.identities is None:
             weaker.append(
                 f"every pod runs as one user ({run_as.describe()}), so each can read the "
                 f"others' files and environment"
             )
-        if self.networks.namespaces is None:
-            which = "pods with ports or health checks" if self.networks.private_loopback else "pods"
+        if self.networks.namespaces is None and not self.networks.private_loopback:
             weaker.append(
-                f"no network namespaces: {which} share the host's network and reach what "
-                f"listens on its loopback (the gateway's operator port, the devnet nodes' APIs)"
+                "no network namespaces: pods share the host's network and reach what "
+                "listens on its loopback (the gateway's operator port, the devnet nodes' APIs)"
             )
         return weaker
 
@@ -236,6 +241,8 @@ class Devnet:
         """Who the allocations run as, for the start log line and the banner."""
         if self.identities is not None:
             return self.identities.describe()
+        if self.userns is not None:
+            return self.userns.describe(self.networks.private_loopback)
         return describe_run_as(choose_run_as(self.run_as))
 
     async def _namespaces(self, isolation: Isolation, prefix: str) -> Namespaces | None:
@@ -251,6 +258,17 @@ class Devnet:
                 "host that lets this process make namespaces and veth pairs"
             )
         return namespaces
+
+    async def _user_namespaces(self, root: Path) -> UserNamespaces | None:
+        """Not root: user, mount, PID and network namespaces for every allocation, where this
+        kernel lets this user make them."""
+        userns = UserNamespaces.for_this_user(root, state_dir())
+        possible, network = await userns.probe()
+        if not possible:
+            log.debug("devnet: this kernel refuses this user namespaces")
+            return None
+        self.networks.private_loopback = network and self.network_namespaces is not False
+        return userns
 
     async def _make_work_dir(self, run_as: RunAs | None) -> Path:
         """A new working directory that ``run_as`` can reach, and its watchdog; first those
@@ -281,6 +299,7 @@ class Devnet:
             network=self.networks,
             identities=self.identities,
             images=self.images,
+            userns=self.userns,
         )
         entry.provider = Provider(
             node, entry.profile, entry.ledger, entry.executor, self.timeouts, self.changes.notify

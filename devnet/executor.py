@@ -29,8 +29,11 @@ root, and never outliving the devnet (:mod:`.confinement`). What it keeps of Doc
 * **Named volumes**: a ``local`` volume whose ``src`` is a name lives in the node's volume
   directory (:class:`~.host_paths.NamedVolumes`).
 
-Namespace isolation (root with a working ``unshare --mount``, ``nsenter`` and ``setpriv``) is
-probed once, asynchronously.
+Namespace isolation (root with a working ``unshare --mount --pid``, ``nsenter`` and
+``setpriv``) is probed once, asynchronously; a devnet that is not root runs each allocation in
+user namespaces of its own where the kernel allows it (:mod:`.userns`). Either way the
+allocation's process is ``unshare``, whose child is the init of the allocation's PID namespace:
+``docker stop``'s SIGTERM goes to that init, which passes it on to the command.
 """
 
 from __future__ import annotations
@@ -50,11 +53,11 @@ from .confinement import Identities, RunAs, Watchdog, child_setup
 from .forwarding import AllocationNetworks
 from .host_paths import MountPoints, NamedVolumes, remove_tree
 from .http_check import http_check
-from .netns import alone as netns_alone
 from .output import OutputCopies
 from .protocol import AllocationDeploymentConfig
 from .sandbox import Isolation, SandboxError, SandboxPlan, materialise, named_volumes, plan_sandbox
 from .tools import SETUP_ENVIRONMENT, have, tool
+from .userns import Connector, UserNamespaces, init_of
 
 OUTPUT_LIMIT = 4096
 """How much of a health check's output, or of a failed set-up's stderr, is kept."""
@@ -66,8 +69,9 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 async def probe_isolation(preferred: Isolation | None = None) -> Isolation:
-    """``namespace`` when this process is root and ``unshare --mount`` works, else
-    ``rewrite``; ``preferred`` forces one (``namespace`` fails clearly if impossible)."""
+    """``namespace`` when this process is root and ``unshare`` makes mount and PID
+    namespaces, else ``rewrite``; ``preferred`` forces one (``namespace`` fails clearly if
+    impossible)."""
     if preferred is Isolation.REWRITE:
         return preferred
     possible = os.geteuid() == 0 and have("unshare", "mount", "nsenter", "setpriv")
@@ -77,7 +81,14 @@ async def probe_isolation(preferred: Isolation | None = None) -> Isolation:
             "--mount",
             "--propagation",
             "private",
-            tool("true"),
+            "--pid",
+            "--fork",
+            "--kill-child",
+            tool("mount"),
+            "-t",
+            "proc",
+            "proc",
+            "/proc",
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
             env=SETUP_ENVIRONMENT,
@@ -85,7 +96,8 @@ async def probe_isolation(preferred: Isolation | None = None) -> Isolation:
         possible = await proc.wait() == 0
     if preferred is Isolation.NAMESPACE and not possible:
         raise SandboxError(
-            "namespace isolation needs root and a working `unshare --mount` (and nsenter, setpriv)"
+            "namespace isolation needs root and a working `unshare --mount --pid` (and nsenter, "
+            "setpriv)"
         )
     return Isolation.NAMESPACE if possible else Isolation.REWRITE
 
@@ -145,12 +157,21 @@ class Execution:
         output: OutputCopies,
         watchdog: Watchdog | None = None,
         group: RunGroup | None = None,
+        *,
+        forks: bool = False,
+        connector: Connector | None = None,
     ) -> None:
         self.proc = proc
         self.plan = plan
         self.pid = proc.pid
         self.group = group
         """The run's control groups (``None``: its memory is sampled, see :meth:`sampled`)."""
+        self.forks = forks
+        """Whether the process is ``unshare --fork``, whose child is the init of the run's
+        PID namespace."""
+        self.connector = connector
+        """How the devnet connects into the run's network namespace, where :mod:`.userns`
+        made it (``None``: the devnet reaches it otherwise, or it shares the host's)."""
         self._sampled_oom = False
         self._kernel_oom = False
         self._status_fd = status_fd
@@ -182,6 +203,8 @@ class Execution:
         """The exit status, once the main process has ended (its OOM kills counted first:
         then its groups go, unless a descendant still holds them)."""
         code = exit_status(await self.proc.wait())
+        if self.connector is not None:  # its network namespace is gone
+            await asyncio.to_thread(self.connector.close)
         await self._output.drained()  # what it wrote is in the logs before its end is told
         if self.group is not None:
             _ = self.oom_killed
@@ -199,12 +222,19 @@ class Execution:
         if self._watchdog is not None:
             self._watchdog.forget(self.pid)
 
+    @property
+    def init(self) -> int:
+        """The process a container's PID 1 is: the PID namespace's init where the run has
+        one (``unshare`` passes no signal on), else the main process."""
+        return (init_of(self.pid) if self.forks else None) or self.pid
+
     async def stop(self, grace_s: float) -> int:
-        """``docker stop``: SIGTERM to the main process only (it forwards the signal or not,
-        as a container's PID 1 does), SIGKILL to the group after ``grace_s``; the exit code."""
+        """``docker stop``: SIGTERM to the main process only (its init passes it on to the
+        command, which handles it or not), SIGKILL to the group after ``grace_s``; the exit
+        code."""
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGTERM)
+                os.kill(self.init, signal.SIGTERM)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace_s):
                     await self.proc.wait()
@@ -304,11 +334,14 @@ class ProcessExecutor:
         cgroups: Cgroups | None = None,
         network: AllocationNetworks | None = None,
         identities: Identities | None = None,
+        userns: UserNamespaces | None = None,
     ) -> None:
         self.root = root
         self.isolation = isolation
         self.run_as = run_as
         self.identities = identities
+        self.userns = userns
+        """Not root: the user namespaces each allocation runs in (:mod:`.userns`)."""
         self.watchdog = watchdog
         self.cgroups = cgroups or Cgroups(())
         self.network = network or AllocationNetworks()
@@ -366,13 +399,11 @@ class ProcessExecutor:
 
     async def runnable_image(self, config: AllocationDeploymentConfig) -> str:
         """The image ``config`` runs in a container (``""``: none, it runs as a host process;
-        see :class:`~.containers.ImageExecutor`)."""
+        see :class:`~.oci_containers.ImageExecutor`)."""
         return ""
 
-    async def run(self, plan: SandboxPlan, *, alone: bool = False) -> Execution:
-        """Start the set-up and command; output is appended to the sandbox's log files.
-        ``alone``: it may have a loopback of its own where it would otherwise share the
-        host's network (it has no health check, which runs outside its namespaces)."""
+    async def run(self, plan: SandboxPlan) -> Execution:
+        """Start the set-up and command; output is appended to the sandbox's log files."""
         status_fd, stderr_at = await asyncio.to_thread(status_fifo, plan)
         try:
             group = await asyncio.to_thread(
@@ -385,8 +416,10 @@ class ProcessExecutor:
         try:
             output = OutputCopies(plan.stdout, plan.stderr)
             argv = plan.argv()
-            if alone and self.network.alone(plan.root.name):
-                argv = netns_alone(argv)
+            own_network = self.userns is not None and self.network.private_loopback
+            if self.userns is not None:
+                keep = [plan.root, *(m.source for m in plan.mounts if not m.is_file)]
+                argv = self.userns.wrap(argv, keep, own_network)
             with self._network_of(plan) as network:
                 proc = await asyncio.create_subprocess_exec(
                     *argv,
@@ -409,7 +442,21 @@ class ProcessExecutor:
         output.started()
         if group is not None:
             group.close()
-        return Execution(proc, plan, status_fd, stderr_at, output, self.watchdog, group)
+        forks = self.userns is not None or plan.isolation is Isolation.NAMESPACE
+        connector = Connector(self.userns, proc.pid) if self.userns and own_network else None
+        if connector is not None:
+            self.network.enter_through(plan.root.name, connector)
+        return Execution(
+            proc,
+            plan,
+            status_fd,
+            stderr_at,
+            output,
+            self.watchdog,
+            group,
+            forks=forks,
+            connector=connector,
+        )
 
     @contextlib.contextmanager
     def _network_of(self, plan: SandboxPlan) -> Iterator[int | None]:
@@ -478,16 +525,17 @@ class ProcessExecutor:
         """Run ``check`` against the running process; ``""`` when healthy, else why not."""
         expected = check.response.value
         if check.type == "http":
-            return await http_check(
-                check, timeout_s, self.network.namespace(execution.plan.root.name)
-            )
+            namespace = self.network.namespace(execution.plan.root.name)
+            return await http_check(check, timeout_s, namespace, execution.connector)
         argv: Sequence[str] = execution.plan.host_command(check.exec or ())
         if not argv:
             return "the health check has no command"
-        if execution.plan.isolation is Isolation.NAMESPACE:
+        if self.userns is not None:
+            argv = self.userns.enter(execution.init, argv, execution.connector is not None)
+        elif execution.plan.isolation is Isolation.NAMESPACE:
             run_as = execution.plan.run_as
             drop = run_as.setpriv() if run_as is not None else []
-            enter = [tool("nsenter"), "--target", str(execution.pid), "--mount", "--"]
+            enter = [tool("nsenter"), "--target", str(execution.init), "--mount", "--pid", "--"]
             argv = [*enter, *drop, *argv]
         try:
             with self._network_of(execution.plan) as network:
@@ -498,6 +546,7 @@ class ProcessExecutor:
                     stderr=asyncio.subprocess.STDOUT,
                     env=SETUP_ENVIRONMENT,
                     cwd=execution.plan.root,
+                    start_new_session=True,  # nsenter forks into the PID namespace
                     **self._child_options(execution.plan, network=network),
                 )
         except OSError as exc:
@@ -506,7 +555,8 @@ class ProcessExecutor:
             async with asyncio.timeout(timeout_s):
                 output, _ = await proc.communicate()
         except TimeoutError:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
             return f"health check timed out after {timeout_s:g} s"
         return health_verdict(proc.returncode or 0, output.decode(errors="replace"), expected)

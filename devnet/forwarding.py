@@ -7,8 +7,11 @@ allocation starts and closed when it is shut down, across restarts of its proces
 can, it gives each allocation a network namespace of its own first (:mod:`.netns`), ports or none:
 the private port is then a port at the allocation's address, two allocations listen on one
 private port as two containers do, and the public port is also opened at the gateway address
-the allocations reach the host by, so that they reach each other's public ports. Elsewhere the
-allocations share the host's network, a private port is one on the host's loopback, and a
+the allocations reach the host by, so that they reach each other's public ports. A devnet that
+is not root gives each allocation a network namespace of its own inside its user namespaces
+(:mod:`.userns`): the private port is then a port on the allocation's own loopback, reached
+through its run's :class:`~.userns.Connector`. Elsewhere the allocations share the host's
+network, a private port is one on the host's loopback, and a
 second allocation on a private port in use is refused with the name of the first (when its
 deployment is asked for, :meth:`AllocationNetworks.refusals`, and, should two deployments
 race, when it starts), as a node without network namespaces would fail to bind it.
@@ -26,6 +29,7 @@ from collections.abc import Mapping
 from ..behaviors.ensemble import EnsembleConfigV1
 from .netns import GATEWAY, AllocationNamespace, Hub, Namespaces
 from .sandbox import SandboxError
+from .userns import Connector
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +57,22 @@ class _Forwarder:
     """One allocation's listeners and the connections they relay to ``target`` (the address
     its private ports are at)."""
 
-    def __init__(self, allocation_id: str, target: str, hub: Hub | None = None) -> None:
+    def __init__(
+        self,
+        allocation_id: str,
+        target: str,
+        hub: Hub | None = None,
+        inside: bool = False,
+    ) -> None:
         self.allocation_id = allocation_id
         self.target = target
         self.hub = hub
         """Where ``target`` is, and :data:`GATEWAY` (``None``: the host's network)."""
+        self.inside = inside
+        """Whether ``target`` is inside the allocation's network namespace of a devnet that is
+        not root, reached through :attr:`connector`."""
+        self.connector: Connector | None = None
+        """The current run's way in (``None``: no run yet)."""
         self.servers: dict[str, list[asyncio.Server]] = {}
         """Listeners by address."""
         self.relays: set[asyncio.Task[None]] = set()
@@ -92,7 +107,13 @@ class _Forwarder:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, private: int
     ) -> None:
         try:
-            if self.hub is None:
+            if self.inside:  # no run, or no server yet: the client sees it closed
+                if self.connector is None:
+                    return
+                sock = await asyncio.to_thread(self.connector.connect, self.target, private)
+                sock.setblocking(False)
+                inner_reader, inner_writer = await asyncio.open_connection(sock=sock)
+            elif self.hub is None:
                 inner_reader, inner_writer = await asyncio.open_connection(self.target, private)
             else:  # the allocation's address is routed in the hub only
                 sock = await self.hub.socket(functools.partial(socket.socket, socket.AF_INET))
@@ -144,8 +165,8 @@ class AllocationNetworks:
         self.address = address
         self.namespaces = namespaces
         self.private_loopback = False
-        """Not root, but allocations without ports can have a loopback of their own
-        (:func:`~.netns.alone`)."""
+        """Not root, but each allocation has a network namespace holding only its loopback
+        (:mod:`.userns`), which the devnet reaches through its run's connector."""
         self._private: dict[int, str] = {}
         self._forwarders: dict[str, _Forwarder] = {}
         self._namespaces: dict[str, AllocationNamespace] = {}
@@ -155,13 +176,18 @@ class AllocationNetworks:
         if self.namespaces is not None:
             return self.namespaces.describe()
         if self.private_loopback:
-            return f"{SHARED} if they have ports; the others have a loopback of their own"
+            return (
+                "each allocation has a network namespace of its own holding only its loopback, "
+                "which its public ports are relayed into"
+            )
         return SHARED
 
-    def alone(self, allocation_id: str) -> bool:
-        """Whether ``allocation_id`` gets a loopback of its own and nothing else: not root,
-        where user namespaces allow it, and only when it has no ports to forward."""
-        return self.private_loopback and allocation_id not in self._forwarders
+    def enter_through(self, allocation_id: str, connector: Connector) -> None:
+        """Relay ``allocation_id``'s public ports (if any) through ``connector``, its current
+        run's."""
+        forwarder = self._forwarders.get(allocation_id)
+        if forwarder is not None:
+            forwarder.connector = connector
 
     def public_ports(self, allocation_id: str) -> list[int]:
         """The public ports forwarded for ``allocation_id`` (none once it is closed)."""
@@ -176,7 +202,7 @@ class AllocationNetworks:
     def refusals(self, v1: EnsembleConfigV1) -> list[str]:
         """Why allocations of ``v1`` cannot listen on their private ports (one line each):
         on a shared network, a port another allocation holds."""
-        if self.namespaces is not None:
+        if self.namespaces is not None or self.private_loopback:
             return []
         return [
             f"allocation {port.allocation}: {self._held(port.private, '')}"
@@ -206,7 +232,7 @@ class AllocationNetworks:
         namespace = None
         if self.namespaces is not None:
             namespace = await self.namespaces.create(allocation_id)
-        else:
+        elif not self.private_loopback:
             for private in mapping.values():
                 if why := self._held(private, allocation_id):
                     raise SandboxError(why)
@@ -214,7 +240,7 @@ class AllocationNetworks:
         forwarder = (
             _Forwarder(allocation_id, namespace.address, self.namespaces.hub)
             if namespace is not None and self.namespaces is not None
-            else _Forwarder(allocation_id, LOOPBACK)
+            else _Forwarder(allocation_id, LOOPBACK, inside=self.private_loopback)
         )
         self._forwarders[allocation_id] = forwarder
         if namespace is not None:

@@ -49,7 +49,7 @@ from typing import TypeVar
 
 from .confinement import join_network_namespace, owner_gone
 from .sandbox import SandboxError
-from .tools import SETUP_ENVIRONMENT, SHELL, have, tool
+from .tools import SETUP_ENVIRONMENT, have, tool
 
 T = TypeVar("T")
 
@@ -240,34 +240,6 @@ class Hub:
         if self._thread is not None:
             self._thread.shutdown(wait=False)
             self._thread = None
-
-
-async def private_loopback_possible() -> bool:
-    """Whether this process, not root, can give a process a network of its own with only its
-    loopback in it (user and network namespaces: :func:`alone`)."""
-    if os.geteuid() == 0 or not have("unshare", "ip", "true"):
-        return False
-    proc = await asyncio.create_subprocess_exec(
-        *alone([tool("true")]),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=SETUP_ENVIRONMENT,
-    )
-    return await proc.wait() == 0
-
-
-def alone(argv: list[str]) -> list[str]:
-    """``argv`` in a network namespace of its own whose loopback is up and holds nothing else,
-    for a devnet that is not root: a user namespace that maps this user to root brings the
-    loopback up, and a second one maps it back to itself, so that ``argv`` keeps its user and
-    has no capability. Each ``unshare`` execs the next, so the process stays the one the
-    devnet started (its signals, its exit status)."""
-    unshare = tool("unshare")
-    inner = f"--map-user={os.geteuid()} --map-group={os.getegid()}"
-    up = f'{tool("ip")} link set lo up && exec {unshare} --user {inner} -- "$@"'
-    outer = [unshare, "--user", "--map-root-user", "--net", "--"]
-    return [*outer, SHELL, "-c", up, "dmsgw-alone", *argv]
 
 
 async def remove_stale(directory: Path = NETNS_DIR) -> None:

@@ -191,9 +191,9 @@ class ImageExecutor(ProcessExecutor):
             return image
         return ""
 
-    async def run(self, plan: SandboxPlan, *, alone: bool = False) -> Execution:
+    async def run(self, plan: SandboxPlan) -> Execution:
         if not plan.image:
-            return await super().run(plan, alone=alone)
+            return await super().run(plan)
         runtime, image = await self.images.runtime(), await self.images.config(plan.image)
         if runtime is None or image is None:
             raise SandboxError(f"image {plan.image!r} is no longer in Podman's storage")

@@ -25,8 +25,10 @@ is that user's; the sandbox directory itself, its logs and ``stage/`` stay the d
 
 Two ways to put volumes and keys at their declared paths:
 
-* ``namespace`` (root with ``unshare``): the process gets a private mount namespace and each
-  volume/key is bind-mounted at its declared path; commands and scripts run unchanged, and a
+* ``namespace`` (root with ``unshare``): the process gets private mount and PID namespaces
+  (a ``/proc`` of its own; the set-up shell stays as the namespace's init, passing signals on
+  to the command: :func:`~.userns.init_steps`) and each volume/key is bind-mounted at its
+  declared path; commands and scripts run unchanged, and a
   ``read_only`` volume is bind-remounted read-only after the scripts. Sources are first bound
   into the sandbox's ``stage/`` and reached through a descriptor, so a volume mounted over
   ``/tmp`` cannot hide the sandbox from the rest of the set-up.
@@ -54,9 +56,13 @@ from ..errors import DmsgwError
 from .confinement import RunAs
 from .protocol import AllocationDeploymentConfig
 from .tools import SHELL, tool
+from .userns import init_steps
 
 WRAPPER_NAME = "dmsgw-allocation"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DEFAULT_SIGNALS = "--default-signal=INT,QUIT"
+"""``env``'s option giving the command the default handling of the signals a shell ignores
+in what it starts in the background (the init of a PID namespace starts it so)."""
 STATUS_FIFO = "status.fifo"
 """The FIFO in the sandbox on which the set-up reports ``started`` or ``failed <i> <code>``."""
 SANDBOX_FD = 8
@@ -172,9 +178,10 @@ class SandboxPlan:
                 if m.read_only
             ]
             steps += [f"echo started > {here}/{STATUS_FIFO}", f"exec {SANDBOX_FD}<&-"]
-            run = f'exec {self._drop()}{tool("env")} -i -- "$@"'
-            shell = [SHELL, "-c", "\n".join([*steps, run]), *arguments]
-            unshare = [tool("unshare"), "--mount", "--propagation", "private", "--"]
+            steps += init_steps(f'{self._drop()}{tool("env")} {DEFAULT_SIGNALS} -i -- "$@"')
+            shell = [SHELL, "-c", "\n".join(steps), *arguments]
+            unshare = [tool("unshare"), "--mount", "--propagation", "private"]
+            unshare += ["--pid", "--fork", "--kill-child", "--"]
             return [*unshare, *shell]
         locked = [shlex.quote(str(m.source)) for m in self.locked()]
         chmod = tool("chmod")
@@ -183,7 +190,7 @@ class SandboxPlan:
         steps += self._scripts(lambda path: shlex.quote(str(path)))
         steps += [f"{chmod} -R a-w {path}" for path in locked]
         steps += [f"echo started > {shlex.quote(str(self.status_fifo))}"]
-        steps += [f'exec {tool("env")} -i -- "$@"']
+        steps += [f'exec {tool("env")} {DEFAULT_SIGNALS} -i -- "$@"']
         return [SHELL, "-c", "\n".join(steps), *arguments]
 
     def environment_arguments(self) -> list[str]:
@@ -206,7 +213,7 @@ class SandboxPlan:
         """Stage every source, open the sandbox, then mount (parents before what they contain)
         and change to the working directory."""
         in_sandbox = Path(self.workdir).is_relative_to(self.root)
-        steps = ["set -e"]
+        steps = ["set -e", f"{tool('mount')} -t proc proc /proc"]  # its PID namespace's
         if in_sandbox:  # before any mount can hide it
             steps.append(f"cd {shlex.quote(self.workdir)}")
         steps.append(f"exec {SANDBOX_FD}< {shlex.quote(str(self.root))}")

@@ -33,7 +33,7 @@ from dmsgw.devnet.confinement import (
     unprivileged,
 )
 from dmsgw.devnet.devnet import Devnet
-from dmsgw.devnet.executor import probe_isolation
+from dmsgw.devnet.executor import probe_isolation, resident_bytes
 from dmsgw.devnet.pytest_plugin import one_node_ensemble, shell_allocation, start_embedded
 from dmsgw.devnet.sandbox import Isolation
 
@@ -103,7 +103,7 @@ def test_a_root_devnet_runs_allocations_unprivileged(isolation: Isolation) -> No
         )
         pid = h.faults.allocation(eid, "svc").pid
         assert pid is not None
-        status = _status(pid)
+        status = _status(_command(pid, b"sleep\0"))
         assert status["Uid"].split() == [str(user.uid)] * 4  # real, effective, saved, fs
         assert status["Gid"].split() == [str(user.gid)] * 4
         assert status["Groups"].strip() == ""
@@ -116,6 +116,16 @@ def test_a_root_devnet_runs_allocations_unprivileged(isolation: Isolation) -> No
         h.wait_for(healthy, what="the health check, run as the same user, to pass")
     finally:
         h.close()
+
+
+def _command(pid: int, argv0: bytes) -> int:
+    """The process of an allocation (``pid``: its main process) whose command line starts
+    with ``argv0`` (in namespace isolation the main process is ``unshare``, whose child, the
+    PID namespace's init, starts the command)."""
+    for found in resident_bytes(pid):
+        if Path(f"/proc/{found}/cmdline").read_bytes().startswith(argv0):
+            return found
+    raise AssertionError(f"no process of allocation {pid} runs {argv0!r}")
 
 
 @needs_root
@@ -166,6 +176,7 @@ async def test_a_work_dir_the_allocations_user_cannot_reach_is_refused(host_dir:
 
 CHILD = """
 import json, sys
+from dmsgw.devnet.executor import resident_bytes
 from dmsgw.devnet.pytest_plugin import one_node_ensemble, shell_allocation, start_embedded
 
 h = start_embedded(nodes=1, seed="killed", isolation=sys.argv[1])
@@ -176,7 +187,8 @@ h.wait_status(eid, "Running")
 svc = h.faults.allocation(eid, "svc")
 background = h.wait_for(lambda: svc.plan.stdout.read_text().strip(), what="the background sleep")
 info = {"root": str(h.devnet.root), "watchdog": h.devnet.watchdog.pid}
-print(json.dumps({**info, "pids": [svc.pid, int(background)]}), flush=True)
+others = sorted(set(resident_bytes(svc.pid)) - {svc.pid})  # host PIDs, not the namespace's
+print(json.dumps({**info, "pids": [svc.pid, *others]}), flush=True)
 sys.stdin.read()  # until killed
 """
 

@@ -24,7 +24,7 @@ import pytest
 from dmsgw.behaviors.ensemble import SpecConfig, VolumeConfig
 from dmsgw.devnet.cgroups import Cgroups
 from dmsgw.devnet.confinement import unprivileged
-from dmsgw.devnet.executor import OOM_ERROR, probe_isolation
+from dmsgw.devnet.executor import OOM_ERROR, probe_isolation, resident_bytes
 from dmsgw.devnet.protocol import AllocationDeploymentConfig
 from dmsgw.devnet.pytest_plugin import (
     EmbeddedDevnet,
@@ -234,12 +234,16 @@ def test_shutdown_terms_the_main_process_only_then_kills_the_group(
     started = h.wait_for(
         lambda: re.fullmatch(r"child (\d+)\n", h.stdout(eid, "n1.svc")), what="the child"
     )
+    assert svc.pid is not None
+    group = resident_bytes(svc.pid)  # its processes, by their PIDs on the host
     h.background.call(svc.shutdown())  # what a deployment's shutdown does to each allocation
     assert svc.plan is not None  # read on disk: a deployment's shutdown would remove it
     assert svc.plan.stdout.read_text() == f"{started.group(0)}main-term\n"
     assert svc.exit_code == 0
-    with pytest.raises(ProcessLookupError):
-        os.kill(int(started.group(1)), 0)
+    assert len(group) >= 3  # the main shell, its child's shell, and at least a sleep
+    for pid in group:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_memory_beyond_ram_size_is_killed_as_an_oom(embedded_devnet: EmbeddedDevnet) -> None:

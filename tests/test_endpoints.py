@@ -34,6 +34,7 @@ from dmsgw.devnet.netns import (
     veth_name,
 )
 from dmsgw.devnet.sandbox import Isolation, SandboxError
+from dmsgw.devnet.userns import UserNamespaces
 from dmsgw.devnet_files.devnet_record import process_start_time
 from dmsgw.interlink.records.endpoints import endpoints_of
 from dmsgw.interlink.records.pod_record import PodRecord
@@ -482,9 +483,11 @@ async def test_namespaces_a_killed_devnet_left_are_removed_at_the_next_start() -
 async def test_without_root_allocations_share_the_hosts_network(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A devnet that is not root makes no namespaces, says so once in its start line, and
-    one asked for them says why it cannot have them."""
+    """A devnet that is not root makes no hub namespaces (nor, where the kernel refuses user
+    namespaces, any), says so once in its start line, and one asked for them says why it
+    cannot have them."""
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(UserNamespaces, "probe", _refused)
     assert await Namespaces.probe("dmsgw-devnet-x") is None
     caplog.set_level(logging.INFO, logger="dmsgw.devnet.devnet")
     devnet = Devnet(nodes=1, seed="shared", isolation=Isolation.REWRITE)
@@ -566,3 +569,7 @@ async def test_an_ended_deployment_publishes_no_endpoint(tmp_path: Path) -> None
         assert view["endpoints"] == [] and view["node"] == "pod"  # where it ran: kept
     finally:
         await gateway.close()
+
+
+async def _refused(self: UserNamespaces) -> tuple[bool, bool]:
+    return False, False

@@ -20,9 +20,11 @@ import base64
 import functools
 import logging
 import os
+import shutil
 import socket
 import stat
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ from dmsgw.devnet.confinement import CLAIMS_DIR, IDENTITY_BASE, Identities, unpr
 from dmsgw.devnet.devnet import Devnet
 from dmsgw.devnet.executor import probe_isolation
 from dmsgw.devnet.forwarding import _listening_socket
-from dmsgw.devnet.netns import GATEWAY, alone
+from dmsgw.devnet.netns import GATEWAY
 from dmsgw.devnet.pytest_plugin import (
     EmbeddedDevnet,
     one_node_ensemble,
@@ -40,20 +42,22 @@ from dmsgw.devnet.pytest_plugin import (
     start_embedded,
 )
 from dmsgw.devnet.sandbox import Isolation
+from dmsgw.devnet.userns import UserNamespaces
 from dmsgw.devnet_files.devnet_record import process_start_time
 from tests.support.devnet_gateways import (
     NAMESPACES_POSSIBLE,
     PYTHON,
-    needs_namespaces,
     serving,
 )
 from tests.support.gateway_fakes import pod, uid, until_async
+from tests.support.ordinary_user import ORDINARY, USERS, cases, played_elsewhere
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(
     not ROOT, reason="a user per pod and root's set-up steps exist only on a root devnet"
 )
 PRIVILEGED = ("unshare", "mount", "setpriv", "nsenter", "env", "mkdir", "chmod", "true", "ip")
+PRIVILEGED += ("bash",)
 """Every program the devnet's set-up runs, which a pod's ``PATH`` must never choose."""
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -81,14 +85,16 @@ def _with_script(ensemble: dict[str, Any], name: str, text: str) -> dict[str, An
 # --- a pod's environment never reaches a privileged step --------------------------------------
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
 def test_a_pods_path_never_chooses_a_program_of_the_set_up(
-    isolation: Isolation, host_dir: Path
+    user: str, isolation: Isolation, host_dir: Path
 ) -> None:
     """The issue's critical attack: ``PATH`` put a pod's own ``unshare`` (and ``mount``,
     ``setpriv``, ``nsenter``…) before the system's, and root ran it when the allocation
     started, restarted, or was health-checked. Each fake here records who ran it; none may
     run at all, while the pod's own command is still found through its ``PATH``."""
+    if played_elsewhere(user):
+        return
     fakes = host_dir / "bin"
     fakes.mkdir(mode=0o755)
     proof = host_dir / "proof"
@@ -124,14 +130,16 @@ def test_a_pods_path_never_chooses_a_program_of_the_set_up(
         h.close()
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
 def test_a_pods_loader_variables_never_reach_a_privileged_step(
-    isolation: Isolation, host_dir: Path
+    user: str, isolation: Isolation, host_dir: Path
 ) -> None:
     """``LD_PRELOAD`` and its family are read by the dynamic loader of every program the
     variables reach. With ``LD_DEBUG_OUTPUT`` the loader of each such program leaves a trace
     file owned by whoever ran it: only the pod's own user may leave one, and no trace may
     name a set-up program."""
+    if played_elsewhere(user):
+        return
     traces = host_dir / "trace"
     libc = next(Path("/").glob("usr/lib/*/libc.so.6"), None) or next(
         Path("/").glob("lib*/libc.so.6")
@@ -175,9 +183,15 @@ def test_a_pods_loader_variables_never_reach_a_privileged_step(
 REACH = """
 import socket, sys
 reached, allowed = [], False
+own = socket.create_server(('127.0.0.1', 0))  # its own loopback is its own
+sys.argv.append('127.0.0.1:%d:yes' % own.getsockname()[1])
 for host, port, must in [tuple(t.split(':')) for t in sys.argv[1:]]:
     try:
-        socket.create_connection((host, int(port)), 3).close()
+        if host == 'unix':  # a socket file's path
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(port)
+        else:
+            socket.create_connection((host, int(port)), 3).close()
     except OSError:
         continue
     if must == 'yes':
@@ -202,29 +216,44 @@ def _host_address() -> str | None:
 
 
 @pytest.mark.skipif(PYTHON is None, reason="the attacking pod runs /usr/bin/python3")
-@needs_namespaces
-async def test_a_pod_reaches_no_api_of_the_gateway_or_the_devnet(tmp_path: Path) -> None:
+@pytest.mark.parametrize("user", USERS)
+async def test_a_pod_reaches_no_api_of_the_gateway_or_the_devnet(user: str, tmp_path: Path) -> None:
     """The issue's second attack: a pod without ports shared the host's network and read
     every pod through the operator port, and deleted them through the plugin API. Now it
     tries the plugin API, the operator port, every devnet node's API and a host service
     bound to every address (at 127.0.0.1, at the hub's gateway address, at the host's own
-    address): it reaches none, and still reaches the relays of public ports in the hub."""
+    address), nor the plugin API's unix socket where the gateway makes it by default, in its
+    user's home: it reaches none, and still reaches its own loopback — and, on a root devnet,
+    the relays of public ports in the hub (an ordinary user's devnet has no hub: its pods
+    have a network namespace holding their loopback alone)."""
+    if played_elsewhere(user):
+        return
+    if user == "root" and not NAMESPACES_POSSIBLE:
+        pytest.skip("network namespaces need ip (iproute2)")
     anywhere = socket.create_server(("0.0.0.0", 0))
-    async with serving(tmp_path, network_namespaces=True) as s:
+    private = Path.home() / f".dmsgw-reach-{os.getpid()}"  # as ~/.interlink: 0700, socket 0600
+    private.mkdir(mode=0o700)
+    plugin_socket = socket.socket(socket.AF_UNIX)
+    plugin_socket.bind(str(private / "plugin.sock"))
+    plugin_socket.listen()
+    async with serving(tmp_path, network_namespaces=True if user == "root" else None) as s:
         namespaces = s.devnet.networks.namespaces
-        assert namespaces is not None
-        relay = await namespaces.hub.socket(functools.partial(_listening_socket, GATEWAY, 0))
-        relay.listen()
+        relay = socket.socket()
+        if namespaces is not None:
+            relay.close()
+            relay = await namespaces.hub.socket(functools.partial(_listening_socket, GATEWAY, 0))
+            relay.listen()
         try:
             every = anywhere.getsockname()[1]
             targets = [
                 f"127.0.0.1:{s.plugin.port}:no",
                 f"127.0.0.1:{s.operator.port}:no",
+                f"unix:{private / 'plugin.sock'}:no",
                 *(f"{url.split('//')[1]}:no" for url in s.devnet.urls),
                 f"127.0.0.1:{every}:no",
                 f"{GATEWAY}:{every}:no",
                 *([f"{a}:{every}:no"] if (a := _host_address()) else []),
-                f"{GATEWAY}:{relay.getsockname()[1]}:yes",
+                *([f"{GATEWAY}:{relay.getsockname()[1]}:yes"] if namespaces else []),
             ]
             attacker = pod(uid(25), command=[PYTHON, "-c", REACH, *targets])
             await s.create(attacker)
@@ -238,6 +267,8 @@ async def test_a_pod_reaches_no_api_of_the_gateway_or_the_devnet(tmp_path: Path)
         finally:
             relay.close()
             anywhere.close()
+            plugin_socket.close()
+            shutil.rmtree(private)
 
 
 # --- a pod reads nothing of another pod --------------------------------------------------------
@@ -250,20 +281,26 @@ for e in /proc/[0-9]*/environ; do cat "$e" 2>/dev/null | tr '\0' '\n' | grep SEC
 top="${HOME%/allocations/*}"
 grep -rhs SECRET "$top/allocations" "$top/volumes" 2>/dev/null
 grep -rhs SECRET "$top/.." 2>/dev/null | head -n 5
+grep -hs SECRET STATEFILE
 echo done
 exec sleep 60
 """
 
 
-@pytest.mark.parametrize("isolation", [i for i in ISOLATIONS if ROOT])
-@needs_root
-def test_a_pod_reads_no_other_pods_env_files_secrets_or_logs(isolation: Isolation) -> None:
+@pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
+def test_a_pod_reads_no_other_pods_env_files_secrets_or_logs(
+    user: str, isolation: Isolation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The issue's third attack: every pod ran as ``nobody``, so one read another's Secret
     from ``/proc/<pid>/environ``, from its volumes and key files in the devnet's work
     directory (found from its own ``$HOME``), and read its logs. The victim holds its secret
     in its environment, a Secret-like key file, a volume written by its provision script,
     and its stdout; the attacker, another pod on the same node, finds it nowhere — and it
-    does find its own environment."""
+    does find its own environment. On an ordinary user's devnet both pods run as that user:
+    their PID and mount namespaces keep them apart. Nor does it read the gateway's state
+    (which holds every pod's Secret data)."""
+    if played_elsewhere(user):
+        return
     victim = _service(
         f"echo {SECRET} > $HOME/note; echo {SECRET}; exec sleep 60",
         {"SECRET": SECRET},
@@ -274,7 +311,13 @@ def test_a_pod_reads_no_other_pods_env_files_secrets_or_logs(isolation: Isolatio
     victim_ensemble = _with_script(
         one_node_ensemble({"victim": victim}), "secret", f"echo {SECRET} > /secret/value\n"
     )
-    attacker = _service(STEAL.replace("SECRET", SECRET).replace("MINE", MINE), {MINE: "1"})
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # the gateway's state: pod Secrets
+    state = tmp_path / "dmsgw" / "gateway.sqlite3"
+    state.parent.mkdir(mode=0o700)
+    state.write_text(SECRET)
+    state.chmod(0o600)
+    steal = STEAL.replace("SECRET", SECRET).replace("MINE", MINE)
+    attacker = _service(steal.replace("STATEFILE", str(state)), {MINE: "1"})
     h = start_embedded(nodes=1, seed=f"steal-{isolation}", isolation=isolation)
     try:
         victim_id = h.dms.deployment.new(victim_ensemble).ensemble_id
@@ -287,12 +330,120 @@ def test_a_pod_reads_no_other_pods_env_files_secrets_or_logs(isolation: Isolatio
             what="the attacker's search",
         )
         assert out == "own: 1\ndone\n", out
+        if user == ORDINARY:
+            return
         victim_alloc = h.faults.allocation(victim_id, "victim")
         assert victim_alloc.plan is not None
         mode = stat.S_IMODE(victim_alloc.plan.root.stat().st_mode)
         assert mode == 0o710 and stat.S_IMODE(victim_alloc.plan.stdout.stat().st_mode) == 0o600
     finally:
         h.close()
+
+
+LIST = r"""
+trap 'echo got-term; exit 7' TERM
+for p in /proc/[0-9]*; do tr '\0' ' ' < "$p/cmdline"; echo; done 2>/dev/null \
+  | grep -c 'sleep 4711[.]25'
+echo listed
+sleep 61 & wait
+"""
+
+
+@pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
+def test_a_pod_sees_no_other_pods_processes_and_still_gets_its_sigterm(
+    user: str, isolation: Isolation
+) -> None:
+    """Beside the other pods' environments (refused by the kernel on a root devnet, as
+    another user's), their command lines and working directories were listed in ``/proc``.
+    A pod has a PID namespace of its own — on a root devnet with namespace isolation and on
+    an ordinary user's — and sees none of another pod's processes. Its init passes
+    ``docker stop``'s SIGTERM on: the command's trap runs and its exit code is the
+    deployment's, rather than a SIGKILL at the end of the grace period."""
+    if played_elsewhere(user):
+        return
+    victim = shell_allocation("service", "exec sleep 4711.25")
+    attacker = shell_allocation("service", LIST)
+    h = start_embedded(nodes=1, seed=f"pids-{user}-{isolation}", isolation=isolation)
+    try:
+        victim_id = h.dms.deployment.new(one_node_ensemble({"victim": victim})).ensemble_id
+        assert h.wait_status(victim_id, "Running", "Failed") == "Running"
+        eid = h.dms.deployment.new(one_node_ensemble({"attacker": attacker})).ensemble_id
+        assert h.wait_status(eid, "Running", "Failed") == "Running"
+        out = h.wait_for(
+            lambda: (o := h.stdout(eid, "n1.attacker")).endswith("listed\n") and o,
+            what="the attacker's listing",
+        )
+        pid_namespace = user == ORDINARY or isolation is Isolation.NAMESPACE
+        assert out == ("0\nlisted\n" if pid_namespace else "1\nlisted\n"), out
+        allocation = h.faults.allocation(eid, "attacker")
+        h.background.call(allocation.shutdown())
+        assert allocation.exit_code == 7
+        assert h.stdout(eid, "n1.attacker").endswith("got-term\n")
+    finally:
+        h.close()
+
+
+SERVE = """
+import http.server as h, socket, sys
+try:
+    socket.create_connection(('127.0.0.1', int(sys.argv[2])), 3).close()
+    print('reached the host', flush=True)
+except OSError:
+    print('refused', flush=True)
+class A(h.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header('Content-Length', '5')
+        self.end_headers()
+        self.wfile.write(b'hello')
+h.HTTPServer(('', int(sys.argv[1])), A).serve_forever()
+"""
+
+
+@pytest.mark.skipif(PYTHON is None, reason="the pod runs /usr/bin/python3")
+@pytest.mark.parametrize("user", USERS)
+def test_a_pod_with_a_port_and_an_http_check_is_reached_yet_reaches_nothing_of_the_host(
+    user: str,
+) -> None:
+    """A pod with ports, or an HTTP check, used to share the host's network on an ordinary
+    user's devnet (the devnet relays and checks from its own namespace): it reached what
+    listens on the host's loopback. Now it has a network of its own there too — its public
+    port still reaches its server, its HTTP check still passes, and a host service on
+    127.0.0.1 is out of its reach."""
+    if played_elsewhere(user):
+        return
+    with socket.create_server(("127.0.0.1", 0)) as host_service, socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        public = free.getsockname()[1]
+        free.close()
+        private = 8080
+        check = {"type": "http", "endpoint": f":{private}/", "interval": 10**8}
+        svc = shell_allocation("service", "", healthcheck=check)
+        svc["execution"]["params"]["cmd"] = [
+            PYTHON,
+            "-c",
+            SERVE,
+            str(private),
+            str(host_service.getsockname()[1]),
+        ]
+        ports = [{"public": public, "private": private, "allocation": "svc"}]
+        h = start_embedded(nodes=1, seed=f"ports-{user}")
+        try:
+            eid = h.dms.deployment.new(one_node_ensemble({"svc": svc}, ports=ports)).ensemble_id
+            assert h.wait_status(eid, "Running", "Failed") == "Running"
+            assert h.wait_for(lambda: h.stdout(eid, "n1.svc"), what="its try") == "refused\n"
+            h.wait_for(lambda: _healthy(h, eid), what="the HTTP check, made inside")
+
+            def answer() -> bytes:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{public}/", timeout=5) as r:
+                        return bytes(r.read())
+                except OSError:
+                    return b""
+
+            assert h.wait_for(answer, what="its server through its public port") == b"hello"
+        finally:
+            h.close()
 
 
 # --- each pod its own identity; a deleted pod leaves nothing ----------------------------------
@@ -329,10 +480,12 @@ def test_each_pod_runs_as_a_user_of_its_own_freed_when_it_is_deleted() -> None:
         h.close()
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_a_deleted_pods_files_and_logs_are_removed(isolation: Isolation) -> None:
+@pytest.mark.parametrize(("user", "isolation"), cases(ISOLATIONS))
+def test_a_deleted_pods_files_and_logs_are_removed(user: str, isolation: Isolation) -> None:
     """The issue's fourth finding: a deleted pod's sandbox and the devnet's copy of its logs
     stayed until the devnet stopped. Now its shutdown removes them, and its volumes."""
+    if played_elsewhere(user):
+        return
     svc = shell_allocation(
         "service",
         "head -c 100000 /dev/zero | tr '\\0' x; echo; echo x > $HOME/left; exec sleep 60",
@@ -355,28 +508,39 @@ def test_a_deleted_pods_files_and_logs_are_removed(isolation: Isolation) -> None
         h.close()
 
 
+@pytest.mark.parametrize("user", USERS)
 async def test_a_devnet_that_cannot_keep_pods_apart_warns_what_no_longer_holds(
-    caplog: pytest.LogCaptureFixture,
+    user: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without network namespaces (or, not root, without a user per pod) the devnet says at
-    start which boundaries are gone; with them it warns of nothing."""
+    """Without network namespaces the devnet says at start which boundaries are gone; with
+    them it warns of nothing; and, run by an ordinary user where the kernel refuses that user
+    namespaces, it says that its pods run as its own user, unseparated, on the host's
+    network."""
+    if played_elsewhere(user):
+        return
     caplog.set_level(logging.WARNING, logger="dmsgw.devnet.devnet")
-    devnet = Devnet(nodes=1, seed="shared-warning", network_namespaces=False)
-    await devnet.start()
-    try:
-        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-        assert any("no network namespaces: pods share the host's network" in w for w in warnings)
-        assert any("not root" in w for w in warnings) is (not ROOT)
-    finally:
-        await devnet.stop()
-    if ROOT and NAMESPACES_POSSIBLE:
+
+    async def warnings_of(devnet: Devnet) -> list[str]:
         caplog.clear()
-        contained = Devnet(nodes=1, seed="contained")
-        await contained.start()
-        try:
-            assert [r for r in caplog.records if r.levelno == logging.WARNING] == []
-        finally:
-            await contained.stop()
+        await devnet.start()
+        await devnet.stop()
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    shared = await warnings_of(Devnet(nodes=1, seed="shared", network_namespaces=False))
+    assert [w for w in shared if "no network namespaces: pods share the host's network" in w]
+    assert not [w for w in shared if "not root" in w]
+    contained = await warnings_of(Devnet(nodes=1, seed="contained"))
+    assert contained == [] or (user == "root" and not NAMESPACES_POSSIBLE), contained
+    if user == "root":
+        return
+    monkeypatch.setattr(UserNamespaces, "probe", _refused)
+    refused = await warnings_of(Devnet(nodes=1, seed="refused"))
+    assert [w for w in refused if "this kernel refuses this user namespaces" in w], refused
+    assert [w for w in refused if "pods share the host's network" in w], refused
+
+
+async def _refused(self: UserNamespaces) -> tuple[bool, bool]:
+    return False, False
 
 
 def test_the_ids_a_dead_devnet_held_are_freed_by_the_next(tmp_path: Path) -> None:
@@ -392,28 +556,21 @@ def test_the_ids_a_dead_devnet_held_are_freed_by_the_next(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1879048194"]
 
 
-@pytest.mark.skipif(not ROOT, reason="plays an ordinary user through setpriv, which needs root")
-def test_as_an_ordinary_user_a_pod_without_ports_reaches_nothing_on_the_hosts_loopback(
-    monkeypatch: pytest.MonkeyPatch,
+def test_user_namespaces_hide_all_but_the_pods_own_and_never_the_systems_programs(
+    tmp_path: Path,
 ) -> None:
-    """A devnet run by an ordinary user cannot make network namespaces with links; a pod
-    without ports then gets a loopback of its own (user and network namespaces), where the
-    host's 127.0.0.1 — the gateway's operator port, the nodes' APIs — is not. Played here
-    as ``nobody``: the same connection succeeds outside and fails inside, while the pod's own
-    loopback works and it keeps its user."""
-    nobody = unprivileged()
-    monkeypatch.setattr(os, "geteuid", lambda: nobody.uid)
-    monkeypatch.setattr(os, "getegid", lambda: nobody.gid)
-    as_nobody = ["setpriv", f"--reuid={nobody.uid}", f"--regid={nobody.gid}", "--clear-groups"]
-    probe = subprocess.run([*as_nobody, *alone(["true"])], capture_output=True, timeout=30)
-    if probe.returncode != 0:
-        pytest.skip(f"this kernel refuses ordinary users namespaces: {probe.stderr!r}")
-    with socket.create_server(("127.0.0.1", 0)) as host_service:
-        port = host_service.getsockname()[1]
-        reach = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo reached || echo refused"
-        own = "python3 -c 'import socket; s = socket.create_server((\"127.0.0.1\", 0))'"
-        script = ["/bin/bash", "-c", f"id -u; {reach}; {own} && echo own-loopback"]
-        outside = subprocess.run([*as_nobody, *script], capture_output=True, timeout=30)
-        inside = subprocess.run([*as_nobody, *alone(script)], capture_output=True, timeout=30)
-    assert outside.stdout.decode().splitlines()[1] == "reached"
-    assert inside.stdout.decode().splitlines() == [str(nobody.uid), "refused", "own-loopback"]
+    """The wrapper of an ordinary user's devnet covers the work directory but for the pod's
+    own sandbox; a directory to hide that holds the system's programs (a user whose home is
+    ``/``) is left alone, or no pod could run anything."""
+    work = tmp_path / "work"
+    (work / "other-pod").mkdir(parents=True)
+    (work / "this-pod").mkdir()
+    (work / "this-pod" / "file").write_text("kept")
+    userns = UserNamespaces(os.geteuid(), os.getegid(), (work, Path("/")))
+    script = 'ls "$0"; cat "$0/this-pod/file"; echo; ls /usr/bin/env'
+    argv = userns.wrap(["/bin/sh", "-c", script, str(work)], [work / "this-pod"], network=False)
+    probe = ["unshare", "--user", "--map-root-user", "true"]
+    if subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode:
+        pytest.skip("this kernel refuses user namespaces")
+    done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    assert done.stdout.decode().split() == ["this-pod", "kept", "/usr/bin/env"], done.stderr

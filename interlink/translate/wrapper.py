@@ -306,8 +306,8 @@ dmsgw_kill() {  # as the kubelet kills a container that failed its probe
 }
 dmsgw_probe() {  # kind, delay, period, timeout, successes, failures, label, check...
   _kind=$1 _delay=$2 _period=$3 _timeout=$4 _succ=$5 _fail=$6 _label=$7; shift 7
-  _out="${TMPDIR:-/tmp}/dmsgw-probe-$$-$_kind"
-  { : >"$_out"; } 2>/dev/null || _out=/dev/null
+  # A file of its own: $$ is not unique where pods share /tmp but not their PID namespace.
+  _out=$(mktemp "${TMPDIR:-/tmp}/dmsgw-probe-$_kind.XXXXXX" 2>/dev/null) || _out=/dev/null
   _wait=$((dmsgw_t0 + _delay - $(dmsgw_now)))
   [ "$_wait" -le 0 ] || sleep "$_wait"
   _ok=0 _bad=0 _state= _last=
