@@ -63,7 +63,7 @@ from .resources import Capacity
 from .server import BackendUnavailable, UnknownPodError
 from .snapshots import Shown, Snapshots
 from .store import PodStore
-from .translation import Translate, refuse_what_cannot_run
+from .translation import FirstAttempts, Translate, refuse_what_cannot_run
 from .under_way import RECREATE_WAIT_S, UnderWay
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,7 @@ class Gateway:
         """The pods and their usage on the operator port (set by ``start_backend``)."""
         self._polls = PollLedger(parts.clock, parts.orphan_grace_s)
         self._owned = OwnedEnsembles(parts.invoke, parts.owner)
+        self._first_attempts = FirstAttempts(self._translate)  # each create translates once
         # One generator for every pod's retry jitter: a Random is 2.5 KiB, a tenth of a pod.
         self._jitter = random.Random()
         self.gave_up: asyncio.Future[str] = parts.loop.create_future()
@@ -318,7 +319,7 @@ class Gateway:
                 latest,
                 invoke=self.parts.invoke,
                 store=self.parts.store,
-                translate=self._translate,
+                translate=self._first_attempts,
                 snapshot=self._snapshot,
                 snapshots=self.snapshots,
                 on_deleted=self._forget,
@@ -357,6 +358,7 @@ class Gateway:
         self._latest.pop(uid, None)
         self._records.pop(uid, None)
         self._polls.drop(uid)
+        self._first_attempts.forget(uid)
         self._under_way.deleted(uid)
         self._heap.let_go()
 
@@ -371,15 +373,17 @@ class Gateway:
         deployment happens in the pod actor. The pods of one request are taken one after another;
         separate requests run concurrently (their store writes share one commit, their actors
         start in one supervisor message), and a second create of a UID waits for the first."""
-        refuse_what_cannot_run(self.parts.translate, pods)
+        first = refuse_what_cannot_run(self._translate, pods)
         results = []
         for data in pods:
             uid = data.pod.metadata.uid
-            await self._create_one(uid, data)
+            await self._create_one(uid, data, first.get(uid))
             results.append(CreateStruct.model_validate({"PodUID": uid, "PodJID": job_id(uid)}))
         return results
 
-    async def _create_one(self, uid: str, data: RetrievedPodData) -> None:
+    async def _create_one(
+        self, uid: str, data: RetrievedPodData, first: EnsembleConfig | None
+    ) -> None:
         await self._under_way.settled(uid)  # a delete of the UID under way ends first
         if uid in self._records:
             return
@@ -390,6 +394,7 @@ class Gateway:
             # before the actor starts (actors take turns), and interLink may poll at once.
             kept = entry_of(record, self._snapshot)
             await self.parts.store.put(uid, stored(record, kept))
+            self._first_attempts.keep(uid, first)
             await self._spawn(record, kept)
 
     async def delete(self, pod: k8s.Pod) -> None:
