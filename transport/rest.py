@@ -221,8 +221,11 @@ async def _read_body(resp: aiohttp.ClientResponse, what: str) -> bytes:
     """The whole body, up to :data:`MAX_RESPONSE_BYTES`. Read to the end, so that aiohttp
     returns the connection to its pool: a body left unread closes it, and every request
     would pay for a new one."""
+    length = resp.content_length
+    if length is not None and length <= MAX_RESPONSE_BYTES:
+        return await resp.read()  # the length bounds it; one read, no iterator (a DMS's way)
     too_large = TransportError(f"{what}: reply larger than {MAX_RESPONSE_BYTES} bytes")
-    if (resp.content_length or 0) > MAX_RESPONSE_BYTES:
+    if (length or 0) > MAX_RESPONSE_BYTES:
         raise too_large
     chunks: list[bytes] = []
     size = 0
