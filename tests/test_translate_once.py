@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from dmsgw.clock import NS_PER_SECOND, FixedClock
 from dmsgw.interlink.bodies import RetrievedPodData
+from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.parsing import parse_create_body
 from dmsgw.interlink.pod_record import ATTEMPT_KEY, Phase
 from dmsgw.interlink.recovery import OWNER_KEY
@@ -44,65 +46,58 @@ async def _nothing() -> None:
 
 
 @pytest.fixture
-def clock() -> FixedClock:
-    return FixedClock(1_700_000_000 * NS_PER_SECOND)
+def dms(tmp_path: Path) -> FakeDMS:
+    return FakeDMS(tmp_path / "logs")
 
 
-async def test_a_created_pod_is_translated_once_for_its_refusal_queue_and_deploy(
-    clock: FixedClock, tmp_path: Path
-) -> None:
-    dms = FakeDMS(tmp_path / "logs")
-    translate = CountedTranslation()
+async def _created(
+    dms: FakeDMS, translate: CountedTranslation, tmp_path: Path, n: int
+) -> AsyncIterator[Gateway]:
+    """A gateway over ``dms`` translating with ``translate``, once pod ``n`` (created, with
+    ``restartPolicy: Never``) is deployed."""
+    clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
     gateway = await gateway_on(
         dms, tmp_path / "state", owner=OWNER, clock=clock, translate=translate
     )
     try:
-        await create(gateway, pod(uid(1), policy="Never"))
-        await until(lambda: len(dms.live(uid(1))) == 1, "deployed")
+        await create(gateway, pod(uid(n), policy="Never"))
+        await until(lambda: len(dms.live(uid(n))) == 1, "deployed")
+        yield gateway
+    finally:
+        await gateway.close()
+
+
+async def test_a_created_pod_is_translated_once_for_its_refusal_queue_and_deploy(
+    dms: FakeDMS, tmp_path: Path
+) -> None:
+    translate = CountedTranslation()
+    async for _ in _created(dms, translate, tmp_path, 1):
         deployed = dms.live(uid(1))[0]
         assert translate.calls == Counter({1: 1})
         assert deployed.metadata[ATTEMPT_KEY] == "1"  # the create's ensemble, stamped
         assert deployed.metadata[OWNER_KEY] == OWNER
-    finally:
-        await gateway.close()
 
 
 async def test_a_pod_not_translatable_at_its_create_is_translated_once_afterwards(
-    clock: FixedClock, tmp_path: Path
+    dms: FakeDMS, tmp_path: Path
 ) -> None:
     """The create's translation could not be had yet: the queue's is the deploy's."""
-    dms = FakeDMS(tmp_path / "logs")
     translate = CountedTranslation(not_ready=1)
-    gateway = await gateway_on(
-        dms, tmp_path / "state", owner=OWNER, clock=clock, translate=translate
-    )
-    try:
-        await create(gateway, pod(uid(2), policy="Never"))
-        await until(lambda: len(dms.live(uid(2))) == 1, "deployed")
+    async for _ in _created(dms, translate, tmp_path, 2):
         assert translate.calls == Counter({1: 2})  # the create's (not ready), the queue's
-    finally:
-        await gateway.close()
 
 
 async def test_an_attempt_after_a_refusal_is_translated_once_too(
-    clock: FixedClock, tmp_path: Path
+    dms: FakeDMS, tmp_path: Path
 ) -> None:
     """The DMS refuses the first attempt for lack of room: the pod waits again and its
     second attempt is translated once, in the queue, and deployed as translated there."""
-    dms = FakeDMS(tmp_path / "logs")
     dms.refuse = 1
     translate = CountedTranslation()
-    gateway = await gateway_on(
-        dms, tmp_path / "state", owner=OWNER, clock=clock, translate=translate
-    )
-    try:
-        await create(gateway, pod(uid(3), policy="Never"))
-        await until(lambda: len(dms.live(uid(3))) == 1, "deployed again")
+    async for gateway in _created(dms, translate, tmp_path, 3):
         assert dms.live(uid(3))[0].metadata[ATTEMPT_KEY] == "2"
         assert gateway._records[uid(3)].phase != Phase.TERMINAL
         assert translate.calls == Counter({1: 1, 2: 1})
-    finally:
-        await gateway.close()
 
 
 def test_a_kept_first_attempt_is_handed_out_once_and_only_to_the_first_attempt() -> None:
