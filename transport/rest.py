@@ -114,6 +114,7 @@ class RestTransport:
         self._max_concurrency = max_concurrency
         self._slots = asyncio.Semaphore(max_concurrency)
         self._handle: Handle | None = None
+        self._fetching = asyncio.Lock()  # callers at once fetch the handle once
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -140,18 +141,22 @@ class RestTransport:
 
     async def handle(self, *, refresh: bool = False) -> Handle:
         """The DMS root actor's handle (``GET /actor/handle``)."""
-        if self._handle is None or refresh:
-            status, body = await self._request("GET", "/handle", None, "GET /actor/handle")
-            if status != 200:
-                text = _error_text(body) + self._hint(reached=True)
-                raise DMSRequestError("GET /actor/handle", status, text)
-            try:
-                self._handle = Handle.from_json(body)
-            except GoDecodeError as exc:
-                raise TransportError(
-                    f"{self.base_url} did not answer a DMS handle: {exc}"
-                ) from None
+        if self._handle is not None and not refresh:
+            return self._handle
+        async with self._fetching:
+            if self._handle is None or refresh:
+                self._handle = await self._fetch_handle()
         return self._handle
+
+    async def _fetch_handle(self) -> Handle:
+        status, body = await self._request("GET", "/handle", None, "GET /actor/handle")
+        if status != 200:
+            text = _error_text(body) + self._hint(reached=True)
+            raise DMSRequestError("GET /actor/handle", status, text)
+        try:
+            return Handle.from_json(body)
+        except GoDecodeError as exc:
+            raise TransportError(f"{self.base_url} did not answer a DMS handle: {exc}") from None
 
     async def invoke(self, envelope: Envelope) -> Envelope:
         """``POST /actor/invoke``: the DMS forwards the envelope and returns the first reply."""
