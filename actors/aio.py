@@ -163,6 +163,19 @@ class AsyncActorRef(Generic[A]):
 
         return asyncio.run_coroutine_threadsafe(_ask(), self.loop)
 
+    def idle(self) -> A | None:
+        """The actor itself while it is alive and idle (started, no task, an empty mailbox,
+        no turns to take), to a caller on its loop; else ``None``. Such a caller may run one
+        of its *synchronous* methods in its own turn instead of asking: nothing else runs in
+        the actor until that returns (the loop runs one thing at a time), so its state is
+        still touched by one thing at a time, and the ask's task and two turns are saved."""
+        actor = self._actor
+        if actor is None or self._task is not None or self._inbox or not self._spawned:
+            return None
+        if self._stopping or actor._turns is not None or not _on_loop(self.loop):
+            return None
+        return actor
+
     def proxy(self) -> _Proxy:
         """``await ref.proxy().method(args)`` runs ``method`` inside the actor."""
         return _Proxy(self)

@@ -223,7 +223,7 @@ class NodeActor(AsyncActor):
         """The signed request for ``behavior`` (on the DMS, or on ``to`` through it). Only
         this runs in the actor — its nonce counter and token cache are state; the request's
         I/O is the :class:`NodeClient`'s, so requests travel concurrently."""
-        return await self._request(behavior, payload, to, timeout_s)
+        return self.sign_invoke(await self.transport.handle(), behavior, payload, to, timeout_s)
 
     async def prepare_broadcast(
         self,
@@ -256,29 +256,31 @@ class NodeActor(AsyncActor):
 
     # --- building requests --------------------------------------------------------------
 
-    async def _request(
+    def sign_invoke(
         self,
+        dms: Handle,
         b: Behavior[Any, Any],
         payload: WireModel | None,
         to: Handle | None,
         timeout_s: float | None,
     ) -> Envelope:
-        dms = await self.transport.handle()
+        """The signed request for ``b`` on ``to`` (or on the DMS, ``dms``). Synchronous: a
+        caller may run it in its own turn while the actor is idle (``AsyncActorRef.idle``)."""
         target = to or dms
         nonce = self.security.nonce()
+        expire = self._expiry(b, timeout_s)
+        own = self.security.id == target.id  # the DMS's own key: no tokens needed
         msg = env.message(
             self._source(dms, nonce),
             target,
             b.name,
             b.encode_request(payload),
-            expire=self._expiry(b, timeout_s),
+            expire=expire,
             reply_to=f"/private/user/{nonce}",
             nonce=nonce,
+            cap=None if own else self._tokens_for((b.capability,), target, expire),
         )
-        if msg.from_.id == target.id:
-            return self.security.sign(msg)  # the DMS's own key: no tokens needed
-        blob = self._tokens_for((b.capability,), target, msg.opt.exp)
-        return self.security.sign(dataclasses.replace(msg, cap=blob))
+        return self.security.sign(msg)
 
     def _source(self, dms: Handle, nonce: int) -> Handle:
         """Our handle as the DMS REST API needs it: our ID and DID, the DMS's host, a fresh
@@ -375,7 +377,8 @@ class NodeActor(AsyncActor):
 
 class NodeClient:
     """Invokes behaviors through a :class:`NodeActor`: the actor builds and signs each
-    request, the HTTP round trip and the reply's checks run in the caller's task."""
+    request (in the caller's turn while it is idle), the HTTP round trip and the reply's checks
+    run in the caller's task."""
 
     def __init__(
         self,
@@ -432,10 +435,15 @@ class NodeClient:
     ) -> Rep:
         target = Handle.parse(to) if isinstance(to, str) else to
         self._refuse_ungranted(behavior)
-        async with self._room:
-            request = await self.actor.proxy().prepare_invoke(
-                behavior, payload, to=target, timeout_s=timeout_s
-            )
+        dms = await self.transport.handle()  # no wait once known
+        actor = self.actor.idle()
+        if actor is not None:  # signed in this turn: no task, no two turns of the loop
+            request = actor.sign_invoke(dms, behavior, payload, target, timeout_s)
+        else:
+            async with self._room:
+                request = await self.actor.proxy().prepare_invoke(
+                    behavior, payload, to=target, timeout_s=timeout_s
+                )
         try:
             reply = await self.transport.invoke(request)
         except DMSTimeoutError as exc:

@@ -289,7 +289,8 @@ def _breakdown(floor: _Floor, f_cpu: float, p_cpu: float, client: Any, hop: floa
     rows["the grant check before sending (refuse what no grant covers)"] = _per_call(
         lambda: client._refuse_ungranted(PEERS_SELF)
     )
-    rows["the ask of the client's actor (a trivial one: a task, two turns of the loop)"] = hop
+    # Not in the path while the actor is idle (it signs in the caller's turn), as here:
+    print(f"(an ask of the client's actor, when it is busy: {hop * 1e6:.1f} µs more a call)")
     steps = sum(rows.values())
     floor_steps = _per_call(lambda: _floor_steps(floor, floor.last))
     post = f_cpu - floor_steps

@@ -43,7 +43,7 @@ from .pods.pod_actor import PodActor
 from .pods.pod_book import PodBook
 from .pods.pod_phases import Event, move
 from .pods.pod_services import PodServices
-from .pods.pod_translation import Translate, refuse_what_cannot_run
+from .pods.pod_translation import FirstAttempts, Translate, refuse_what_cannot_run
 from .pods.poll_pace import DEFAULT_POLLS_PER_S, PollPace
 from .pods.under_way import RECREATE_WAIT_S, UnderWay
 from .records.pod_record import (
@@ -138,7 +138,10 @@ class Gateway:
         self.board = DeploymentBoard(parts.invoke, parts.owner, every_s=self._list_every_s)
         self.registry = Registry()
         polls = PollLedger(parts.clock, parts.orphan_grace_s)
-        self.book = PodBook(polls, UnderWay(parts.recreate_wait_s), self._heap)
+        self._first_attempts = FirstAttempts(self._translate)  # each create translates once
+        self.book = PodBook(
+            polls, UnderWay(parts.recreate_wait_s), self._heap, self._first_attempts
+        )
         self.pod_report: PodReport | None = None
         """The pods and their usage on the operator port (set by ``start_backend``)."""
         self._owned = OwnedEnsembles(parts.invoke, parts.owner)
@@ -165,7 +168,7 @@ class Gateway:
         self._services = PodServices(
             invoke=parts.invoke,
             store=parts.store,
-            translate=self._translate,
+            translate=self._first_attempts,
             status_of=parts.snapshot,
             book=self.book,
             loop=parts.loop,
@@ -340,15 +343,17 @@ class Gateway:
         deployment happens in the pod actor. The pods of one request are taken one after another;
         separate requests run concurrently (their store writes share one commit, their actors
         start in one supervisor message), and a second create of a UID waits for the first."""
-        refuse_what_cannot_run(self.parts.translate, pods)
+        first = refuse_what_cannot_run(self._translate, pods)
         results = []
         for data in pods:
             uid = data.pod.metadata.uid
-            await self._create_one(uid, data)
+            await self._create_one(uid, data, first.get(uid))
             results.append(CreateStruct.model_validate({"PodUID": uid, "PodJID": job_id(uid)}))
         return results
 
-    async def _create_one(self, uid: str, data: RetrievedPodData) -> None:
+    async def _create_one(
+        self, uid: str, data: RetrievedPodData, first: EnsembleConfig | None
+    ) -> None:
         await self.book.under_way.settled(uid)  # a delete of the UID under way ends first
         if uid in self.book.records:
             return
@@ -359,6 +364,7 @@ class Gateway:
             # before the actor starts (actors take turns), and interLink may poll at once.
             kept = entry_of(record, self.parts.snapshot)
             await self.parts.store.put(uid, stored(record, kept))
+            self._first_attempts.keep(uid, first)
             await self._spawn(record, kept)
 
     async def delete(self, pod: k8s.Pod) -> None:

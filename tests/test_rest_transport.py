@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -35,8 +36,11 @@ def _app(
     invoke_status: int = 200,
     broadcast_body: bytes = b"null",
     connections: list[object] | None = None,
+    handle_fetches: list[object] | None = None,
 ) -> web.Application:
-    async def handle(_: web.Request) -> web.Response:
+    async def handle(request: web.Request) -> web.Response:
+        if handle_fetches is not None:
+            handle_fetches.append(request)
         return web.Response(body=marshal(DMS), content_type="application/json")
 
     async def invoke(request: web.Request) -> web.Response:
@@ -73,6 +77,19 @@ async def test_handle_is_fetched_and_cached() -> None:
     try:
         assert await transport.handle() == DMS
         assert await transport.handle() is await transport.handle()
+    finally:
+        await transport.close()
+        await server.close()
+
+
+async def test_callers_at_once_fetch_the_handle_once_and_a_refresh_fetches_again() -> None:
+    fetched: list[object] = []
+    server, transport = await _transport(_app(handle_fetches=fetched))
+    try:
+        handles = await asyncio.gather(*(transport.handle() for _ in range(10)))
+        assert handles == [DMS] * 10 and len(fetched) == 1
+        assert await transport.handle(refresh=True) == DMS
+        assert len(fetched) == 2
     finally:
         await transport.close()
         await server.close()

@@ -114,6 +114,7 @@ class RestTransport:
         self._max_concurrency = max_concurrency
         self._slots = asyncio.Semaphore(max_concurrency)
         self._handle: Handle | None = None
+        self._fetching = asyncio.Lock()  # callers at once fetch the handle once
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -140,18 +141,22 @@ class RestTransport:
 
     async def handle(self, *, refresh: bool = False) -> Handle:
         """The DMS root actor's handle (``GET /actor/handle``)."""
-        if self._handle is None or refresh:
-            status, body = await self._request("GET", "/handle", None, "GET /actor/handle")
-            if status != 200:
-                text = _error_text(body) + self._hint(reached=True)
-                raise DMSRequestError("GET /actor/handle", status, text)
-            try:
-                self._handle = Handle.from_json(body)
-            except GoDecodeError as exc:
-                raise TransportError(
-                    f"{self.base_url} did not answer a DMS handle: {exc}"
-                ) from None
+        if self._handle is not None and not refresh:
+            return self._handle
+        async with self._fetching:
+            if self._handle is None or refresh:
+                self._handle = await self._fetch_handle()
         return self._handle
+
+    async def _fetch_handle(self) -> Handle:
+        status, body = await self._request("GET", "/handle", None, "GET /actor/handle")
+        if status != 200:
+            text = _error_text(body) + self._hint(reached=True)
+            raise DMSRequestError("GET /actor/handle", status, text)
+        try:
+            return Handle.from_json(body)
+        except GoDecodeError as exc:
+            raise TransportError(f"{self.base_url} did not answer a DMS handle: {exc}") from None
 
     async def invoke(self, envelope: Envelope) -> Envelope:
         """``POST /actor/invoke``: the DMS forwards the envelope and returns the first reply."""
@@ -221,8 +226,11 @@ async def _read_body(resp: aiohttp.ClientResponse, what: str) -> bytes:
     """The whole body, up to :data:`MAX_RESPONSE_BYTES`. Read to the end, so that aiohttp
     returns the connection to its pool: a body left unread closes it, and every request
     would pay for a new one."""
+    length = resp.content_length
+    if length is not None and length <= MAX_RESPONSE_BYTES:
+        return await resp.read()  # the length bounds it; one read, no iterator (a DMS's way)
     too_large = TransportError(f"{what}: reply larger than {MAX_RESPONSE_BYTES} bytes")
-    if (resp.content_length or 0) > MAX_RESPONSE_BYTES:
+    if (length or 0) > MAX_RESPONSE_BYTES:
         raise too_large
     chunks: list[bytes] = []
     size = 0

@@ -12,6 +12,7 @@ from ..records.pod_record import PodRecord
 from ..records.snapshots import Shown, Snapshots
 from ..state.recovery import PollLedger
 from .heap import HeapFreezer
+from .pod_translation import FirstAttempts
 from .under_way import UnderWay
 
 
@@ -19,7 +20,13 @@ class PodBook:
     """The pods taken on: their records, their ``/status`` entries, their polls, and the
     deletes under way that wait for a pod to be forgotten."""
 
-    def __init__(self, polls: PollLedger, under_way: UnderWay, heap: HeapFreezer) -> None:
+    def __init__(
+        self,
+        polls: PollLedger,
+        under_way: UnderWay,
+        heap: HeapFreezer,
+        first_attempts: FirstAttempts | None = None,
+    ) -> None:
         self.records: ShardedDict[str, PodRecord] = ShardedDict()
         """Each pod's record as the gateway took it on or last changed it: a restarted actor
         resumes from it."""
@@ -28,6 +35,7 @@ class PodBook:
         self.polls = polls
         self.under_way = under_way
         self._heap = heap
+        self._first_attempts = first_attempts  # the creates' translations not yet used
 
     def take_on(self, record: PodRecord, shown: Shown | None = None) -> None:
         """The pod is known from now on, and answers polls with ``shown`` at once if given (its
@@ -50,6 +58,8 @@ class PodBook:
         self.records.pop(uid, None)
         self.polls.drop(uid)
         self.under_way.deleted(uid)
+        if self._first_attempts is not None:
+            self._first_attempts.forget(uid)
         self._heap.let_go()
 
     def pods(self) -> list[tuple[PodRecord, Shown | None]]:

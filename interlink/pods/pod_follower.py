@@ -161,6 +161,7 @@ class PodFollower:
 
     # One per pod, kept as long as the pod: no __dict__ (10,000 pods are the target).
     __slots__ = (
+        "_admitted",
         "_incarnation",
         "_inflight",
         "_pace",
@@ -189,6 +190,7 @@ class PodFollower:
         older gateway, whose ensembles carry none)."""
         self._pace = services.pace or PollPace(per_s=math.inf)  # alone: the policy's longest wait
         self._inflight: asyncio.Future[NewDeploymentResponse] | None = None  # deployment/new
+        self._admitted: tuple[int, EnsembleConfig] | None = None  # for its deploy, once
 
     async def queue(self, attempt: int, order: Order) -> None:
         """Wait in the admission queue at ``order`` with ``attempt``'s ensemble, reporting
@@ -199,6 +201,7 @@ class PodFollower:
         if self._services.admission is not None:
             tell = functools.partial(self._queued, attempt)
             await self._services.admission.wait(self._uid, order, demand_of(ensemble), tell)
+        self._admitted = (attempt, ensemble)
         self._report(Admitted(attempt))
 
     def _queued(self, attempt: int, wait: Wait) -> None:
@@ -235,15 +238,7 @@ class PodFollower:
                 return
             except (TransportError, DmsgwError) as exc:
                 tries += 1
-                delay = self._retry_delay(tries)
-                log.warning(
-                    "pod %s: deploy attempt %d failed (%s); retrying in %.1f s",
-                    self._uid,
-                    attempt,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
+                await self._back_off(tries, f"deploy attempt {attempt} failed ({exc})")
                 continue
             if reply.status.upper() != "OK" or not reply.ensemble_id:
                 self._report(DeployFailed(attempt, reply.error or f"status {reply.status!r}"))
@@ -252,7 +247,10 @@ class PodFollower:
             return
 
     async def _translated(self, attempt: int) -> EnsembleConfig | None:
-        """``attempt``'s ensemble, in a turn; ``None``: it does not translate (reported)."""
+        """``attempt``'s ensemble, as admitted or in a turn; ``None``: it does not translate."""
+        admitted, self._admitted = self._admitted, None
+        if admitted is not None and admitted[0] == attempt:
+            return admitted[1]
         await self._take_turn()
         try:
             return await self._ensemble(attempt)
@@ -294,14 +292,7 @@ class PodFollower:
                 break
             except TransportError as exc:
                 tries += 1
-                delay = self._retry_delay(tries)
-                log.warning(
-                    "pod %s: cannot list its deployments (%s); retrying in %.1f s",
-                    self._uid,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
+                await self._back_off(tries, f"cannot list its deployments ({exc})")
             except DmsgwError:
                 return ""
         for item in listing.deployments or ():
@@ -321,6 +312,12 @@ class PodFollower:
         polls ran in the same one (bench/README.md, "Steps per turn of the loop")."""
         if self._services.turns is not None:
             await self._services.turns.take()
+
+    async def _back_off(self, tries: int, failed: str) -> None:
+        """Wait before the retry after ``tries`` failures (the last one ``failed``, logged)."""
+        delay = self._retry_delay(tries)
+        log.warning("pod %s: %s; retrying in %.1f s", self._uid, failed, delay)
+        await asyncio.sleep(delay)
 
     def _retry_delay(self, tries: int) -> float:
         p = self._services.policy

@@ -67,14 +67,18 @@ class Translator:
             ) from None
 
 
-def refuse_what_cannot_run(translate: Translate, pods: Sequence[RetrievedPodData]) -> None:
+def refuse_what_cannot_run(
+    translate: Translate, pods: Sequence[RetrievedPodData]
+) -> dict[str, EnsembleConfig]:
     """Refuse at ``/create`` (400, naming the pod and the field) every pod that could only
     fail later: each is translated as its first attempt would be, before any is taken on. A
     pod that cannot be translated *yet* (:class:`TranslationNotReadyError`) is taken on and
-    waits, as it would have."""
+    waits, as it would have. Answers the first attempts' ensembles, by pod UID, to be passed
+    on (:class:`FirstAttempts`) rather than made again."""
+    ensembles = {}
     for data in pods:
         try:
-            translate(data, 1)
+            ensembles[data.pod.metadata.uid] = translate(data, 1)
         except TranslationNotReadyError:
             continue
         except PodTranslationError as exc:
@@ -82,3 +86,29 @@ def refuse_what_cannot_run(translate: Translate, pods: Sequence[RetrievedPodData
             raise PluginRequestError(f"pod {meta.namespace}/{meta.name}: {exc}") from None
         except Exception:  # a bug: the pod's actor meets it too, and its supervisor decides
             log.exception("bug translating pod %s at its create", data.pod.metadata.uid)
+    return ensembles
+
+
+class FirstAttempts:
+    """A :data:`Translate` that hands each pod's first attempt the ensemble its ``/create``
+    made (:meth:`keep`), once, and translates everything else: a create translates its pod
+    once, not again in the admission queue and at the deploy. What a pod's actor never asks
+    for is let go with the pod (:meth:`forget`)."""
+
+    def __init__(self, translate: Translate) -> None:
+        self._translate = translate
+        self._kept: dict[str, EnsembleConfig] = {}
+
+    def keep(self, uid: str, ensemble: EnsembleConfig | None) -> None:
+        """``ensemble``: pod ``uid``'s first attempt, as its create translated it."""
+        if ensemble is not None:
+            self._kept[uid] = ensemble
+
+    def forget(self, uid: str) -> None:
+        self._kept.pop(uid, None)
+
+    def __call__(self, data: RetrievedPodData, generation: int) -> EnsembleConfig:
+        kept = self._kept.pop(data.pod.metadata.uid, None)
+        if kept is not None and generation == 1:
+            return kept
+        return self._translate(data, generation)
