@@ -76,6 +76,16 @@ WAITING_FOR_CAPACITY = "WaitingForCapacity"
 """The waiting reason of the containers of a pod waiting for DMS capacity."""
 UNSCHEDULABLE = "Unschedulable"
 """The waiting reason of the containers of a pod that no DMS peer could ever hold."""
+_NO_EXIT_CODE = (
+    f"the DMS reports the allocation failed, and no exit code ({FAILED_EXIT_CODE} stands in)"
+)
+_BEFORE = {
+    "": " before this container was placed",
+    AllocationStatus.PENDING: " before this container started",
+}
+_NO_REASON = " (the DMS's replies give no reason; its own log does)"
+"""What a failed deployment's status says of a container, from its allocation's last status:
+all the DMS's replies tell of why (decision 117)."""
 _STOPPED_EXIT_CODE = 143
 """Exit code of an allocation the DMS stopped, when its real code is unknown (SIGTERM)."""
 
@@ -244,13 +254,16 @@ class _Deployment:
             return _State(_terminated(seen.exit_code or 0, seen, now), allocation_id=ident)
         if status == AllocationStatus.FAILED:
             code = seen.exit_code or FAILED_EXIT_CODE
-            return _State(_terminated(code, seen, now), allocation_id=ident)
+            unknown = "" if seen.exit_code else _NO_EXIT_CODE
+            return _State(_terminated(code, seen, now, unknown), allocation_id=ident)
         if status in _STOPPED:
             code = seen.exit_code if seen.exit_code is not None else _STOPPED_EXIT_CODE
             return _State(_terminated(code, seen, now, "stopped by the DMS"), allocation_id=ident)
         if self.status == DeploymentStatus.FAILED:
             code = seen.exit_code or FAILED_EXIT_CODE
-            message = self.error or "the DMS deployment failed"
+            message = (
+                self.error or f"the DMS deployment failed{_BEFORE.get(status, '')}{_NO_REASON}"
+            )
             return _State(_terminated(code, seen, now, message), allocation_id=ident)
         if self.status == DeploymentStatus.COMPLETED:
             code = seen.exit_code or 0
