@@ -62,8 +62,10 @@ def wanted_run(status: k8s.ContainerStatus | None, runs: Runs, *, previous: bool
     newest, which has ended; a running or terminated one's the run before it. Raises
     :class:`NoRunError` when ``previous`` finds none."""
     waiting = status is None or status.state.waiting is not None
-    # A run the DMS shows before its markers were read is the first.
-    latest = runs.latest if waiting else max(runs.latest, 1)
+    # A run the DMS shows running before its markers were read is the next: the first, or
+    # the first of a new deployment (the earlier ones' runs are counted already).
+    unseen = status is not None and status.state.running is not None and not runs.started
+    latest = runs.latest + 1 if unseen else runs.latest if waiting else max(runs.latest, 1)
     if previous:
         ran_before = status is not None and status.last_state.terminated is not None
         run = latest if waiting else latest - 1

@@ -124,6 +124,9 @@ class ContainerObservation(NamedTuple):
     """Why the run ended, when the caller knows (a probe killed it)."""
     running: bool = False
     ended: bool = False
+    unseen_start: bool = False
+    """No run of the current deployment has shown its start marker, and earlier deployments
+    ran the container: a run the DMS shows running is one more than ``restart_count`` says."""
 
 
 class LiveAllocation(Protocol):
@@ -291,7 +294,7 @@ def _status(
         state=state.state,
         last_state=seen.last_state or k8s.ContainerState(),
         ready=ready,
-        restart_count=seen.restart_count,
+        restart_count=seen.restart_count + (1 if running and seen.unseen_start else 0),
         image=container.image,
         image_id="",
         container_id=f"dms://{state.allocation_id}" if state.allocation_id else "",

@@ -118,6 +118,9 @@ async def test_a_run_not_kept_is_a_503_saying_why(tmp_path: Path) -> None:
             lambda: Runs.from_map(gateway._records[uid(8)].runs.get("main")).started == 1,
             "the run seen to start",
         )
+        async with asyncio.timeout(WAIT_S):  # what interLink last saw decides the run served
+            while (await poll(gateway, spec))[0].containers[0].state.running is None:
+                await asyncio.sleep(0.01)
         dms.silence = TransportError("/dms/node/deployment/logs: connection refused")
         with pytest.raises(BackendUnavailable) as info:
             await _read(gateway, spec)

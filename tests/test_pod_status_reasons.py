@@ -36,3 +36,25 @@ def test_a_failed_deployment_says_how_far_each_container_got() -> None:
     assert _message(result, 1) == "the DMS deployment failed before this container was placed" + (
         no_reason
     )
+
+
+def test_a_run_of_a_new_deployment_counts_as_a_restart_before_its_marker_is_read() -> None:
+    """The DMS lost the deployment whose run was the first; the next deployment's container
+    runs, its start marker not read yet: kubectl shows 1 restart, the earlier run as last."""
+    from dmsgw.interlink.container_runs import Runs
+
+    seen = Runs(started=1).next_ensemble().observation()
+    running = container_statuses(
+        make_pod(), "Running", manifest(main="running"), now=NOW, observations={"main": seen}
+    )
+    assert running.containers[0].restart_count == 1
+    assert running.containers[0].last_state.terminated is not None
+    creating = container_statuses(
+        make_pod(), "Provisioning", manifest(main="pending"), now=NOW, observations={"main": seen}
+    )
+    assert creating.containers[0].restart_count == 0  # it has not run again yet
+    marker_read = Runs(started=1).next_ensemble().read([], 0)._start(0).observation()
+    after = container_statuses(
+        make_pod(), "Running", manifest(main="running"), now=NOW, observations={"main": marker_read}
+    )
+    assert after.containers[0].restart_count == 1  # the same run, now seen: counted once
