@@ -54,14 +54,18 @@ async def _ended_once(tmp_path: Path, policy: str) -> tuple[Gateway, _SilentDMS,
     await create(gateway, spec)
     await until(lambda: bool(dms.live(uid(7))), "deployed")
     dms.live(uid(7))[0].allocations["main"] = "failed"
-    await until(
-        lambda: Runs.from_map(gateway._records[uid(7)].runs.get("main")).ended == 1,
-        "the run seen to end",
-    )
-    async with asyncio.timeout(WAIT_S):  # what interLink last saw decides the run served
-        while (await poll(gateway, spec))[0].containers[0].state.terminated is None:
-            await asyncio.sleep(0.01)
+    await _seen(gateway, spec, "ended", "terminated")
     return gateway, dms, spec
+
+
+async def _seen(gateway: Gateway, spec: dict[str, Any], runs: str, state: str) -> None:
+    """Until the container's ledger shows a run ``runs`` ("started", "ended") and interLink's
+    poll shows it in ``state``: what interLink last saw decides the run a request serves."""
+    uid = spec["metadata"]["uid"]
+    await until(lambda: getattr(Runs.from_map(gateway._records[uid].runs.get("main")), runs), runs)
+    async with asyncio.timeout(WAIT_S):
+        while getattr((await poll(gateway, spec))[0].containers[0].state, state) is None:
+            await asyncio.sleep(0.01)
 
 
 async def _read(gateway: Gateway, spec: dict[str, Any], **opts: Any) -> bytes:
@@ -114,13 +118,7 @@ async def test_a_run_not_kept_is_a_503_saying_why(tmp_path: Path) -> None:
     spec = pod(uid(8), policy="Always", command=["sleep", "3600"])
     try:
         await create(gateway, spec)
-        await until(
-            lambda: Runs.from_map(gateway._records[uid(8)].runs.get("main")).started == 1,
-            "the run seen to start",
-        )
-        async with asyncio.timeout(WAIT_S):  # what interLink last saw decides the run served
-            while (await poll(gateway, spec))[0].containers[0].state.running is None:
-                await asyncio.sleep(0.01)
+        await _seen(gateway, spec, "started", "running")
         dms.silence = TransportError("/dms/node/deployment/logs: connection refused")
         with pytest.raises(BackendUnavailable) as info:
             await _read(gateway, spec)
