@@ -103,12 +103,9 @@ def _dms_fetch(
                     stack.enter_async_context(fetched_logs(invoke, ensemble, allocation)),
                     KEPT_AFTER_S if kept is not None else None,
                 )
-            except (TransportError, TimeoutError) as exc:
-                if _answered(exc):
-                    raise
-                if kept is None:
+            except (DMSError, TransportError, TimeoutError) as exc:
+                if kept is None and not _answered(exc):
                     raise BackendUnavailable(_silent(exc, what)) from None
-            except DMSError as exc:
                 if kept is None:  # the DMS answered it has none: the client's 404
                     raise UnknownPodError(
                         f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc}), "
@@ -139,15 +136,16 @@ async def _within(step: Awaitable[Path], seconds: float | None) -> Path:
 
 def _answered(exc: Exception) -> bool:
     """Whether the DMS answered (an error of its own, or a refusal the preflight explains),
-    rather than stayed silent: unreachable, or no reply before the message expired."""
-    if isinstance(exc, DMSRequestError):
-        return True
-    return isinstance(exc, DMSTimeoutError) and exc.kind == DMSErrorKind.REFUSED
+    rather than stayed silent: unreachable, a reply that is not the DMS API, or no reply
+    before the message expired."""
+    if isinstance(exc, DMSTimeoutError):
+        return exc.kind == DMSErrorKind.REFUSED
+    return isinstance(exc, DMSRequestError) or not isinstance(exc, TransportError | TimeoutError)
 
 
 def _silent(exc: Exception, what: str) -> str:
     """Why the logs of ``what`` cannot be served while the DMS is silent."""
-    why = str(exc) or f"no answer within {KEPT_AFTER_S:g} s"
+    why = str(exc) or "no answer in time"
     return (
         f"the DMS does not answer ({why}): the logs of {what} are on the DMS's host, and "
         "the gateway keeps only the runs it saw end (ask again once the DMS answers)"

@@ -20,7 +20,7 @@ from dmsgw.interlink.container_runs import Runs
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.parsing import parse_logs_body
 from dmsgw.interlink.server import BackendUnavailable
-from dmsgw.transport.rest import DMSTimeoutError, TransportError
+from dmsgw.transport.rest import DMSRequestError, DMSTimeoutError, TransportError
 from tests.gateway_fakes import WAIT_S, FakeDMS, create, gateway_on, pod, poll, uid, until
 from tests.test_gateway_pods import _log_request
 
@@ -78,6 +78,7 @@ async def _read(gateway: Gateway, spec: dict[str, Any], **opts: Any) -> bytes:
     [
         TransportError("/dms/node/deployment/logs: connection refused"),
         DMSTimeoutError("/dms/node/deployment/logs", detail="the DMS is busy"),
+        DMSRequestError("/dms/node/deployment/logs", 500, "internal error"),  # it answered
     ],
 )
 async def test_a_kept_run_is_served_while_the_dms_is_silent(
