@@ -47,7 +47,10 @@ async def pod_logs(
     runs = Runs.from_map(record.runs.get(container))
     pod_name = f"{record.namespace}/{record.name}"
     try:
-        run = wanted_run(_shown(snapshots, record, container), runs, previous=request.opts.previous)
+        shown = _shown(snapshots, record, container)
+        run = wanted_run(
+            shown, runs, previous=request.opts.previous, ensemble_id=record.ensemble_id
+        )
     except NoRunError as exc:  # the caller's mistake: 400, as the kubelet answers
         raise PluginRequestError(f"Opts.Previous: pod {pod_name} {exc}") from None
     kept = kept_logs.directory(record.uid, container, run)

@@ -120,5 +120,9 @@ def test_a_new_deployments_run_shown_before_its_marker_is_the_next_run() -> None
     """A deployment lost with its first run; the next one runs, its start marker unread: the
     logs are the new run's (2, of the current deployment), Previous the lost one's (1)."""
     redeployed = Runs(started=1).next_ensemble()
-    assert wanted_run(_status(RUNNING, ran_before=True), redeployed, previous=False) == 2
-    assert wanted_run(_status(RUNNING, ran_before=True), redeployed, previous=True) == 1
+    shown = _status(RUNNING, ran_before=True).model_copy(update={"container_id": "dms://e2_pod.c"})
+    assert wanted_run(shown, redeployed, previous=False, ensemble_id="e2") == 2
+    assert wanted_run(shown, redeployed, previous=True, ensemble_id="e2") == 1
+    # shown before the pod moved on to deployment e3: run 1 was that one's, not a new one
+    assert wanted_run(shown, redeployed, previous=False, ensemble_id="e3") == 1
+    assert wanted_run(shown, redeployed, previous=False, ensemble_id="") == 1  # backing off
