@@ -11,7 +11,8 @@ devnet appends its output), a copy that already holds a prefix of them gets only
 
 A copy is made afresh (written beside, then renamed into place) when it is not the prefix
 this orchestrator last wrote: the first time, after the allocation's files were replaced, or
-when someone else changed the copy.
+when someone else changed the copy. As a DMS, an empty output writes no file: a copy already
+there stays as it was (the devnet removes an allocation's files when it is shut down).
 """
 
 from __future__ import annotations
@@ -71,20 +72,21 @@ class LogCopies:
             await asyncio.to_thread(self._update, directory, stdout, stderr)
 
     def _update(self, directory: Path, stdout: LogExtent, stderr: LogExtent) -> None:
+        """As ``WriteAllocationLogs``, which writes a file only when its output is not empty:
+        an empty one (an allocation whose files are gone) leaves the copy as it was."""
         directory.mkdir(parents=True, exist_ok=True)
-        times = [LogExtent.of(times_path(e.path)) for e in (stdout, stderr)]
-        for extent, name in zip(times, ("stdout.log", "stderr.log"), strict=True):
-            self._bring_up(extent, times_path(directory / name))
-        self._bring_up(stdout, directory / "stdout.log")
-        self._bring_up(stderr, directory / "stderr.log")
+        logs = [(e, directory / n) for e, n in ((stdout, "stdout.log"), (stderr, "stderr.log"))]
+        written = [(extent, copy) for extent, copy in logs if extent.length]
+        for extent, copy in written:
+            self._bring_up(LogExtent.of(times_path(extent.path)), times_path(copy))
+        for extent, copy in written:
+            self._bring_up(extent, copy)
 
     def _bring_up(self, extent: LogExtent, copy: Path) -> None:
         """``copy`` made the first ``extent.length`` bytes of ``extent.path``."""
         try:
             source = os.open(extent.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            self._copied.pop(copy, None)
-            _write_whole(copy, None, 0)
+        except FileNotFoundError:  # gone since it was measured: as if empty, nothing written
             return
         try:
             src = os.fstat(source)
@@ -117,14 +119,13 @@ class LogCopies:
         return True
 
 
-def _write_whole(copy: Path, source: int | None, length: int) -> None:
+def _write_whole(copy: Path, source: int, length: int) -> None:
     """``copy`` made afresh from the first ``length`` bytes of ``source``, in one step: a
     reader of the old copy keeps reading it whole."""
     temporary = copy.with_name(f".{copy.name}.{os.getpid()}.{threading.get_ident()}")
     out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        if source is not None:
-            _copy_range(source, out, 0, length)
+        _copy_range(source, out, 0, length)
     finally:
         os.close(out)
     os.replace(temporary, copy)
