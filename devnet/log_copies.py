@@ -5,7 +5,7 @@ message, and the orchestrator writes it whole under ``deployments/<id>/<key>`` o
 (``GetAllocationLogs`` + ``WriteAllocationLogs``). The devnet's compute nodes share that host,
 so an allocation answers where its output is and how long it is (:class:`LogExtent`), and the
 orchestrator copies those bytes file to file in the kernel (``copy_file_range``): the files it
-writes hold what a DMS's would, the output as of the request, but 100 MB no longer travel
+writes hold what a DMS's would, the output as of the request, but a large output no longer travels
 through a signed message and two encodings. And since an allocation's files only grow (the
 devnet appends its output), a copy that already holds a prefix of them gets only what is new.
 

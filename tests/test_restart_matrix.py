@@ -51,9 +51,10 @@ RUNS_PER_DEPLOYMENT = 1 + DEVNET_TIMEOUTS.max_restarts
 WANTED_RESTARTS = RUNS_PER_DEPLOYMENT + 1
 """Restarts that prove the pod is restarted after the DMS gave up on its own restarts."""
 DEADLINE_S = 300.0
-"""How long the matrix may take before it fails, naming the pods that never got there: 60 s
-on a quiet machine, 126 s at a load of 8 on two cores (some 30 deployments, each bids, starts
-processes and stops them). pytest's own timeout comes later, so this names the late pods."""
+"""How long the matrix may take before it fails, naming the pods that never got there (some
+30 deployments, each bids, starts processes and stops them: a loaded machine takes twice a
+quiet one's time; bench/README.md, "The restart matrix's time"). pytest's own timeout comes
+later, so that this names the late pods."""
 
 
 @dataclasses.dataclass(frozen=True)
