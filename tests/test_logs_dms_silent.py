@@ -9,6 +9,7 @@ gateway's own state).
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ from dmsgw.interlink.parsing import parse_logs_body
 from dmsgw.interlink.server import BackendUnavailable
 from dmsgw.transport.rest import DMSRequestError, DMSTimeoutError, TransportError
 from tests.gateway_fakes import WAIT_S, FakeDMS, create, gateway_on, pod, poll, uid, until
-from tests.test_gateway_pods import _log_request
 
 OWNER = "did:key:the-gateway"
 START, EXIT = b"dmsgw.io/started\n", b"dmsgw.io/exit-code=%d\n"
@@ -69,7 +69,9 @@ async def _seen(gateway: Gateway, spec: dict[str, Any], runs: str, state: str) -
 
 
 async def _read(gateway: Gateway, spec: dict[str, Any], **opts: Any) -> bytes:
-    request = parse_logs_body(_log_request(spec, "main", **opts).encode())
+    meta = spec["metadata"]
+    body = {"Namespace": "default", "PodUID": meta["uid"], "PodName": meta["name"]}
+    request = parse_logs_body(json.dumps({**body, "ContainerName": "main", "Opts": opts}).encode())
     return b"".join([chunk async for chunk in gateway.logs(request)])
 
 

@@ -3,8 +3,32 @@ not: no exit code for a failed allocation, no reason for a failed deployment (de
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
+from dmsgw.behaviors.status import AllocationManifest, EnsembleManifest
+from dmsgw.interlink import k8s
 from dmsgw.interlink.pod_status import ContainerObservation, container_statuses
-from tests.test_pod_status import NOW, c, make_pod, manifest
+
+NOW = datetime(2026, 7, 14, 10, 5, tzinfo=UTC)
+
+
+def make_pod(*containers: dict[str, Any]) -> k8s.Pod:
+    main = {"name": "main", "image": "busybox"}
+    spec = {"containers": list(containers) or [main], "restartPolicy": "Never"}
+    return k8s.Pod.model_validate({"metadata": {"name": "p", "uid": "u-1"}, "spec": spec})
+
+
+def c(name: str) -> dict[str, Any]:
+    return {"name": name, "image": "busybox"}
+
+
+def manifest(**statuses: str) -> EnsembleManifest:
+    """As the DMS keys it: ``pod.<container>``, with full allocation IDs."""
+    allocations = {
+        f"pod.{n}": AllocationManifest(id=f"e1_pod.{n}", status=s) for n, s in statuses.items()
+    }
+    return EnsembleManifest(id="e1", allocations=allocations)
 
 
 def _message(result: object, index: int = 0) -> str:
