@@ -39,13 +39,14 @@ POLICY = PodPolicy(
     poll_min_s=0.05,
     poll_max_s=0.2,
     retry_min_s=0.05,
-    restart_min_s=0.1,
-    restart_max_s=0.2,
+    restart_min_s=0.5,
+    restart_max_s=1.0,
     restart_reset_s=600.0,
 )
 LONGEST_BACKOFF = 2
-"""Restarts in a row after which the delay is the longest: 0.1, then 0.2 (the kubelet's 10 s
-doubling to 300 s, shrunk)."""
+"""Restarts in a row after which the delay is the longest: 0.5, then 1 (the kubelet's 10 s
+doubling to 300 s, shrunk). A pod shows CrashLoopBackOff only while it backs off, and the
+polls of every pod must catch it there on a loaded machine: a 0.2 s back-off went unseen."""
 RUNS_PER_DEPLOYMENT = 1 + DEVNET_TIMEOUTS.max_restarts
 """The first run and the DMS's restarts in place before it leaves the container down."""
 WANTED_RESTARTS = RUNS_PER_DEPLOYMENT + 1
