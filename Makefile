@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/pods.py
 	$(BIN)/python bench/ping.py
 	$(BIN)/python bench/cli.py
+	$(BIN)/python bench/logs.py
 
 # The OCI image (deploy/image/Containerfile), built with Podman from Debian's packages; and the
 # test that runs `dmsgw serve` from it and drives a pod through its plugin API (minutes: not

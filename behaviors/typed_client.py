@@ -299,11 +299,20 @@ def allocation_key(
 
 
 def _read_logs(key: str, written_to: str) -> AllocationLogs:
-    """The files the DMS wrote; they are on the DMS's host, so this fails elsewhere, saying so."""
+    """The files the DMS wrote; they are on the DMS's host, so this fails elsewhere, saying so.
+    A file missing from the directory is an empty output: ``WriteAllocationLogs`` writes none."""
     directory = Path(written_to)
+
+    def read(name: str) -> str:
+        try:
+            return (directory / name).read_text(errors="replace")
+        except FileNotFoundError:
+            if not directory.is_dir():
+                raise
+            return ""
+
     try:
-        stdout = (directory / "stdout.log").read_text(errors="replace")
-        stderr = (directory / "stderr.log").read_text(errors="replace")
+        stdout, stderr = read("stdout.log"), read("stderr.log")
     except OSError as exc:
         raise LogsUnreadableError(
             f"the DMS wrote the logs of {key} to {written_to} on its host, which cannot be read "

@@ -207,14 +207,27 @@ class Progress:
         return sorted(n for n, s in self.allocations.items() if s.startswith(_FAILED))
 
     def failure(self, error: str) -> str:
-        """Why the deployment failed ("" if it did not): the DMS's error, else the
-        allocations that failed."""
-        if self.status == DeploymentStatus.FAILED:
-            return error or "the DMS gave no reason"
-        return ", ".join(f"allocation {n} failed" for n in self.failed)
+        """Why the deployment failed ("" if it did not): the DMS's error, else all its
+        replies tell (decision 117): how each allocation was last seen (one that never
+        started is named so), and that the DMS reports no exit code."""
+        failed = ", ".join(f"allocation {n} failed{NO_EXIT_CODE}" for n in self.failed)
+        if self.status != DeploymentStatus.FAILED:
+            return failed
+        if error:
+            return error
+        names = sorted({*self.types, *self.allocations})
+        states = {n: self.allocations.get(n, "").split(" ")[0] for n in names}
+        pending = [n for n, s in states.items() if s in _NEVER_STARTED]
+        told = [*(f"allocation {n} never started" for n in pending), failed]
+        if not states:
+            told = ["no allocation was placed (no peer's bid in time, or a commit failed)"]
+        return "; ".join(["the DMS gave no reason", *filter(None, told)]) + _CAUSE_IN_DMS_LOG
 
 
 _FAILED = AllocationStatus.FAILED.value
+_NEVER_STARTED = ("", AllocationStatus.PENDING.value)
+NO_EXIT_CODE = " (the DMS reports no exit code)"
+_CAUSE_IN_DMS_LOG = ": the DMS tells the cause only in its own log, on its host"
 FAILURE_LINES = 10
 """How many of a failed allocation's last lines of output ``deploy --wait`` shows."""
 

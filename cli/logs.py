@@ -5,8 +5,9 @@
 ALLOCATION`` one allocation's, by its name (``alloc1``) or full name (``node1.alloc1``). What
 an allocation wrote to stdout goes to stdout, its stderr to stderr. ``--tail N`` keeps the last
 N lines of each; ``--follow`` prints what is written next, until the deployment ends (or
-Ctrl-C). The DMS writes the logs on its own host (``deployment/logs``), so this works where
-the DMS runs on this machine: a devnet, a local DMS.
+Ctrl-C), then how each allocation ended (the DMS tells its status, not its exit code). The DMS
+writes the logs on its own host (``deployment/logs``), so this works where the DMS runs on this
+machine: a devnet, a local DMS.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..behaviors.session import Node
 from ..behaviors.status import is_terminal
 from ..errors import DmsgwError
 from . import summary
-from .client_commands import _add_connection_options, _connect
+from .client_commands import _FAILED, NO_EXIT_CODE, _add_connection_options, _connect
 
 FOLLOW_INTERVAL_S = 1.0
 
@@ -92,12 +93,26 @@ def show_logs(
     printer = Printer(out or sys.stdout, err or sys.stderr, headers=len(names) > 1)
     while True:
         ended = follow and is_terminal(dms.deployment.status(ensemble_id).status)
-        for name in names:
-            logs = dms.deployment.logs(ensemble_id, name)
+        read = [dms.deployment.logs(ensemble_id, name) for name in names]
+        for logs in read:
             printer.show(logs.allocation, logs.stdout, logs.stderr, tail)
+        if ended:
+            full = [logs.allocation for logs in read]
+            print("\n".join(endings(dms, ensemble_id, full)), file=err or sys.stderr)
         if not follow or ended:
             return
         sleep(FOLLOW_INTERVAL_S)
+
+
+def endings(dms: Node, ensemble_id: str, names: Sequence[str]) -> list[str]:
+    """How each allocation ended, as the DMS's manifest shows it (its status: the DMS
+    reports no exit code)."""
+    allocations = dms.deployment.manifest(ensemble_id).manifest.allocations or {}
+    shown = []
+    for name in names:
+        status = allocations[name].status if name in allocations else "never placed"
+        shown.append(f"dmsgw: {name} {status}{NO_EXIT_CODE if status == _FAILED else ''}")
+    return shown
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from ..transport.envelope import Envelope, Handle
 from .basic_actor import BasicActor
 from .confinement import unreachable_command
 from .executor import OOM_ERROR, Execution, ProcessExecutor
+from .log_copies import LogExtent
 from .protocol import (
     ALLOCATION_LOGS,
     ALLOCATION_RESTART,
@@ -140,9 +141,12 @@ class Allocation:
     async def _handle_logs(self, msg: Envelope, request: Any) -> AllocationLogsResponse:
         if self.plan is None:
             return AllocationLogsResponse(error=f"allocation {self.id} has not started")
-        stdout, stderr, stdout_times, stderr_times = await ProcessExecutor.read_logs(self.plan)
+        stdout, stderr = LogExtent.of(self.plan.stdout), LogExtent.of(self.plan.stderr)
         return AllocationLogsResponse(
-            stdout=stdout, stderr=stderr, stdout_times=stdout_times, stderr_times=stderr_times
+            stdout_file=str(stdout.path),
+            stdout_length=stdout.length,
+            stderr_file=str(stderr.path),
+            stderr_length=stderr.length,
         )
 
     async def _handle_stats(self, msg: Envelope, request: Any) -> AllocationStatsResponse:

@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from ..behaviors.ensemble import HealthCheckManifest
-from ..devnet_files.log_times import times_path
 from .cgroups import Cgroups, RunGroup
 from .confinement import Identities, RunAs, Watchdog, child_setup
 from .forwarding import AllocationNetworks
@@ -501,23 +500,6 @@ class ProcessExecutor:
             await asyncio.to_thread(remove_tree, plan.root)
         if self.identities is not None:
             self.identities.release(allocation_id)
-
-    @staticmethod
-    async def read_logs(plan: SandboxPlan) -> tuple[bytes, bytes, bytes, bytes]:
-        """stdout, stderr, and their side records of when they were written (the records
-        first: read before the logs, they cover no less of them)."""
-
-        def read(path: Path) -> bytes:
-            return path.read_bytes() if path.exists() else b""
-
-        def read_all() -> tuple[bytes, bytes, bytes, bytes]:
-            stdout_times, stderr_times = (
-                read(times_path(plan.stdout)),
-                read(times_path(plan.stderr)),
-            )
-            return read(plan.stdout), read(plan.stderr), stdout_times, stderr_times
-
-        return await asyncio.to_thread(read_all)
 
     async def check_health(
         self, execution: Execution, check: HealthCheckManifest, timeout_s: float

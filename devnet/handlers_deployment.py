@@ -5,8 +5,9 @@ As ``dms/node/behaviors_deployment.go`` (newest): ``new`` refuses an envelope ex
 ensemble ID and deploys in the background until the request's expiry minus 15 s; ``status``,
 ``manifest``, ``info`` and ``list`` read every deployment ever made here (failed ones
 included; ``info`` answers the status and manifest, not the allocations' details);
-``logs`` fetches an allocation's output from its node and writes it on this host, replying
-with the directory; ``shutdown`` acts on a ``Running`` deployment only.
+``logs`` brings this host's copy of an allocation's output up to date (decision 115: file to
+file, only what is new) and replies with the directory; ``shutdown`` acts on a ``Running``
+deployment only.
 
 One refusal is the devnet's own: an allocation without ``entrypoint``/``cmd``, which a DMS
 would run from its image and the devnet cannot (it pulls no image). It is refused with the

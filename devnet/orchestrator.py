@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
-import threading
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -40,12 +38,12 @@ from ..behaviors.status import (
     NodeManifest,
 )
 from ..clock import NS_PER_SECOND
-from ..devnet_files.log_times import times_path
 from ..transport.envelope import Envelope
 from .basic_actor import BasicActor, InvokeError
 from .bidding import bid_round
 from .changes import ChangeFeed
 from .ensemble_supervisor import EnsembleSupervisor
+from .log_copies import LogCopies, LogExtent
 from .placement import Placed, start_waves
 from .protocol import (
     ALLOCATE,
@@ -112,6 +110,7 @@ class Orchestrator:
         self._allocations: dict[str, Placed] = {}
         self._round = 0
         self._finishing = False
+        self._log_copies = LogCopies()
         self.supervisor = EnsembleSupervisor(
             node, self.actor, config.allocations or {}, timeouts, changes.notify
         )
@@ -480,8 +479,9 @@ class Orchestrator:
     # --- logs ---------------------------------------------------------------------------
 
     async def write_logs(self, key: str) -> str:
-        """``GetAllocationLogs`` + ``WriteAllocationLogs``: fetch an allocation's output from
-        its node and write it under ``deployments/<id>/<key>``; returns that directory."""
+        """``GetAllocationLogs`` + ``WriteAllocationLogs``: have the allocation's node say
+        where its output is, and bring the copies under ``deployments/<id>/<key>`` up to it
+        (:mod:`.log_copies`); returns that directory."""
         a = self._allocations.get(key)
         if a is None or a.handle.empty():
             raise DeploymentError(f"node not found for allocation {key} of ensemble {self.id}")
@@ -492,16 +492,12 @@ class Orchestrator:
         if logs.error:
             raise DeploymentError(f"replied with error getting logs for {key}: {logs.error}")
         directory = self.logs_dir / self.id / key
-
-        def write() -> None:
-            directory.mkdir(parents=True, exist_ok=True)
-            # The records first: a reader between two writes finds them covering no less.
-            _replace(times_path(directory / "stdout.log"), logs.stdout_times or b"")
-            _replace(times_path(directory / "stderr.log"), logs.stderr_times or b"")
-            _replace(directory / "stdout.log", logs.stdout or b"")
-            _replace(directory / "stderr.log", logs.stderr or b"")
-
-        await asyncio.to_thread(write)
+        await self._log_copies.update(
+            key,
+            directory,
+            LogExtent(Path(logs.stdout_file), logs.stdout_length),
+            LogExtent(Path(logs.stderr_file), logs.stderr_length),
+        )
         return str(directory)
 
     def close(self) -> None:
@@ -515,12 +511,3 @@ async def _all(steps: Iterable[Any]) -> None:
     for result in results:
         if isinstance(result, BaseException):
             raise result
-
-
-def _replace(path: Path, data: bytes) -> None:
-    """Write ``path`` whole, in one step: the gateway's readers (a ``/getLogs`` and a pod
-    actor's marker reader) may fetch the same allocation's logs at once, and a file truncated
-    by one fetch while the other reads it would read as empty."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)

@@ -328,14 +328,18 @@ class AllocationLogsRequest(GoStruct):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AllocationLogsResponse(GoStruct):
-    """The DMS's reply, and (the devnet's own) the side records of when each log was written
-    (:mod:`dmsgw.devnet_files.log_times`)."""
+    """The DMS's reply carries the output itself (``Stdout``, ``Stderr``); the devnet's
+    compute nodes share the orchestrator's host and answer instead where each log file is and
+    how long it was when asked (its side record of when lines were written, beside it, is
+    read after: it covers no less), which :mod:`~dmsgw.devnet.log_copies` copies."""
 
     stdout: bytes | None = go_field("Stdout", BYTES, default=None)
     stderr: bytes | None = go_field("Stderr", BYTES, default=None)
     error: str = go_field("Error", STRING, default="")
-    stdout_times: bytes | None = go_field("StdoutTimes", BYTES, default=None)
-    stderr_times: bytes | None = go_field("StderrTimes", BYTES, default=None)
+    stdout_file: str = go_field("StdoutFile", STRING, default="")
+    stdout_length: int = go_field("StdoutLength", INT64, default=0)
+    stderr_file: str = go_field("StderrFile", STRING, default="")
+    stderr_length: int = go_field("StderrLength", INT64, default=0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -179,7 +179,8 @@ def test_deploy_wait_shows_a_jobs_progress_to_its_end_and_exits_with_its_outcome
     assert len(shown) == len(set(shown)), "one line per change"
     if code:
         assert err.splitlines() == [
-            f"dmsgw: deployment {ensemble} failed: allocation n1.job failed",
+            f"dmsgw: deployment {ensemble} failed: allocation n1.job failed "
+            "(the DMS reports no exit code)",
             f"  n1.job, its last lines (`dmsgw logs {ensemble} n1.job`: all):",
             "    deployed from the cli",
         ]
@@ -270,7 +271,7 @@ def test_logs_follow_ends_with_the_deployment(
     setup: list[str], finished: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["logs", finished, "job", "--follow", "--tail", "1", *setup]) == 0
-    assert capsys.readouterr().out == "out 5\n"
+    assert capsys.readouterr() == ("out 5\n", "oops\ndmsgw: n1.job completed\n")
 
 
 @pytest.mark.parametrize(

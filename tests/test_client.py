@@ -309,3 +309,12 @@ async def test_logs_written_on_another_host_are_said_to_be_there(tmp_path: Path)
         f"the DMS wrote the logs of n1.web to {elsewhere} on its host, which cannot be read here "
         "(No such file or directory): read them on the DMS host"
     )
+
+
+async def test_a_log_file_the_dms_did_not_write_is_an_empty_output(tmp_path: Path) -> None:
+    """``WriteAllocationLogs`` writes a file only for an output that is not empty: an
+    allocation that wrote nothing on stderr has no ``stderr.log``."""
+    (tmp_path / "stdout.log").write_text("hello\n")
+    invoker = _Deployed(("n1.web",), str(tmp_path))
+    logs = await build_namespaces(invoker)["deployment"].logs("ens-1", "web")
+    assert (logs.stdout, logs.stderr) == ("hello\n", "")

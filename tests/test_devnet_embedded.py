@@ -442,20 +442,6 @@ async def test_a_stopping_devnet_cuts_requests_in_flight_instead_of_waiting_for_
             await pending
 
 
-def test_allocation_logs_are_replaced_whole_never_truncated_under_a_reader(tmp_path: Path) -> None:
-    """Two fetches of one allocation's logs at once (a /getLogs and a pod actor's marker
-    reader): a reader of the first file must never see it truncated by the second write."""
-    from dmsgw.devnet.orchestrator import _replace
-
-    log = tmp_path / "stdout.log"
-    _replace(log, b"first run\n")
-    with log.open("rb") as reader:
-        _replace(log, b"")
-        assert reader.read() == b"first run\n"
-    assert log.read_bytes() == b""
-    assert [p.name for p in tmp_path.iterdir()] == ["stdout.log"]
-
-
 def test_an_allocation_without_a_command_is_refused_at_once_saying_why(
     embedded_devnet: EmbeddedDevnet,
 ) -> None:

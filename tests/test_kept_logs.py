@@ -115,3 +115,15 @@ def test_previous_of_a_container_that_never_restarted_is_the_callers_mistake() -
         wanted_run(_status(CREATING, ran_before=False), Runs(), previous=True)
     # The first run, shown running before its marker was read, is the current one.
     assert wanted_run(_status(RUNNING, ran_before=False), Runs(), previous=False) == 1
+
+
+def test_a_new_deployments_run_shown_before_its_marker_is_the_next_run() -> None:
+    """A deployment lost with its first run; the next one runs, its start marker unread: the
+    logs are the new run's (2, of the current deployment), Previous the lost one's (1)."""
+    redeployed = Runs(started=1).next_ensemble()
+    shown = _status(RUNNING, ran_before=True).model_copy(update={"container_id": "dms://e2_pod.c"})
+    assert wanted_run(shown, redeployed, previous=False, ensemble_id="e2") == 2
+    assert wanted_run(shown, redeployed, previous=True, ensemble_id="e2") == 1
+    # shown before the pod moved on to deployment e3: run 1 was that one's, not a new one
+    assert wanted_run(shown, redeployed, previous=False, ensemble_id="e3") == 1
+    assert wanted_run(shown, redeployed, previous=False, ensemble_id="") == 1  # backing off

@@ -6,13 +6,20 @@ and 69). The files come from :mod:`~dmsgw.interlink.logs.dms_logs`, the kept cop
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 from ...behaviors.node import Invoke
-from ...transport.rest import DMSError
-from ..plugin_errors import PluginRequestError, UnknownPodError
+from ...transport.rest import (
+    DMSError,
+    DMSErrorKind,
+    DMSRequestError,
+    DMSTimeoutError,
+    TransportError,
+)
+from ..plugin_errors import BackendUnavailable, PluginRequestError, UnknownPodError
 from ..records.container_runs import Runs
 from ..records.pod_record import PodRecord, request_data
 from ..records.snapshots import Snapshots
@@ -39,7 +46,10 @@ async def pod_logs(
     runs = Runs.from_map(record.runs.get(container))
     pod_name = f"{record.namespace}/{record.name}"
     try:
-        run = wanted_run(_shown(snapshots, record, container), runs, previous=request.opts.previous)
+        shown = _shown(snapshots, record, container)
+        run = wanted_run(
+            shown, runs, previous=request.opts.previous, ensemble_id=record.ensemble_id
+        )
     except NoRunError as exc:  # the caller's mistake: 400, as the kubelet answers
         raise PluginRequestError(f"Opts.Previous: pod {pod_name} {exc}") from None
     kept = kept_logs.directory(record.uid, container, run)
@@ -47,7 +57,8 @@ async def pod_logs(
     if run > runs.latest and not record.ensemble_id:  # the kubelet's 400 too
         raise PluginRequestError(f"pod {pod_name} is waiting to start: not deployed yet")
     if here:
-        fetch = _dms_fetch(invoke, record.ensemble_id, container, kept)
+        what = f"run {run} of container {container!r} of pod {pod_name}"
+        fetch = _dms_fetch(invoke, record.ensemble_id, container, kept, what)
     elif kept is not None:
         fetch = kept_fetch(kept)
     else:
@@ -77,27 +88,67 @@ def _shown(snapshots: Snapshots, record: PodRecord, container: str) -> k8s.Conta
     return next((s for s in statuses if s.name == container), None)
 
 
-def _dms_fetch(invoke: Invoke, ensemble: str, container: str, kept: Path | None) -> Fetch:
+def _dms_fetch(
+    invoke: Invoke, ensemble: str, container: str, kept: Path | None, what: str
+) -> Fetch:
     """The allocation's log files from the DMS, by its key (no manifest needed); when the
-    DMS no longer has them (it forgot the deployment, or removed its files), the copy
-    ``kept`` of the run asked for."""
+    DMS no longer has them (it forgot the deployment, or removed its files), or does not
+    answer, the copy ``kept`` of the run asked for. A DMS that is silent about a run that was
+    not kept is a 503 naming ``what`` was asked for."""
     allocation = allocation_key(container)
 
     @contextlib.asynccontextmanager
     async def fetch() -> AsyncIterator[Path]:
-        try:
-            async with fetched_logs(invoke, ensemble, allocation) as directory:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                directory = await _within(
+                    stack.enter_async_context(fetched_logs(invoke, ensemble, allocation)),
+                    KEPT_AFTER_S if kept is not None else None,
+                )
+            except (DMSError, TransportError, TimeoutError) as exc:
+                if kept is None and not _answered(exc):
+                    raise BackendUnavailable(_silent(exc, what)) from None
+                if kept is None:  # the DMS answered it has none: the client's 404
+                    raise UnknownPodError(
+                        f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc}), "
+                        "and the gateway kept none of this run"
+                    ) from None
+            else:
                 if kept is None or any((directory / name).exists() for name in LOG_FILES):
                     yield directory
                     return
                 # a DMS that shut the deployment down may have removed its files (the devnet
                 # does): the run's kept copy then stands in
-        except DMSError as exc:
-            if kept is None:  # the DMS answered it has none: the client's 404
-                raise UnknownPodError(
-                    f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc}), "
-                    "and the gateway kept none of this run"
-                ) from None
         yield kept
 
     return fetch
+
+
+KEPT_AFTER_S = 10.0
+"""How long the DMS may take to write a run's logs before the gateway's copy of it is served
+instead: well within the route's deadline (30 s by default), so that a DMS that takes the
+connection and never answers still leaves the kept runs readable."""
+
+
+async def _within(step: Awaitable[Path], seconds: float | None) -> Path:
+    """``step``, given up after ``seconds`` (``None``: its own timeouts only)."""
+    async with asyncio.timeout(seconds):
+        return await step
+
+
+def _answered(exc: Exception) -> bool:
+    """Whether the DMS answered (an error of its own, or a refusal the preflight explains),
+    rather than stayed silent: unreachable, a reply that is not the DMS API, or no reply
+    before the message expired."""
+    if isinstance(exc, DMSTimeoutError):
+        return exc.kind == DMSErrorKind.REFUSED
+    return isinstance(exc, DMSRequestError) or not isinstance(exc, TransportError | TimeoutError)
+
+
+def _silent(exc: Exception, what: str) -> str:
+    """Why the logs of ``what`` cannot be served while the DMS is silent."""
+    why = str(exc) or "no answer in time"
+    return (
+        f"the DMS does not answer ({why}): the logs of {what} are on the DMS's host, and "
+        "the gateway keeps only the runs it saw end (ask again once the DMS answers)"
+    )

@@ -54,7 +54,9 @@ class NoRunError(ValueError):
     """The container has no run that a log request asks for (the caller's mistake)."""
 
 
-def wanted_run(status: k8s.ContainerStatus | None, runs: Runs, *, previous: bool) -> int:
+def wanted_run(
+    status: k8s.ContainerStatus | None, runs: Runs, *, previous: bool, ensemble_id: str = ""
+) -> int:
     """The run (numbered over the pod's life) whose logs a request for a container in
     ``status`` asks for, by the kubelet's rule: ``previous`` asks for the run its
     ``lastState`` shows, else the running or terminated run, or a waiting container's last
@@ -64,6 +66,8 @@ def wanted_run(status: k8s.ContainerStatus | None, runs: Runs, *, previous: bool
     waiting = status is None or status.state.waiting is not None
     # A run the DMS shows before its markers were read is the first.
     latest = runs.latest if waiting else max(runs.latest, 1)
+    if _unseen_run(status, runs, ensemble_id):
+        latest = runs.latest + 1
     if previous:
         ran_before = status is not None and status.last_state.terminated is not None
         run = latest if waiting else latest - 1
@@ -73,6 +77,16 @@ def wanted_run(status: k8s.ContainerStatus | None, runs: Runs, *, previous: bool
     if waiting and (status is None or status.last_state.terminated is None):
         return latest + 1  # the run to come: whatever the DMS has of it so far
     return latest
+
+
+def _unseen_run(status: k8s.ContainerStatus | None, runs: Runs, ensemble_id: str) -> bool:
+    """The container shows running in the current deployment (``ensemble_id``) while none of
+    its runs there has shown its start marker: that run is the deployment's first, after the
+    earlier deployments' runs (decision 118). A status shown before the pod moved on to its
+    next deployment names an earlier one's allocation, and its run is counted already."""
+    if status is None or status.state.running is None or runs.started or not ensemble_id:
+        return False
+    return status.container_id.startswith(f"dms://{ensemble_id}_")
 
 
 def _copy_part(source: Path, target: Path, part: tuple[int, int]) -> None:

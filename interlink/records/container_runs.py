@@ -177,6 +177,7 @@ class Runs(NamedTuple):
             **self._probed(),
             running=self.running,
             ended=current_ended,
+            unseen_start=not self.started and self.earlier_runs > 0,
         )
 
     def _probed(self) -> dict[str, Any]:

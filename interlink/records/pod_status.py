@@ -72,6 +72,16 @@ FAILED_EXIT_CODE = 1
 """Exit code of a failed allocation whose real code is unknown (the DMS does not report it)."""
 CRASH_LOOP = "CrashLoopBackOff"
 """The waiting reason of a container that ended and runs again (its last state says how)."""
+_NO_EXIT_CODE = (
+    f"the DMS reports the allocation failed, and no exit code ({FAILED_EXIT_CODE} stands in)"
+)
+_BEFORE = {
+    "": " before this container was placed",
+    AllocationStatus.PENDING: " before this container started",
+}
+_NO_REASON = " (the DMS's replies give no reason; its own log does)"
+"""What a failed deployment's status says of a container, from its allocation's last status:
+all the DMS's replies tell of why (decision 117)."""
 _STOPPED_EXIT_CODE = 143
 """Exit code of an allocation the DMS stopped, when its real code is unknown (SIGTERM)."""
 
@@ -110,6 +120,9 @@ class ContainerObservation(NamedTuple):
     """Why the run ended, when the caller knows (a probe killed it)."""
     running: bool = False
     ended: bool = False
+    unseen_start: bool = False
+    """No run of the current deployment has shown its start marker, and earlier deployments
+    ran the container: a run the DMS shows running is one more than ``restart_count`` says."""
 
 
 class LiveAllocation(Protocol):
@@ -240,13 +253,16 @@ class _Deployment:
             return _State(_terminated(seen.exit_code or 0, seen, now), allocation_id=ident)
         if status == AllocationStatus.FAILED:
             code = seen.exit_code or FAILED_EXIT_CODE
-            return _State(_terminated(code, seen, now), allocation_id=ident)
+            unknown = "" if seen.exit_code else _NO_EXIT_CODE
+            return _State(_terminated(code, seen, now, unknown), allocation_id=ident)
         if status in _STOPPED:
             code = seen.exit_code if seen.exit_code is not None else _STOPPED_EXIT_CODE
             return _State(_terminated(code, seen, now, "stopped by the DMS"), allocation_id=ident)
         if self.status == DeploymentStatus.FAILED:
             code = seen.exit_code or FAILED_EXIT_CODE
-            message = self.error or "the DMS deployment failed"
+            message = (
+                self.error or f"the DMS deployment failed{_BEFORE.get(status, '')}{_NO_REASON}"
+            )
             return _State(_terminated(code, seen, now, message), allocation_id=ident)
         if self.status == DeploymentStatus.COMPLETED:
             code = seen.exit_code or 0
@@ -274,7 +290,7 @@ def _status(
         state=state.state,
         last_state=seen.last_state or k8s.ContainerState(),
         ready=ready,
-        restart_count=seen.restart_count,
+        restart_count=seen.restart_count + (1 if running and seen.unseen_start else 0),
         image=container.image,
         image_id="",
         container_id=f"dms://{state.allocation_id}" if state.allocation_id else "",
