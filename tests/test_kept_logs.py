@@ -7,12 +7,16 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dmsgw.behaviors.catalog import DEPLOYMENT_LOGS
+from dmsgw.behaviors.deployment import DeploymentLogsResponse
 from dmsgw.interlink.logs import kept_logs
 from dmsgw.interlink.logs.dms_logs import run_part
 from dmsgw.interlink.logs.kept_logs import KeptLogs, NoRunError, wanted_run
+from dmsgw.interlink.pods.run_reads import keep_last_runs
 from dmsgw.interlink.records.container_runs import Runs
 from dmsgw.interlink.wire import k8s
 
@@ -127,3 +131,28 @@ def test_a_new_deployments_run_shown_before_its_marker_is_the_next_run() -> None
     # shown before the pod moved on to deployment e3: run 1 was that one's, not a new one
     assert wanted_run(shown, redeployed, previous=False, ensemble_id="e3") == 1
     assert wanted_run(shown, redeployed, previous=False, ensemble_id="") == 1  # backing off
+
+
+async def test_a_run_kept_on_the_way_is_kept_again_grown_before_its_ensemble_stops(
+    tmp_path: Path,
+) -> None:
+    """The exit marker on stderr can be read before the run's last stdout line reached the
+    file (two pipes): the copy kept then is refreshed before the ensemble stops, and a later
+    fetch that gives less never shortens it."""
+    logs = _files(tmp_path / "dms", START, START + b"dmsgw.io/exit 1\n")
+    kept = KeptLogs.beside(tmp_path / "state" / "pods.sqlite3")
+    (tmp_path / "state").mkdir()
+    await kept.keep("uid-1", "init", 1, logs, 1)  # on the way: stdout not in yet
+
+    async def invoke(behavior: Any, request: Any, **_: Any) -> DeploymentLogsResponse:
+        assert behavior is DEPLOYMENT_LOGS
+        return DeploymentLogsResponse(logs_written_to=str(logs))
+
+    runs = {"init": Runs(started=1, ended=1, exit_code=1).to_map()}
+    (logs / "stdout.log").write_bytes(START + b"init\n")
+    await keep_last_runs(invoke, kept, "uid-1", "ens-1", runs)
+    first = kept.directory("uid-1", "init", 1)
+    assert first is not None and (first / "stdout.log").read_bytes() == b"init\n"
+    (logs / "stdout.log").write_bytes(START)  # a DMS that gives less later
+    await keep_last_runs(invoke, kept, "uid-1", "ens-1", runs)
+    assert (first / "stdout.log").read_bytes() == b"init\n"

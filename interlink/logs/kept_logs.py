@@ -109,6 +109,15 @@ def _copy_part(source: Path, target: Path, part: tuple[int, int]) -> None:
         os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
+def _holds(target: Path, size: int) -> bool:
+    """Whether ``target`` holds ``size`` bytes already: a run kept again (before its ensemble
+    stops) is copied only if its output grew since, never shortened by a later fetch."""
+    try:
+        return target.stat().st_size >= size
+    except FileNotFoundError:
+        return False
+
+
 class KeptLogs:
     """The kept runs of every pod, under ``root`` (see the module)."""
 
@@ -147,7 +156,9 @@ class KeptLogs:
         target = home / str(run)
         target.mkdir(mode=_PRIVATE_DIR, exist_ok=True)
         for name in LOG_FILES:
-            _copy_part(source / name, target / name, run_part(source / name, part))
+            begin, end = run_part(source / name, part)
+            if not _holds(target / name, min(end - begin, KEPT_RUN_BYTES)):
+                _copy_part(source / name, target / name, (begin, end))
         kept = sorted((int(d.name) for d in home.iterdir() if d.name.isdigit()), reverse=True)
         for old in kept[KEPT_RUNS:]:
             shutil.rmtree(home / str(old), ignore_errors=True)

@@ -73,13 +73,15 @@ async def read_together(reads: list[Coroutine[Any, Any, Runs | None]]) -> list[R
 async def keep_last_runs(
     invoke: Invoke, kept: KeptLogs, uid: str, ensemble_id: str, runs: Mapping[str, Any]
 ) -> None:
-    """Keep each container's last ended run of ``ensemble_id`` that is not kept yet, before
-    the ensemble is shut down (a DMS may remove its files then: the devnet does). ``runs`` is
-    the record's ledger by container; a log the DMS cannot give is left as it is."""
+    """Keep each container's last ended run of ``ensemble_id`` before the ensemble is shut
+    down (a DMS may remove its files then: the devnet does), again if it was kept on the way:
+    its exit marker on stderr may have been read before the last of its stdout reached the
+    file. ``runs`` is the record's ledger by container; a log the DMS cannot give is left as
+    it is."""
     for container, ledger in runs.items():
         now = Runs.from_map(ledger)
         run = now.earlier_runs + now.ended
-        if now.ended < 1 or kept.directory(uid, container, run) is not None:
+        if now.ended < 1:
             continue
         try:
             async with fetched_logs(invoke, ensemble_id, allocation_key(container)) as directory:
