@@ -14,16 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.behaviors.deployment import DeploymentShutdownResponse
 from dmsgw.clock import FixedClock
-from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import Phase
-from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.state.pod_store import PodStore, StoreError
 from dmsgw.interlink.wire import k8s
+from tests.support.fake_dms_plugin import fake_dms_plugin
 from tests.support.gateway_fakes import WAIT_S, FakeDMS, create, gateway_on, pod, uid, until
 
 OWNER = "did:key:the-gateway"
@@ -180,26 +178,15 @@ async def test_a_pod_made_again_after_its_delete_never_adopts_the_old_ensemble(
 async def test_a_create_refused_with_409_while_a_delete_outlasts_the_wait(
     dms: SlowShutdownDMS, clock: FixedClock, tmp_path: Path
 ) -> None:
-    gateway = await gateway_on(
-        dms, tmp_path / "state", owner=OWNER, clock=clock, recreate_wait_s=0.05
-    )
-    env = {"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")}
-    config = load_config(env=env)
-    server = PluginServer(gateway, config.server_options(), Metrics(process=False))
-    client = TestClient(
-        TestServer(server.app(), host="127.0.0.1"), headers={"Content-Type": "application/json"}
-    )
-    await client.start_server()
-    try:
+    async with fake_dms_plugin(tmp_path, dms, clock=clock, recreate_wait_s=0.05) as (client, _):
         body = json.dumps({"pod": pod(uid(5)), "container": []})
         assert (await client.post("/create", data=body)).status == 200
         await until(lambda: len(dms.live(uid(5))) == 1, "the pod runs")
         dms.done.clear()
-        assert (await client.post("/delete", data=json.dumps(pod(uid(5))))).status == 200
-        answer = await client.post("/create", data=body)
-        assert answer.status == 409
-        assert "still being deleted" in await answer.text()
-    finally:
-        dms.done.set()
-        await client.close()
-        await gateway.close()
+        try:
+            assert (await client.post("/delete", data=json.dumps(pod(uid(5))))).status == 200
+            answer = await client.post("/create", data=body)
+            assert answer.status == 409
+            assert "still being deleted" in await answer.text()
+        finally:
+            dms.done.set()

@@ -19,11 +19,14 @@ OWNER = "did:key:the-gateway"
 
 
 @contextlib.asynccontextmanager
-async def fake_dms_plugin(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], FakeDMS]]:
-    """A test client of the plugin API of a gateway over a :class:`FakeDMS`, and that DMS."""
-    dms = FakeDMS(tmp_path / "logs")
-    clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
-    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
+async def fake_dms_plugin(
+    tmp_path: Path, dms: FakeDMS | None = None, **parts: Any
+) -> AsyncIterator[tuple[TestClient[Any, Any], FakeDMS]]:
+    """A test client of the plugin API of a gateway over ``dms`` (a new :class:`FakeDMS` when
+    ``None``), made of ``parts`` besides, and that DMS."""
+    dms = dms or FakeDMS(tmp_path / "logs")
+    clock = parts.pop("clock", FixedClock(1_700_000_000 * NS_PER_SECOND))
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock, **parts)
     env = {"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "unused.sqlite3")}
     config = load_config(env=env)
     server = PluginServer(gateway, config.server_options(), Metrics(process=False))
