@@ -24,6 +24,7 @@ from dmsgw.interlink.translate import METADATA_POD_UID
 from tests.support.plugin_api import (
     container_logs,
     create_pod,
+    delete_pod,
     log_request,
     pod_of,
     shell_container,
@@ -76,7 +77,7 @@ async def test_containers_share_an_empty_dir(plugin: Any, base: Path) -> None:
         "reader": 0,
     }
     assert await container_logs(client, spec, "reader") == "hello from writer\n"
-    assert (await client.post("/delete", data=json.dumps(spec))).status == 200
+    await delete_pod(plugin, spec)  # done: the mount points the devnet made are gone with it
 
 
 async def test_config_map_and_secret_reach_the_env_and_the_files(plugin: Any, base: Path) -> None:
