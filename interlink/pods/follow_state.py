@@ -181,3 +181,30 @@ def allocation_state(
     """A container's allocation status and health, from the live info or the manifest."""
     status, info, _ = allocation_of(name, listed, allocations)
     return status, info.health if info is not None else ""
+
+
+def after_news(
+    f: Following,
+    key: tuple[Any, ...],
+    runs: dict[str, Runs],
+    *,
+    shortest_s: float,
+    longest_s: float,
+) -> None:
+    """A poll reported news (``key``, ``runs``): the next comes after ``shortest_s``. But a
+    resumed pod's first poll tells what its snapshot showed already, not news: it waits
+    ``longest_s``, not ramping up from the shortest (resumed pods polled more often than the
+    pace allowed: bench/README.md, "A restart's resume")."""
+    first_of_resumed = f.resumed and f.last is None
+    f.interval = longest_s if first_of_resumed else shortest_s
+    f.last, f.runs, f.quiet = key, runs, first_of_resumed
+
+
+def after_quiet(f: Following, *, longest_s: float, starting_s: float, on_its_way: bool) -> None:
+    """A poll found nothing new: the wait grows by half, up to ``longest_s`` for a deployment
+    running or ended, up to ``starting_s`` for one on its way to running (seen soon after it
+    gets there, as it is created)."""
+    if on_its_way:
+        f.interval = min(f.interval * 1.5, starting_s)
+    else:
+        f.interval, f.quiet = min(f.interval * 1.5, longest_s), True

@@ -37,6 +37,7 @@ from ...behaviors.status import DeploymentStatus
 from ...errors import DmsgwError
 from ...transport.rest import DMSError, DMSErrorKind, TransportError
 from ..capacity.admission import Order, Wait, demand_of
+from ..records.container_runs import Runs
 from ..records.endpoints import placement_of, where_it_runs
 from ..records.pod_record import (
     ATTEMPT_KEY,
@@ -58,7 +59,16 @@ from .follow_reports import (
     Queued,
     ShutDown,
 )
-from .follow_state import Following, allocation_state, reads_log, runs_now, settled, starts_unseen
+from .follow_state import (
+    Following,
+    after_news,
+    after_quiet,
+    allocation_state,
+    reads_log,
+    runs_now,
+    settled,
+    starts_unseen,
+)
 from .pod_services import PodServices
 from .pod_translation import TranslationNotReadyError
 from .poll_pace import PollPace
@@ -411,7 +421,29 @@ class PodFollower:
         allocations = reply.allocation_info or {}
         key = (status, tuple(sorted((k, v.status, v.health) for k, v in allocations.items())))
         ended = status in TERMINAL_DMS
-        manifest = await self._manifest(f.ensemble_id) if ended and key != f.last else None
+        manifest, placement, endpoints = await self._where(f, status, changed=key != f.last)
+        listed = (manifest.allocations or {}) if manifest is not None else {}
+        states = {name: allocation_state(name, listed, allocations) for name in f.containers}
+        now = await self._runs_read(f, states, ended=ended)
+        if now is None:  # the logs hold the only exit codes: try the end again
+            return f.interval
+        policy, longest = self._services.policy, self._longest_wait()
+        if key != f.last or now != f.runs or endpoints is not None or placement is not None:
+            self._report(Observed(status, reply, manifest, now, endpoints, placement))
+            after_news(f, key, now, shortest_s=policy.poll_min_s, longest_s=longest)
+            return None if ended else f.interval
+        starting = self._pace.stretched(min(STARTING_WAIT_S, policy.poll_max_s))
+        on_its_way = status != DeploymentStatus.RUNNING and not ended
+        after_quiet(f, longest_s=longest, starting_s=starting, on_its_way=on_its_way)
+        return f.interval
+
+    async def _where(
+        self, f: Following, status: DeploymentStatus, *, changed: bool
+    ) -> tuple[Any, dict[str, str] | None, list[dict[str, Any]] | None]:
+        """The manifest of an ended deployment (read once per change: how each allocation
+        ended) and where it ran; and, once it runs, where it runs and is reached."""
+        ended = status in TERMINAL_DMS
+        manifest = await self._manifest(f.ensemble_id) if ended and changed else None
         placement = (
             placement_of(parsed_request(self._request).pod, manifest)
             if manifest is not None
@@ -423,8 +455,13 @@ class PodFollower:
             if running is not None:
                 f.placement_due = False
                 placement, endpoints = where_it_runs(parsed_request(self._request).pod, running)
-        listed = (manifest.allocations or {}) if manifest is not None else {}
-        states = {name: allocation_state(name, listed, allocations) for name in f.containers}
+        return manifest, placement, endpoints
+
+    async def _runs_read(
+        self, f: Following, states: dict[str, tuple[str, str]], *, ended: bool
+    ) -> dict[str, Runs] | None:
+        """Each container's runs once this poll has read the logs it reads (``None``: the
+        ended deployment's logs could not be read, and are tried again)."""
         read = [name for name in f.containers if reads_log(f, name, states, ended=ended)]
         at_ns = self._services.clock()
         found = await read_together(
@@ -443,31 +480,13 @@ class PodFollower:
         )
         unread = {name for name, got in zip(read, found, strict=True) if got is None}
         if ended and unread and f.end_reads_left:
-            f.end_reads_left -= 1  # the logs hold the only exit codes: try the end again
-            return f.interval
+            f.end_reads_left -= 1
+            return None
         read_now = {n: got for n, got in zip(read, found, strict=True) if got is not None}
         now = runs_now(f, read_now, unread, states, ended=ended, at_ns=at_ns)
         # A container whose log could not be read is read again at the next poll.
         f.seen = {name: f.seen.get(name) if name in unread else states[name] for name in states}
-        if key != f.last or now != f.runs or endpoints is not None or placement is not None:
-            self._report(Observed(status, reply, manifest, now, endpoints, placement))
-            # A resumed pod's first poll tells what its snapshot showed already, not news:
-            # polled again at the longest wait, not ramping up from the shortest (resumed
-            # pods polled more often than the pace allowed: bench/README.md, "A restart's
-            # resume").
-            first_of_resumed = f.resumed and f.last is None
-            f.interval = (
-                self._longest_wait() if first_of_resumed else self._services.policy.poll_min_s
-            )
-            f.last, f.runs, f.quiet = key, now, first_of_resumed
-            if ended:
-                return None
-        elif status == DeploymentStatus.RUNNING or ended:
-            f.interval, f.quiet = min(f.interval * 1.5, self._longest_wait()), True
-        else:  # on its way to running: seen soon after it gets there, as it is created
-            starting = min(STARTING_WAIT_S, self._services.policy.poll_max_s)
-            f.interval = min(f.interval * 1.5, self._pace.stretched(starting))
-        return f.interval
+        return now
 
     def _unanswered(self, f: Following, exc: DmsgwError) -> float | None:
         """A status poll the DMS did not answer: asked again after a wait that doubles, and
