@@ -314,30 +314,7 @@ class PodActor(AsyncActor):
                 await self._wait_again(error or "no DMS peer took it (no bid, or no room)")
                 return
         before = _followed(record)
-        record.dms_status = message.status.go_name
-        observed = kept_reply(message.reply)
-        if not observed.get("allocation_info") and record.observed.get("allocation_info"):
-            # The DMS stops listing allocations when the deployment ends: keep how they ended.
-            observed["allocation_info"] = record.observed["allocation_info"]
-        if message.manifest is not None:
-            observed["manifest"] = plain_reply(message.manifest)
-        if message.endpoints is not None:
-            log.info(
-                "pod %s/%s reachable at %s",
-                record.namespace,
-                record.name,
-                describe(message.endpoints) or "no published port",
-            )
-        for key, news in ((ENDPOINTS_KEY, message.endpoints), (PLACEMENT_KEY, message.placement)):
-            kept = record.observed.get(key) if news is None else news
-            if kept is not None:
-                observed[key] = kept
-        record.observed = observed
-        record.runs = {name: runs.to_map() for name, runs in message.runs.items()}
-        if message.status == DeploymentStatus.RUNNING and not record.started_ns:
-            record.started_ns = self._services.clock()
-        if message.status == DeploymentStatus.RUNNING and not record.running_ns:
-            record.running_ns = self._services.clock()
+        self._note(message)
         running = message.status == DeploymentStatus.RUNNING
         if (running and self._left_down()) or (
             message.status not in TERMINAL_DMS and self._init_failed_to_retry()
@@ -369,6 +346,36 @@ class PodActor(AsyncActor):
         elif _followed(record) == before:
             return  # a resumed pod's first status is what was saved: no write, no new snapshot
         await self._save()
+
+    def _note(self, message: Observed) -> None:
+        """Record what the DMS said of the running pod: its status, its reply (allocations
+        kept once the DMS stops listing them), the manifest, endpoints and placement (kept
+        when not told again), the containers' runs, and when it first ran."""
+        record = self.record
+        record.dms_status = message.status.go_name
+        observed = kept_reply(message.reply)
+        if not observed.get("allocation_info") and record.observed.get("allocation_info"):
+            # The DMS stops listing allocations when the deployment ends: keep how they ended.
+            observed["allocation_info"] = record.observed["allocation_info"]
+        if message.manifest is not None:
+            observed["manifest"] = plain_reply(message.manifest)
+        if message.endpoints is not None:
+            log.info(
+                "pod %s/%s reachable at %s",
+                record.namespace,
+                record.name,
+                describe(message.endpoints) or "no published port",
+            )
+        for key, news in ((ENDPOINTS_KEY, message.endpoints), (PLACEMENT_KEY, message.placement)):
+            kept = record.observed.get(key) if news is None else news
+            if kept is not None:
+                observed[key] = kept
+        record.observed = observed
+        record.runs = {name: runs.to_map() for name, runs in message.runs.items()}
+        if message.status == DeploymentStatus.RUNNING and not record.started_ns:
+            record.started_ns = self._services.clock()
+        if message.status == DeploymentStatus.RUNNING and not record.running_ns:
+            record.running_ns = self._services.clock()
 
     async def _on_lost(self, message: Lost) -> None:
         """The DMS lost the deployment (restarted without it, or dropped it): following it
