@@ -156,3 +156,23 @@ async def test_a_run_kept_on_the_way_is_kept_again_grown_before_its_ensemble_sto
     (logs / "stdout.log").write_bytes(START)  # a DMS that gives less later
     await keep_last_runs(invoke, kept, "uid-1", "ens-1", runs)
     assert (first / "stdout.log").read_bytes() == b"init\n"
+
+
+async def test_the_runs_the_status_still_names_outlive_the_newest_two_until_it_moves_on(
+    tmp_path: Path,
+) -> None:
+    """Runs end faster than they are reported: the follower keeps runs 6 and 7 while the
+    pod's status still shows run 5 in ``lastState``; run 5 is spared until a keep no longer
+    names it (a ``Previous`` log request meanwhile would have found it gone)."""
+    logs = _files(tmp_path / "dms", START + b"5\n" + START + b"6\n" + START + b"7\n", START * 3)
+    kept = KeptLogs.beside(tmp_path / "state" / "pods.sqlite3")
+    (tmp_path / "state").mkdir()
+    for run in (1, 2, 3):
+        await kept.keep("uid-1", "main", run + 4, logs, run, spare_from=4)
+    assert [kept.directory("uid-1", "main", run) is not None for run in (5, 6, 7)] == [True] * 3
+    await kept.keep("uid-1", "main", 7, logs, 3, spare_from=6)
+    assert [kept.directory("uid-1", "main", run) is not None for run in (5, 6, 7)] == [
+        False,
+        True,
+        True,
+    ]

@@ -38,9 +38,12 @@ MESH_SCRIPT = "cat <<'EOFMESH' > $TMPDIR/mesh.sh\n#!/bin/bash\nset -e\nEOFMESH\n
 
 
 def _run(tmp_path: Path, command: str, network: PodNetwork) -> subprocess.CompletedProcess[bytes]:
-    """Run container ``main``'s wrapper (grace period 1 s) around ``sh -c command``."""
+    """Run container ``main``'s wrapper around ``sh -c command``, with a grace a loaded
+    machine honours: a kill after it (137) would say the stop did not reach the command."""
     spec = {"name": "main", "image": "x", "command": ["x"]}
-    done: subprocess.CompletedProcess[bytes] = run_wrapper(tmp_path, spec, command, network=network)
+    done: subprocess.CompletedProcess[bytes] = run_wrapper(
+        tmp_path, spec, command, network=network, grace_s=5
+    )
     return done
 
 

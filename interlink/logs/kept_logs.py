@@ -141,14 +141,30 @@ class KeptLogs:
         return found if found.is_dir() else None
 
     async def keep(
-        self, uid: str, container: str, run: int, source: Path, part: int | None
+        self,
+        uid: str,
+        container: str,
+        run: int,
+        source: Path,
+        part: int | None,
+        spare_from: int | None = None,
     ) -> None:
         """Keep run ``run`` of ``container``: the ``part``-th run in the log files in
-        ``source`` (``None``: the files whole). Blocking work runs on a thread; the caller
-        holds ``source`` (the DMS rewrites it on each request)."""
-        await asyncio.to_thread(self._keep, uid, container, run, source, part)
+        ``source`` (``None``: the files whole). Only the newest :data:`KEPT_RUNS` stay, but
+        none from ``spare_from`` on: the runs the pod's published status may still name while
+        the newer ones are being reported. Blocking work runs on a thread; the caller holds
+        ``source`` (the DMS rewrites it on each request)."""
+        await asyncio.to_thread(self._keep, uid, container, run, source, part, spare_from)
 
-    def _keep(self, uid: str, container: str, run: int, source: Path, part: int | None) -> None:
+    def _keep(
+        self,
+        uid: str,
+        container: str,
+        run: int,
+        source: Path,
+        part: int | None,
+        spare_from: int | None,
+    ) -> None:
         home = self._container_dir(uid, container)
         for directory in (self.root, home.parent, home):
             directory.mkdir(mode=_PRIVATE_DIR, exist_ok=True)
@@ -161,7 +177,8 @@ class KeptLogs:
                 _copy_part(source / name, target / name, (begin, end))
         kept = sorted((int(d.name) for d in home.iterdir() if d.name.isdigit()), reverse=True)
         for old in kept[KEPT_RUNS:]:
-            shutil.rmtree(home / str(old), ignore_errors=True)
+            if spare_from is None or old < spare_from:
+                shutil.rmtree(home / str(old), ignore_errors=True)
 
     async def forget(self, uid: str) -> None:
         """Drop every kept run of pod ``uid`` (it was deleted)."""

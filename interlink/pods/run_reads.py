@@ -55,10 +55,12 @@ async def _keep_ended(
 ) -> None:
     """Copy the runs that ended since ``before`` (the newest :data:`KEPT_RUNS` of them) from
     the allocation's log files in ``directory``: the i-th run of the files is the pod's
-    ``earlier_runs + i``-th."""
+    ``earlier_runs + i``-th. The runs ``before`` names (what the pod's status shows until
+    these are reported: its last ended one and the one before) are spared meanwhile."""
     first = max(before.ended + 1, now.ended - KEPT_RUNS + 1)
+    shown = before.earlier_runs + before.ended - 1
     for part in range(first, now.ended + 1):
-        await kept.keep(uid, container, now.earlier_runs + part, directory, part)
+        await kept.keep(uid, container, now.earlier_runs + part, directory, part, shown)
 
 
 async def read_together(reads: list[Coroutine[Any, Any, Runs | None]]) -> list[Runs | None]:

@@ -23,12 +23,13 @@ def run_wrapper(
     *,
     pre_stop: str = "",
     network: PodNetwork = NO_NETWORK,
+    grace_s: int = 1,
 ) -> Any:
-    """Run the wrapper of the container ``spec`` (grace period 1 s) around ``sh -c command``
-    in ``tmp_path``, with the pod's ``network`` annotations."""
+    """Run the wrapper of the container ``spec`` (its grace period ``grace_s``) around
+    ``sh -c command`` in ``tmp_path``, with the pod's ``network`` annotations."""
     container = Container("spec.containers[0]", k8s.Container.model_validate(spec), None)
     hooks = Hooks(pre_stop=pre_stop)
-    script = wrapper_script(container, hooks, "", probe_runs(container), 1, network)
+    script = wrapper_script(container, hooks, "", probe_runs(container), grace_s, network)
     return subprocess.run(
         ["/bin/sh", "-c", script, "dmsgw-pod", "/bin/sh", "-c", command],
         cwd=tmp_path,
