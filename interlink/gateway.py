@@ -396,6 +396,8 @@ class Gateway:
         an ensemble that an ended pod may still have (one whose actor crashed while ending).
         The record the restart reads is replaced before it is persisted: a restart due while
         the store writes reads the delete too."""
+        if record.phase == Phase.DELETING:  # recorded already: the restart carries it out
+            return
         deleting = dataclasses.replace(record, phase=move(record.phase, Event.DELETE).end)
         self.book.records[record.uid] = deleting
         try:

@@ -289,7 +289,9 @@ async def test_a_delete_while_a_pod_actor_awaits_its_restart_is_carried_out(
     assert actor is not None
     actor.stop()  # as if it crashed: no live actor while the record is not terminal
     await actor.wait_stopped()  # type: ignore[attr-defined]
-    await first.delete(parse_create_body(json.dumps({"pod": pod(uid(1))}).encode())[0].pod)
+    deleted = parse_create_body(json.dumps({"pod": pod(uid(1))}).encode())[0].pod
+    await first.delete(deleted)
+    await first.delete(deleted)  # again, before the restart: the delete is recorded already
     await first.close()
     gateways.append(await gateway_on(dms, tmp_path / "state.sqlite3", owner=ONE, clock=clock))
     await until(lambda: dms.live(uid(1)) == [], "the deleted pod's ensemble shut down")
