@@ -216,3 +216,31 @@ async def test_the_actor_makes_the_move_and_takes_its_step(m: Move) -> None:
     else:
         expected = [] if m.step is Step.NOTHING else [m.step.value]
         assert actor.follower.steps == expected
+
+
+class _FullStore(_Store):
+    async def delete(self, uid: str) -> None:
+        raise OSError("disk full")
+
+
+async def test_a_shut_down_pod_whose_record_cannot_be_deleted_stays_deleting() -> None:
+    """The store refuses to drop the record: the actor fails (its supervisor restarts it) and
+    the record it resumes from still says ``deleting``, so the restart shuts down again."""
+    record = PodRecord(
+        uid=uid(1),
+        namespace="default",
+        name="p",
+        jid="j",
+        request=_request("Never", False),
+        phase=Phase.DELETING,
+        attempt=1,
+        ensemble_id="ens-1",
+    )
+    services = pod_services(None, store=_FullStore(), status_of=lambda r: snapshot_of(r, now_ns=0))
+    services.book.take_on(record)
+    actor = _WalkedActor(record, services)
+    actor.actor_ref = _Ref()  # type: ignore[assignment]
+    with pytest.raises(OSError, match="disk full"):
+        await actor.on_receive(ShutDown())
+    assert services.book.records[uid(1)].phase == Phase.DELETING
+    assert RESUMES[Phase.DELETING] is Step.SHUT_DOWN

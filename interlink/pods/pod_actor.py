@@ -463,8 +463,8 @@ class PodActor(AsyncActor):
         self._take(step, record.attempt, self._order)
 
     async def _on_shut_down(self) -> None:
+        await self._services.store.delete(self.record.uid)  # failing, a restart shuts down again
         self._move(Event.SHUT_DOWN)  # gone: the record is deleted, the actor stops
-        await self._services.store.delete(self.record.uid)
         kept_logs = self._services.kept_logs
         if kept_logs is not None:  # the kubelet keeps them until the pod is deleted
             await kept_logs.forget(self.record.uid)
