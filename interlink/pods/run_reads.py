@@ -58,7 +58,7 @@ async def _keep_ended(
     ``earlier_runs + i``-th. The runs ``before`` names (what the pod's status shows until
     these are reported: its last ended one and the one before) are spared meanwhile."""
     first = max(before.ended + 1, now.ended - KEPT_RUNS + 1)
-    shown = before.earlier_runs + before.ended - 1
+    shown = before.earlier_runs + before.ended - 1 if before.ended else None
     for part in range(first, now.ended + 1):
         await kept.keep(uid, container, now.earlier_runs + part, directory, part, shown)
 
