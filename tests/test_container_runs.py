@@ -264,9 +264,9 @@ def _write_once(fifo: Path, released: list[Path]) -> None:
 
 async def test_a_log_not_written_yet_has_no_new_markers(tmp_path: Path) -> None:
     before = Runs(read_to=7, started=1)
-    assert (
-        await read_runs(_invoke(str(tmp_path / "empty")), "ens", "main", before, uid="u") == before
-    )
+    directory = str(tmp_path / "empty")
+    read = await read_runs(_invoke(directory), "ens", "main", before, uid="u")
+    assert read == before._replace(log_dir=directory)  # only where the DMS writes them
 
 
 async def test_the_markers_are_not_part_of_the_container_log(tmp_path: Path) -> None:
@@ -403,3 +403,14 @@ def test_a_ledger_stored_with_counted_restarts_reads_as_runs() -> None:
     old = {"earlier_restarts": 2, "earlier_ended": True, "earlier_exit_code": 1}
     assert Runs.from_map(old).earlier_runs == 3
     assert read(Runs.from_map(old), START).observation().restart_count == 3
+
+
+def test_where_the_dms_wrote_the_logs_is_kept_for_the_current_ensemble_only() -> None:
+    """``/getLogs`` reads the live run there while the DMS does not answer (decision 140): it
+    survives the record's round trip, a garbled one reads as unknown, and the next
+    deployment's files are elsewhere."""
+    runs = read(Runs(), START)._replace(log_dir="/var/dms/logs/e1/main")
+    assert Runs.from_map(msgpack.unpackb(msgpack.packb(runs.to_map()))) == runs
+    for garbled in (7, b"/x", "/x\0y"):
+        assert Runs.from_map({**runs.to_map(), "log_dir": garbled}).log_dir == ""
+    assert runs.next_ensemble().log_dir == ""

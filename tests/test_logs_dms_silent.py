@@ -1,6 +1,7 @@
 """``/getLogs`` while the DMS does not answer: the runs the gateway kept are served from its
-copies; a run it has no copy of is a 503 that says the DMS is silent, where the logs are, and
-what the gateway does keep (never a 500, never the deadline's generic 503).
+copies, the live run from where the DMS last wrote it; a run of which the gateway has neither
+is a 503 that says the DMS is silent, where the logs are, and what the gateway does keep (never
+a 500, never the deadline's generic 503).
 
 Over the in-memory DMS of :mod:`tests.gateway_fakes` (an injected clock, bounded waits on the
 gateway's own state).
@@ -101,7 +102,7 @@ async def test_a_kept_run_is_served_when_the_dms_hangs(
 ) -> None:
     """A DMS that takes the connection and never answers: the kept copy is served after a
     bounded wait, well within the route's deadline."""
-    monkeypatch.setattr(pod_logs, "KEPT_AFTER_S", 0.05)
+    monkeypatch.setattr(pod_logs, "SILENT_AFTER_S", 0.05)
     gateway, dms, spec = await _ended_once(tmp_path, "Never")
     try:
         dms.hang = True
@@ -112,23 +113,78 @@ async def test_a_kept_run_is_served_when_the_dms_hangs(
         await gateway.close()
 
 
-async def test_a_run_not_kept_is_a_503_saying_why(tmp_path: Path) -> None:
-    """A container still running: its logs are on the DMS's host only. The answer names the
-    DMS's silence, the container and its run, and what the gateway keeps."""
+async def _running(tmp_path: Path) -> tuple[Gateway, _SilentDMS, dict[str, Any]]:
+    """A pod whose container runs, its start read from the DMS's files (so the gateway saw
+    where the DMS writes them)."""
     dms = _SilentDMS(tmp_path / "logs")
     (tmp_path / "logs" / "stdout.log").write_bytes(START + b"working\n")
     (tmp_path / "logs" / "stderr.log").write_bytes(START)
     clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
     gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
     spec = pod(uid(8), policy="Always", command=["sleep", "3600"])
+    await create(gateway, spec)
+    await _seen(gateway, spec, "started", "running")
+    return gateway, dms, spec
+
+
+@pytest.mark.parametrize(
+    "silence",
+    [
+        TransportError("/dms/node/deployment/logs: connection refused"),
+        DMSTimeoutError("/dms/node/deployment/logs", detail="the DMS is busy"),
+    ],
+)
+async def test_the_live_run_is_read_where_the_dms_last_wrote_it(
+    tmp_path: Path, silence: Exception
+) -> None:
+    """A container still running while the DMS does not answer: its output up to the DMS's
+    last write, from the files on the DMS's host (the gateway's), not a 5xx (decision 140)."""
+    gateway, dms, spec = await _running(tmp_path)
     try:
-        await create(gateway, spec)
-        await _seen(gateway, spec, "started", "running")
+        dms.silence = silence
+        assert await _read(gateway, spec) == b"working\n"
+        assert await _read(gateway, spec, Tail=1) == b"working\n"
+    finally:
+        await gateway.close()
+
+
+async def test_the_live_run_is_read_when_the_dms_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DMS that takes the connection and never answers: after a bounded wait, well within
+    the route's deadline, the files where it last wrote the live run."""
+    monkeypatch.setattr(pod_logs, "SILENT_AFTER_S", 0.05)
+    gateway, dms, spec = await _running(tmp_path)
+    try:
+        dms.hang = True
+        async with asyncio.timeout(10):
+            assert await _read(gateway, spec) == b"working\n"
+    finally:
+        dms.hang = False
+        await gateway.close()
+
+
+@pytest.mark.parametrize("hang", [False, True])
+async def test_logs_never_seen_written_are_a_503_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hang: bool
+) -> None:
+    """The live run's files gone from where the DMS wrote them (or the DMS on another host):
+    the answer names the DMS's silence, the container and its run, and what the gateway
+    keeps; a DMS that hangs is named as such, within the bounded wait."""
+    monkeypatch.setattr(pod_logs, "SILENT_AFTER_S", 0.05)
+    gateway, dms, spec = await _running(tmp_path)
+    try:
+        for name in ("stdout.log", "stderr.log"):
+            (tmp_path / "logs" / name).unlink()
+        dms.hang = hang
         dms.silence = TransportError("/dms/node/deployment/logs: connection refused")
-        with pytest.raises(BackendUnavailable) as info:
-            await _read(gateway, spec)
+        async with asyncio.timeout(10):
+            with pytest.raises(BackendUnavailable) as info:
+                await _read(gateway, spec)
         message = str(info.value)
-        assert "the DMS does not answer" in message and "connection refused" in message
+        why = "no answer within 0.05 s" if hang else "connection refused"
+        assert "the DMS does not answer" in message and why in message
         assert "run 1 of container 'main'" in message and "saw end" in message
     finally:
+        dms.hang = False
         await gateway.close()

@@ -1,13 +1,15 @@
 """``/getLogs`` of one known pod: the logs of the run the kubelet would serve, from the DMS
 while it has them, else from the copy the gateway kept when it saw the run end (decisions 14
-and 69). The files come from :mod:`~dmsgw.interlink.logs.dms_logs`, the kept copies from
-:mod:`~dmsgw.interlink.logs.kept_logs`.
+and 69); while the DMS does not answer, from that copy or where the DMS last wrote them
+(decisions 116 and 140). The files come from :mod:`~dmsgw.interlink.logs.dms_logs`, the
+kept copies from :mod:`~dmsgw.interlink.logs.kept_logs`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
@@ -30,6 +32,8 @@ from .dms_logs import LOG_FILES, Fetch, fetched_logs, read_logs
 from .kept_logs import KeptLogs, NoRunError, kept_fetch, wanted_run
 
 __all__ = ["pod_logs"]
+
+log = logging.getLogger(__name__)
 
 
 async def pod_logs(
@@ -58,7 +62,7 @@ async def pod_logs(
         raise PluginRequestError(f"pod {pod_name} is waiting to start: not deployed yet")
     if here:
         what = f"run {run} of container {container!r} of pod {pod_name}"
-        fetch = _dms_fetch(invoke, record.ensemble_id, container, kept, what)
+        fetch = _dms_fetch(invoke, record.ensemble_id, container, runs, kept, what)
     elif kept is not None:
         fetch = kept_fetch(kept)
     else:
@@ -89,13 +93,15 @@ def _shown(snapshots: Snapshots, record: PodRecord, container: str) -> k8s.Conta
 
 
 def _dms_fetch(
-    invoke: Invoke, ensemble: str, container: str, kept: Path | None, what: str
+    invoke: Invoke, ensemble: str, container: str, runs: Runs, kept: Path | None, what: str
 ) -> Fetch:
-    """The allocation's log files from the DMS, by its key (no manifest needed); when the
-    DMS no longer has them (it forgot the deployment, or removed its files), or does not
-    answer, the copy ``kept`` of the run asked for. A DMS that is silent about a run that was
-    not kept is a 503 naming ``what`` was asked for."""
+    """The allocation's log files from the DMS, by its key (no manifest needed). When the
+    DMS no longer has them (it forgot the deployment, or removed its files), the copy
+    ``kept`` of the run asked for. When the DMS does not answer, ``kept`` too, else the
+    files where the DMS last wrote them (``runs.log_dir``: the live run up to then); with
+    neither, a 503 naming ``what`` was asked for (decisions 116 and 140)."""
     allocation = allocation_key(container)
+    written = Path(runs.log_dir) if runs.log_dir else None
 
     @contextlib.asynccontextmanager
     async def fetch() -> AsyncIterator[Path]:
@@ -103,31 +109,46 @@ def _dms_fetch(
             try:
                 directory = await _within(
                     stack.enter_async_context(fetched_logs(invoke, ensemble, allocation)),
-                    KEPT_AFTER_S if kept is not None else None,
+                    SILENT_AFTER_S,
                 )
             except (DMSError, TransportError, TimeoutError) as exc:
-                if kept is None and not _answered(exc):
-                    raise BackendUnavailable(_silent(exc, what)) from None
-                if kept is None:  # the DMS answered it has none: the client's 404
+                if _answered(exc) and kept is None:  # it has none: the client's 404
                     raise UnknownPodError(
                         f"the DMS no longer knows deployment {ensemble}, nor its logs ({exc}), "
                         "and the gateway kept none of this run"
                     ) from None
+                stand_in = kept or _last_written(written, exc, what)
             else:
-                if kept is None or any((directory / name).exists() for name in LOG_FILES):
+                if kept is None or _has_logs(directory):
                     yield directory
                     return
                 # a DMS that shut the deployment down may have removed its files (the devnet
                 # does): the run's kept copy then stands in
-        yield kept
+                stand_in = kept
+        yield stand_in
 
     return fetch
 
 
-KEPT_AFTER_S = 10.0
-"""How long the DMS may take to write a run's logs before the gateway's copy of it is served
-instead: well within the route's deadline (30 s by default), so that a DMS that takes the
-connection and never answers still leaves the kept runs readable."""
+def _last_written(written: Path | None, exc: Exception, what: str) -> Path:
+    """Where the DMS last wrote the logs of ``what``, read while it does not answer; a 503
+    saying why when the gateway never saw them written or they are gone."""
+    if written is None or not _has_logs(written):
+        raise BackendUnavailable(_silent(exc, what)) from None
+    log.warning("the DMS does not answer (%s): %s read where it last wrote them", exc, what)
+    return written
+
+
+def _has_logs(directory: Path) -> bool:
+    """Whether ``directory`` holds either of the allocation's log files."""
+    return any((directory / name).exists() for name in LOG_FILES)
+
+
+SILENT_AFTER_S = 10.0
+"""How long the DMS may take to write a run's logs before it counts as silent, and the
+gateway's copy of the run, or the files where the DMS last wrote them, is served instead:
+well within the route's deadline (30 s by default), so that a DMS that takes the connection
+and never answers still leaves the logs readable and its silence named."""
 
 
 async def _within(step: Awaitable[Path], seconds: float | None) -> Path:
@@ -147,8 +168,9 @@ def _answered(exc: Exception) -> bool:
 
 def _silent(exc: Exception, what: str) -> str:
     """Why the logs of ``what`` cannot be served while the DMS is silent."""
-    why = str(exc) or "no answer in time"
+    why = str(exc) or f"no answer within {SILENT_AFTER_S:g} s"
     return (
-        f"the DMS does not answer ({why}): the logs of {what} are on the DMS's host, and "
-        "the gateway keeps only the runs it saw end (ask again once the DMS answers)"
+        f"the DMS does not answer ({why}): the logs of {what} are on the DMS's host, where "
+        "the gateway has not seen them written, and it keeps only the runs it saw end (ask "
+        "again once the DMS answers)"
     )

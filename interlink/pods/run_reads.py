@@ -42,6 +42,7 @@ async def read_runs(
         async with fetched_logs(invoke, ensemble_id, allocation_key(container)) as directory:
             text, read_to = await new_lines(directory / STDERR_LOG, runs.read_to, MARKER_READ_LIMIT)
             now = runs.read(markers(text), read_to, at_ns=at_ns).read_probes(probe_markers(text))
+            now = now._replace(log_dir=str(directory))
             if kept is not None:
                 await _keep_ended(kept, uid, container, directory, runs, now)
     except (DmsgwError, OSError) as exc:

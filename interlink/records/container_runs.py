@@ -106,6 +106,9 @@ class Runs(NamedTuple):
     previous_ended_ns: int = 0
     earlier_started_ns: int = 0
     earlier_ended_ns: int = 0
+    log_dir: str = ""
+    """Where the DMS last wrote the allocation's log files (``""``: not yet read in this
+    ensemble): what ``/getLogs`` reads while the DMS does not answer (decision 140)."""
 
     @property
     def running(self) -> bool:
@@ -269,8 +272,8 @@ class Runs(NamedTuple):
         return self
 
     def to_map(self) -> dict[str, Any]:
-        """The stored ledger: its fields are plain numbers but for the probes' state (no deep
-        copy, as ``asdict`` makes)."""
+        """The stored ledger: plain numbers and the log directory's path, but for the probes'
+        state (no deep copy, as ``asdict`` makes)."""
         stored = self._asdict()
         stored["probes"] = self.probes.to_map()
         return stored
@@ -295,7 +298,9 @@ class Runs(NamedTuple):
         if "earlier_runs" not in counts and type(old) is int and old >= 0 and ended:
             counts["earlier_runs"] = old + 1
         probes = ProbeState.from_map(value.get("probes"))
-        return cls(**counts, **codes, earlier_ended=ended, probes=probes)
+        log_dir = value.get("log_dir")
+        log_dir = log_dir if type(log_dir) is str and "\0" not in log_dir else ""
+        return cls(**counts, **codes, earlier_ended=ended, probes=probes, log_dir=log_dir)
 
 
 def _time(ns: int) -> datetime | None:
