@@ -184,7 +184,29 @@ async def test_logs_never_seen_written_are_a_503_saying_why(
         message = str(info.value)
         why = "no answer within 0.05 s" if hang else "connection refused"
         assert "the DMS does not answer" in message and why in message
+        assert f"they are gone from {tmp_path / 'logs'}" in message
         assert "run 1 of container 'main'" in message and "saw end" in message
+    finally:
+        dms.hang = False
+        await gateway.close()
+
+
+async def test_logs_the_gateway_never_saw_written_are_a_503_saying_so(tmp_path: Path) -> None:
+    """A run whose start the gateway learnt from the DMS's status alone (a container without
+    the wrapper's markers is never read for them): nothing tells where its files are."""
+    dms = _SilentDMS(tmp_path / "logs")
+    clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
+    gateway = await gateway_on(dms, tmp_path / "state", owner=OWNER, clock=clock)
+    spec = pod(uid(9), policy="Always")  # no command: no wrapper
+    try:
+        await create(gateway, spec)
+        await until(lambda: bool(dms.live(uid(9))), "deployed")
+        dms.live(uid(9))[0].allocations["main"] = "running"
+        await _seen(gateway, spec, "started", "running")
+        dms.silence = TransportError("/dms/node/deployment/logs: connection refused")
+        with pytest.raises(BackendUnavailable) as info:
+            await _read(gateway, spec)
+        assert "the gateway has not seen them written" in str(info.value)
     finally:
         dms.hang = False
         await gateway.close()

@@ -133,9 +133,11 @@ def _dms_fetch(
 def _last_written(written: Path | None, exc: Exception, what: str) -> Path:
     """Where the DMS last wrote the logs of ``what``, read while it does not answer; a 503
     saying why when the gateway never saw them written or they are gone."""
-    if written is None or not _has_logs(written):
-        raise BackendUnavailable(_silent(exc, what)) from None
-    log.warning("the DMS does not answer (%s): %s read where it last wrote them", exc, what)
+    if written is None:
+        raise BackendUnavailable(_silent(exc, what, "the gateway has not seen them written"))
+    if not _has_logs(written):
+        raise BackendUnavailable(_silent(exc, what, f"they are gone from {written}"))
+    log.warning("the DMS does not answer (%s): %s read where it last wrote them", _why(exc), what)
     return written
 
 
@@ -166,11 +168,16 @@ def _answered(exc: Exception) -> bool:
     return isinstance(exc, DMSRequestError) or not isinstance(exc, TransportError | TimeoutError)
 
 
-def _silent(exc: Exception, what: str) -> str:
-    """Why the logs of ``what`` cannot be served while the DMS is silent."""
-    why = str(exc) or f"no answer within {SILENT_AFTER_S:g} s"
+def _silent(exc: Exception, what: str, where: str) -> str:
+    """Why the logs of ``what`` cannot be served while the DMS is silent: ``where`` they are
+    not."""
     return (
-        f"the DMS does not answer ({why}): the logs of {what} are on the DMS's host, where "
-        "the gateway has not seen them written, and it keeps only the runs it saw end (ask "
-        "again once the DMS answers)"
+        f"the DMS does not answer ({_why(exc)}): the logs of {what} are on the DMS's host, "
+        f"{where}, and the gateway keeps only the runs it saw end (ask again once the DMS "
+        "answers)"
     )
+
+
+def _why(exc: Exception) -> str:
+    """What the DMS's silence looked like (a wait given up says nothing of itself)."""
+    return str(exc) or f"no answer within {SILENT_AFTER_S:g} s"
