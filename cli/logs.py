@@ -4,10 +4,11 @@
 ``==> node.allocation <==`` header (as ``tail`` heads several files); ``dmsgw logs ENSEMBLE
 ALLOCATION`` one allocation's, by its name (``alloc1``) or full name (``node1.alloc1``). What
 an allocation wrote to stdout goes to stdout, its stderr to stderr. ``--tail N`` keeps the last
-N lines of each; ``--follow`` prints what is written next, until the deployment ends (or
-Ctrl-C), then how each allocation ended (the DMS tells its status, not its exit code). The DMS
-writes the logs on its own host (``deployment/logs``), so this works where the DMS runs on this
-machine: a devnet, a local DMS.
+N lines of each; ``--follow`` waits for the deployment to be placed if it is not yet, prints
+what is written next, until the deployment ends (or Ctrl-C), then how each allocation ended
+(the DMS tells its status, not its exit code). The DMS writes the logs on its own host
+(``deployment/logs``), so this works where the DMS runs on this machine: a devnet, a local
+DMS.
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ def show_logs(
     err: TextIO | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Print the logs (see the module); with ``follow``, poll until the deployment ends."""
+    """Print the logs (see the module); with ``follow``, poll until the deployment ends
+    (from its placement: a follow started right after ``dmsgw deploy`` waits for it)."""
+    if follow:
+        _await_placement(dms, ensemble_id, err or sys.stderr, sleep)
     names: Sequence[str] = [allocation] if allocation else allocation_names(dms, ensemble_id)
     printer = Printer(out or sys.stdout, err or sys.stderr, headers=len(names) > 1)
     while True:
@@ -101,6 +105,22 @@ def show_logs(
             print("\n".join(endings(dms, ensemble_id, full)), file=err or sys.stderr)
         if not follow or ended:
             return
+        sleep(FOLLOW_INTERVAL_S)
+
+
+def _await_placement(
+    dms: Node, ensemble_id: str, err: TextIO, sleep: Callable[[float], None]
+) -> None:
+    """Until the deployment has allocations, saying once what it waits for; a deployment that
+    ends before it was placed is an error naming how it ended."""
+    said = False
+    while not (dms.deployment.manifest(ensemble_id).manifest.allocations or {}):
+        status = dms.deployment.status(ensemble_id).status
+        if is_terminal(status):
+            raise DmsgwError(f"{ensemble_id} ended {status} before any allocation was placed")
+        if not said:
+            print(f"dmsgw: {ensemble_id} is {status}: waiting for it to be placed", file=err)
+            said = True
         sleep(FOLLOW_INTERVAL_S)
 
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from dmsgw.cli import main
 from dmsgw.cli.client_commands import Console, reply_json
+from dmsgw.cli.logs import FOLLOW_INTERVAL_S, show_logs
 from dmsgw.devnet.devnet import BackgroundDevnet, Devnet
 from dmsgw.devnet_files import devnet_record as state
+from dmsgw.errors import DmsgwError
 from dmsgw.keys.crypto import Ed25519PrivKey, marshal_private_key
 from dmsgw.keys.did import DID
 from dmsgw.keys.keystore import KeyStore
@@ -274,6 +279,21 @@ def test_logs_follow_ends_with_the_deployment(
     assert capsys.readouterr() == ("out 5\n", "oops\ndmsgw: n1.job completed\n")
 
 
+def test_logs_follow_shows_what_a_running_job_writes_until_it_ends(
+    setup: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Started right after the deploy (without ``--wait``): it waits for the placement, shows
+    the first line, then what the job writes seconds later, then its end (the job's pause
+    outlasts the follow's start)."""
+    path = tmp_path / "slow.yaml"
+    path.write_text(tasks_yaml(job="echo first; sleep 5; echo second", other="echo other"))
+    assert main(["deploy", str(path), *setup]) == 0
+    ensemble = capsys.readouterr().out.splitlines()[0].rsplit(" ", 1)[-1]
+    assert main(["logs", ensemble, "job", "--follow", *setup]) == 0
+    out, err = capsys.readouterr()
+    assert out == "first\nsecond\n" and err.endswith("dmsgw: n1.job completed\n"), (out, err)
+
+
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [
@@ -307,3 +327,26 @@ def test_invoke_deployment_logs_takes_the_short_name_and_says_how_to_read_them(
         f"dmsgw: the DMS wrote stdout.log and stderr.log in {written} on its host; "
         f"`dmsgw logs {finished} n1.job` prints them\n"
     )
+
+
+class _Unplaced:
+    """A deployment as a DMS shows it before placement: ``statuses`` in turn, no allocations."""
+
+    def __init__(self, *statuses: str) -> None:
+        self.statuses = list(statuses)
+        self.deployment = self
+
+    def manifest(self, ensemble_id: str) -> Any:
+        return SimpleNamespace(manifest=SimpleNamespace(allocations={}))
+
+    def status(self, ensemble_id: str) -> Any:
+        return SimpleNamespace(status=self.statuses.pop(0))
+
+
+def test_a_follow_of_a_deployment_that_fails_before_placement_says_so() -> None:
+    err, naps = io.StringIO(), []
+    dms: Any = _Unplaced("Committing", "Committing", "Failed")
+    with pytest.raises(DmsgwError, match="ens-1 ended Failed before any allocation was placed"):
+        show_logs(dms, "ens-1", None, follow=True, err=err, sleep=naps.append)
+    assert err.getvalue() == "dmsgw: ens-1 is Committing: waiting for it to be placed\n"
+    assert naps == [FOLLOW_INTERVAL_S, FOLLOW_INTERVAL_S]

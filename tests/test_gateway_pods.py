@@ -20,12 +20,15 @@ import pytest
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
 from dmsgw.behaviors.status import DeploymentStatus
+from dmsgw.devnet.devnet import Devnet
+from dmsgw.devnet.timeouts import TEST_TIMEOUTS
 from dmsgw.interlink.translate import METADATA_POD_UID
 from tests.support.plugin_api import (
     container_logs,
     create_pod,
     delete_pod,
     log_request,
+    open_plugin,
     pod_of,
     shell_container,
     wait_all_terminated,
@@ -193,3 +196,33 @@ async def test_followed_logs_stream_until_the_container_ends(plugin: Any, host_d
     assert rest == b"second\n"
     done = await wait_state(client, spec, "terminated")
     assert done["containers"][0]["state"]["terminated"]["exitCode"] == 0
+
+
+async def test_a_delete_gives_the_pod_its_grace_period_through_the_dms(tmp_path: Path) -> None:
+    """Issue 26, item 9, end to end: ``/delete`` of a pod whose container flushes for longer
+    than the DMS's own stop timeout (``shutdown_s``, 2 s in tests) but within its
+    ``terminationGracePeriodSeconds`` lets it end by itself (0), where it was SIGKILLed
+    (137): the gateway hands the grace to the DMS, whose shutdown waits it out."""
+    devnet = Devnet(timeouts=TEST_TIMEOUTS)
+    assert devnet.timeouts.shutdown_s < 3
+    script = "trap 'sleep 3; echo flushed; exit 0' TERM; echo up; while :; do sleep 0.05; done"
+    spec = pod_of([shell_container("main", script)])
+    spec["spec"]["terminationGracePeriodSeconds"] = 20
+    async with open_plugin(tmp_path, devnet=devnet) as plugin:
+        client, backend = plugin
+        await create_pod(client, spec)
+        await wait_state(client, spec, "running")
+        ensemble = backend.book.records[spec["metadata"]["uid"]].ensemble_id
+        found = [n.provider.find(ensemble, "main") for n in devnet.nodes if n.provider]
+        (main,) = [a for a in found if a is not None]
+        assert main.plan is not None
+        for _ in range(400):
+            if b"up\n" in main.plan.stdout.read_bytes():
+                break
+            await asyncio.sleep(0.05)
+        await delete_pod(plugin, spec)
+        for _ in range(400):
+            if main.exit_code is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert main.exit_code == 0, "the flush was cut short by a kill"

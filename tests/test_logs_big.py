@@ -93,3 +93,31 @@ async def test_reading_a_part_gives_what_reading_it_whole_gives(tmp_path: Path, 
     limit = rng.choice([0, 1, 10, 1000, 100_000, 10_000_000])
     opts = {"Tail": tail, "Bytes": limit}
     assert await _read(tmp_path, **opts) == _whole(tmp_path, tail, limit), opts
+
+
+async def test_a_follow_of_a_big_log_starts_with_its_last_line_and_goes_on(tmp_path: Path) -> None:
+    """``Follow`` with ``Tail: 1`` (issue 26, item 11): the first chunk is the last line, read
+    from the end (it took 43 s when the whole output was read first), then what the running
+    container writes, until it ends."""
+    line = b"a line of output that is about sixty bytes long............\n"
+    with (tmp_path / "stdout.log").open("wb") as f:
+        for _ in range(BIG // (len(line) * 1024)):
+            f.write(line * 1024)
+        f.write(b"the last line so far\n")
+    (tmp_path / "stderr.log").write_bytes(START)
+    ended = False
+    opts = ContainerLogOpts(Tail=1, Follow=True)
+    chunks = read_logs(lambda: _fetch(tmp_path), opts, running=lambda: not ended)
+    tracemalloc.start()
+    try:
+        first = await anext(chunks)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert first == b"the last line so far\n"
+    assert peak < BIG // 8, f"{peak} bytes held to start the follow"
+    with (tmp_path / "stdout.log").open("ab") as f:
+        f.write(b"written while followed\n")
+    assert await anext(chunks) == b"written while followed\n"
+    ended = True
+    assert [c async for c in chunks] == []

@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from dmsgw.clock import Clock, system_clock
+from dmsgw.devnet.devnet import Devnet
 from dmsgw.interlink.app import start_backend
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
@@ -33,15 +34,21 @@ DEVNET_FAST = PodPolicy(poll_min_s=0.05, poll_max_s=0.2, retry_min_s=0.05, resta
 
 @contextlib.asynccontextmanager
 async def open_plugin(
-    tmp_path: Path, *, policy: PodPolicy = DEVNET_FAST, clock: Clock = system_clock
+    tmp_path: Path,
+    *,
+    policy: PodPolicy = DEVNET_FAST,
+    clock: Clock = system_clock,
+    devnet: Devnet | None = None,
 ) -> AsyncIterator[Plugin]:
-    """The plugin API of a gateway on its embedded devnet, its pods following ``policy``
-    on ``clock``."""
+    """The plugin API of a gateway on its embedded devnet (``devnet``, else a default one),
+    its pods following ``policy`` on ``clock``."""
     config = load_config(
         env={"DMSGW_DEVNET": "1", "DMSGW_STATE_PATH": str(tmp_path / "state.sqlite3")}
     )
     metrics = Metrics()
-    backend = await start_backend(config, metrics=metrics, policy=policy, clock=clock)
+    backend = await start_backend(
+        config, metrics=metrics, policy=policy, clock=clock, devnet=devnet
+    )
     server = PluginServer(backend, config.server_options(), metrics)
     # with the Content-Type interLink sends on every plugin request
     client = TestClient(
