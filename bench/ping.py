@@ -46,10 +46,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import cProfile
 import functools
 import itertools
 import math
 import os
+import pstats
 import statistics
 import tempfile
 import time
@@ -116,16 +118,23 @@ class Counted:
 
 
 class ShiftedClock:
-    """The system clock, which the bench can move forward past the cache's lifetime."""
+    """The system clock, which the bench can move forward past the cache's lifetime, or stop
+    (so that the cached pings are all answered from the cache however slow the machine)."""
 
     def __init__(self) -> None:
         self.offset_ns = 0
+        self.stopped_at: int | None = None
 
     def __call__(self) -> int:
+        if self.stopped_at is not None:
+            return self.stopped_at
         return time.monotonic_ns() + self.offset_ns
 
     def expire(self) -> None:
         self.offset_ns += int((TTL_S + 1) * 1e9)
+
+    def stop(self) -> None:
+        self.stopped_at = self()
 
 
 def _backend(tmp: Path, invoke: Counted, clock: ShiftedClock) -> Gateway:
@@ -221,13 +230,23 @@ async def _ping(session: aiohttp.ClientSession, url: str) -> tuple[float, bytes]
 class Load:
     """One load's wall time, this process's CPU, the stand-in's CPU and the longest stall."""
 
-    def __init__(self, probe: _Probe, dms_pid: int) -> None:
-        self.probe, self.dms_pid = probe, dms_pid
+    def __init__(self, probe: _Probe, dms_pid: int, profile: bool = False) -> None:
+        self.probe, self.dms_pid, self.profile = probe, dms_pid, profile
         self.wall = self.cpu = self.dms_cpu = self.stall = 0.0
 
     async def run(self, work: Any) -> Any:
+        """``work`` awaited and measured (with ``profile``, its ``cProfile`` printed)."""
         started, cpu, dms_cpu = time.perf_counter(), time.process_time(), process_cpu(self.dms_pid)
+        profiler = cProfile.Profile(time.process_time)
+        if self.profile:
+            profiler.enable()
         result = await work
+        if self.profile:
+            profiler.disable()
+            stats = pstats.Stats(profiler)
+            stats.sort_stats(os.environ.get("SORT", "tottime")).print_stats(
+                int(os.environ.get("ROWS", "40"))
+            )
         self.wall = time.perf_counter() - started
         self.cpu = time.process_time() - cpu
         self.dms_cpu = process_cpu(self.dms_pid) - dms_cpu
@@ -245,7 +264,9 @@ class Load:
         return f"wall {self.wall / floor.wall:.2f}x, CPU {self.cpu / floor.cpu:.2f}x the floor's"
 
 
-async def main(peers: int, latency_ms: float, seconds: float, burst: int, workers: int) -> None:
+async def main(
+    peers: int, latency_ms: float, seconds: float, burst: int, workers: int, profile: bool
+) -> None:
     print(f"load average before the run: {_load_average()} (2 cores shared: figures are noisy)")
     serve = functools.partial(serve_network, peers=peers, latency_s=latency_ms / 1e3)
     async with dms_process(serve) as (url, dms_pid):
@@ -255,11 +276,13 @@ async def main(peers: int, latency_ms: float, seconds: float, burst: int, worker
             f"{latency_ms:g} ms, {CONCURRENCY} asked at a time ({waves} waves: "
             f"{waves * latency_ms / 1e3:.2f} s at least)"
         )
-        await _run(url, dms_pid, seconds, burst, workers)
+        await _run(url, dms_pid, seconds, burst, workers, profile)
     print(f"load average after the run: {_load_average()}")
 
 
-async def _run(url: str, dms_pid: int, seconds: float, burst: int, workers: int) -> None:
+async def _run(
+    url: str, dms_pid: int, seconds: float, burst: int, workers: int, profile: bool
+) -> None:
     gateway_dms, floor_dms = gateway_client(url, KEY), gateway_client(url, KEY)
     invoke = Counted(gateway_dms._runtime.client.invoke)  # the NodeClient, as the gateway's
     floor = Floor(Counted(floor_dms._runtime.client.invoke))
@@ -278,8 +301,9 @@ async def _run(url: str, dms_pid: int, seconds: float, burst: int, workers: int)
         headers = {"Content-Type": "application/json"}
         try:
             async with aiohttp.ClientSession(headers=headers) as session:
-                body = await _cold(session, ping_url, invoke, floor, Load(probe, dms_pid))
-                await _burst(session, ping_url, invoke, floor, clock, Load(probe, dms_pid), burst)
+                cold, again = Load(probe, dms_pid), Load(probe, dms_pid, profile)
+                body = await _cold(session, ping_url, invoke, floor, cold)
+                await _burst(session, ping_url, invoke, floor, clock, again, burst)
                 floor_url = await _serve(_fixed(body), runners)
                 await _cached(session, ping_url, floor_url, probe, seconds, workers)
         finally:
@@ -338,6 +362,7 @@ async def _burst(
     ``resources/free`` again."""
     clock.expire()
     answers = await load.run(asyncio.gather(*(_ping(session, url) for _ in range(burst))))
+    clock.stop()  # the cache stays fresh for the cached pings, however long the floor takes
     times = sorted(t for t, _ in answers)
     asked, calls = invoke.said(), sum(invoke.calls.values())
     once = invoke.calls["peers/list"] == 1  # one listing: one gathering
@@ -411,5 +436,17 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=3.0, help="cached pings, per side")
     parser.add_argument("--burst", type=int, default=20, help="pings at once, cache expired")
     parser.add_argument("--workers", type=int, default=8, help="clients of the cached pings")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile the gateway's cold ping after the first"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.peers, args.peer_latency_ms, args.seconds, args.burst, args.workers))
+    asyncio.run(
+        main(
+            args.peers,
+            args.peer_latency_ms,
+            args.seconds,
+            args.burst,
+            args.workers,
+            args.profile,
+        )
+    )
