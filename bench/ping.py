@@ -69,6 +69,7 @@ from dmsgw.clock import system_clock
 from dmsgw.interlink.capacity.resource_actor import PEER_CONCURRENCY, Capacity, ResourceActor
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway, GatewayParts
+from dmsgw.interlink.pods.heap import FREEZE_EVERY
 from dmsgw.interlink.records.pod_record import snapshot_of
 from dmsgw.interlink.server import Metrics, PluginServer
 from dmsgw.interlink.state.pod_store import PodStore
@@ -138,7 +139,8 @@ class ShiftedClock:
 
 
 def _backend(tmp: Path, invoke: Counted, clock: ShiftedClock) -> Gateway:
-    """The real backend, with no pod; its resource actor as ``dmsgw serve`` starts it."""
+    """The real backend, with no pod; its resource actor and heap as ``dmsgw serve`` has
+    them."""
     loop = asyncio.get_running_loop()
     resources = ResourceActor.start(
         invoke, ttl_s=TTL_S, concurrency=CONCURRENCY, clock=clock, loop=loop
@@ -152,6 +154,7 @@ def _backend(tmp: Path, invoke: Counted, clock: ShiftedClock) -> Gateway:
         snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
         capacity=Capacity(resources, pods_capacity=110),
         loop=loop,
+        freeze_every=FREEZE_EVERY,  # the heap kept out of the collector's sight, as by serve
     )
     return Gateway(parts)
 
