@@ -30,12 +30,17 @@ then every peer, 32 at a time, ``resources/free`` (and ``resources/onboarded`` w
 gateway asked it), each peer's handle parsed once, the answers' cores summed. It skips what
 only the gateway does: the HTTP ping and its server, the resource actor's ask, the failure
 handling of each peer, the consolidation into interLink's capacity and taints, the GPU
-catalog. ``ceil(peers / 32) x latency`` is the least any client bounded at 32 can take. Each
+catalog. The gateway's ping runs first: what it warms (the stand-in, the process's memos of
+peer handles and encodings) serves the floor too. ``ceil(peers / 32) x latency`` is the
+least any client bounded at 32 can take. Each
 load reports wall time, this process's CPU (``time.process_time``: the gateway or the
 floor, and the bench's idle HTTP client; nothing of the stand-in's) and the stand-in's (its
 ``/proc`` times), and the longest event-loop stall (a 20 ms timer probe on the same loop).
 
-    .venv/bin/python bench/ping.py [--peers 1000] [--peer-latency-ms 20] [--seconds 3]
+    .venv/bin/python bench/ping.py [--peers 1000] [--peer-latency-ms 20] [--seconds 3] [--profile]
+
+``--profile`` prints a ``cProfile`` (process CPU as its clock) of the gateway's second cold
+ping.
 
 Target: a cold ping answered in <= 1 s, concurrency bounded, pings cached (a cached ping's
 p99 <= its floor's).
