@@ -318,9 +318,9 @@ async def _run(
             for runner in runners:
                 await runner.cleanup()
             await backend.close()
-    sampler.cancel()
-    await gateway_dms.aclose()
-    await floor_dms.aclose()
+            sampler.cancel()
+            await gateway_dms.aclose()
+            await floor_dms.aclose()
 
 
 def _fixed(body: bytes) -> web.Application:
