@@ -191,7 +191,8 @@ class Floor:
                 if offered:
                     asks.append(self.invoke(RESOURCES_ONBOARDED, to=to, timeout_s=PEER_TIMEOUT_S))
                 replies: list[ResourcesResponse] = await asyncio.gather(*asks)
-                return replies[0].resources.cpu.cores
+                cores: float = replies[0].resources.cpu.cores
+                return cores
 
         cores = await asyncio.gather(one(None), *(one(handles[p]) for p in others))
         return sum(cores)
@@ -339,7 +340,8 @@ async def _cold(
     session: aiohttp.ClientSession, url: str, invoke: Counted, floor: Floor, load: Load
 ) -> bytes:
     """The first ping (tokens made, offers asked), then the floor doing the same."""
-    _, body = await load.run(_ping(session, url))
+    answered: tuple[float, bytes] = await load.run(_ping(session, url))
+    body = answered[1]
     asked, calls = invoke.said(), sum(invoke.calls.values())
     invoke.reset()
     floor_load = Load(load.probe, load.dms_pid)
