@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import aiohttp
 
@@ -49,3 +51,9 @@ async def dms_process(serve: Callable[[int], None]) -> AsyncIterator[tuple[str, 
     finally:
         child.terminate()
         child.join()
+
+
+def process_cpu(pid: int) -> float:
+    """A process's CPU seconds so far (user + system, from ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

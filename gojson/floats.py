@@ -6,6 +6,7 @@ shortest-digits search and correctly rounded parsing, which Python does not prov
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from fractions import Fraction
@@ -204,9 +205,22 @@ def format_float32(f: float) -> str:
         raise go_unsupported_float(v)
     if v == 0:
         return "-0" if math.copysign(1.0, v) < 0 else "0"
-    a = abs(v)
-    digits, point = shortest_decimal(v, 32)
-    return _format_json_float(v < 0, digits, point, a < _F32_E_LOW or a >= _F32_E_HIGH)
+    text = _magnitude_float32(abs(v))
+    return "-" + text if v < 0 else text
+
+
+FLOAT32_TEXTS = 1024
+"""float32 magnitudes whose text is kept. The search for the shortest digits is exact
+arithmetic on fractions, slow beside the rest of an encoding, and the same few values recur:
+the cores every peer of a DMS network reports, consolidated at each gathering of their
+resources (bench/README.md, "The ping through the client")."""
+
+
+@functools.lru_cache(maxsize=FLOAT32_TEXTS)
+def _magnitude_float32(a: float) -> str:
+    """The text of the positive float32 ``a`` (a key of its own: ``-0.0`` never comes here)."""
+    digits, point = shortest_decimal(a, 32)
+    return _format_json_float(False, digits, point, a < _F32_E_LOW or a >= _F32_E_HIGH)
 
 
 def number_as_float64(raw: int | str) -> float | None:

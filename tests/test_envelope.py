@@ -122,6 +122,34 @@ def test_handle_parse_rejects_garbage_clearly(text: str) -> None:
         env.Handle.parse(text)
 
 
+def test_a_peer_id_asked_again_is_parsed_once_and_a_bad_one_still_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gateway asks the same peers by ID at every gathering of their resources: the
+    handle of a peer ID met lately is the one already parsed (the same object, so the
+    encoder's memo knows it too); a bad ID is refused every time, never remembered."""
+    parsed: list[str] = []
+    parse = env.public_key_from_peer_id
+
+    def counting(peer_id: str) -> object:
+        parsed.append(peer_id)
+        return parse(peer_id)
+
+    monkeypatch.setattr(env, "public_key_from_peer_id", counting)
+    env._handle_of_peer.cache_clear()  # a handle another test parsed is not this test's
+    peer = Ed25519PrivKey(bytes(range(64, 96)))
+    peer_id = env.Handle.from_public_key(peer.public_key()).addr.host
+    first = env.Handle.parse(peer_id)
+    assert [env.Handle.parse(f" {peer_id}") for _ in range(3)] == [first] * 3
+    assert all(env.Handle.parse(peer_id) is first for _ in range(3))
+    assert first == env.Handle.from_public_key(peer.public_key())
+    assert parsed == [peer_id]
+    for _ in range(2):
+        with pytest.raises(env.HandleError, match="12D3KooWnope"):
+            env.Handle.parse("12D3KooWnope")
+    assert parsed == [peer_id, "12D3KooWnope", "12D3KooWnope"]
+
+
 SIGNED_BYTES = marshal(_signed({"a": [1, "x<y"]}))
 
 

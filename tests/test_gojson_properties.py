@@ -33,6 +33,7 @@ from dmsgw.gojson import (
     marshal,
     unmarshal,
 )
+from dmsgw.gojson import floats as floats_module
 from dmsgw.gojson.base64 import CorruptInputError, go_base64_decode, go_base64_decode_exact
 from dmsgw.gojson.floats import repr_digits, shortest_decimal
 from tests.support.go_values import Leaf, Record
@@ -340,6 +341,25 @@ def test_float32_text_is_the_shortest_that_reads_back_as_the_same_float32(f: flo
                 assert unmarshal(Cores, f'{{"v":{shorter}}}').v != f
             except GoDecodeError:  # rounded up past the largest float32: Go's ErrRange
                 assert abs(float(shorter)) > 3.4028234663852886e38
+
+
+def test_a_float32_written_again_is_searched_once_and_keeps_its_sign(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shortest digits of a float32 (the cores each peer reports, consolidated at every
+    gathering) are searched once per magnitude; the sign and zero are written as before."""
+    searched: list[float] = []
+    search = floats_module.shortest_decimal
+
+    def counting(f: float, bits: int) -> tuple[str, int]:
+        searched.append(f)
+        return search(f, bits)
+
+    monkeypatch.setattr(floats_module, "shortest_decimal", counting)
+    floats_module._magnitude_float32.cache_clear()
+    texts = [format_float32(v) for v in (0.1, 0.1, -0.1, 8.0, -8.0, 1e-7, 0.0, -0.0)]
+    assert texts == ["0.1", "0.1", "-0.1", "8", "-8", "1e-7", "0", "-0"]
+    assert len(searched) == 3  # 0.1, 8 and 1e-7: once each
 
 
 @PROPERTY

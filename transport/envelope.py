@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import binascii
 import dataclasses
+import functools
 from typing import Any
 
 from ..clock import Clock, system_clock
@@ -100,11 +101,9 @@ class Handle(GoStruct):
 
     @classmethod
     def from_peer_id(cls, peer_id: str) -> Handle:
-        """``actor.HandleFromPeerID``: the root handle behind an identity peer ID."""
-        try:
-            return cls.from_public_key(public_key_from_peer_id(peer_id))
-        except (PeerIDError, KeyFormatError) as exc:
-            raise HandleError(f"no actor handle for peer ID {peer_id!r}: {exc}") from None
+        """``actor.HandleFromPeerID``: the root handle behind an identity peer ID (the same
+        object for an ID met lately: :data:`PEER_HANDLES`)."""
+        return _handle_of_peer(peer_id)
 
     @classmethod
     def from_did(cls, did: str) -> Handle:
@@ -129,6 +128,22 @@ class Handle(GoStruct):
         if text.startswith("did:"):
             return cls.from_did(text)
         return cls.from_peer_id(text)
+
+
+PEER_HANDLES = 4096
+"""Peer IDs whose handles are kept. The gateway asks every peer of the DMS network for its
+free resources at each gathering, by peer ID: parsing one (base58, the key, the ID, the DID,
+the peer ID again) was a good part of such a call's CPU, and an object met again hits the
+envelope encoder's memo by identity (bench/README.md, "The ping through the client")."""
+
+
+@functools.lru_cache(maxsize=PEER_HANDLES)
+def _handle_of_peer(peer_id: str) -> Handle:
+    """The root handle behind ``peer_id`` (a :class:`Handle` is immutable: one may be shared)."""
+    try:
+        return Handle.from_public_key(public_key_from_peer_id(peer_id))
+    except (PeerIDError, KeyFormatError) as exc:
+        raise HandleError(f"no actor handle for peer ID {peer_id!r}: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
