@@ -12,7 +12,9 @@ FILES = sorted(p for p in DECISIONS.glob("[0-9][0-9][0-9]-*.md"))
 
 def test_every_decision_is_in_the_index() -> None:
     index = (DECISIONS / "README.md").read_text()
-    listed = set(re.findall(r"\]\(([0-9]{3}-[^)]+\.md)\)", index))
+    links = re.findall(r"\]\(([0-9]{3}-[^)]+\.md)\)", index)
+    listed = set(links)
+    assert len(links) == len(listed), "the index lists a decision twice"
     missing = [p.name for p in FILES if p.name not in listed]
     assert missing == [], f"list these in docs/decisions/README.md: {missing}"
     assert listed <= {p.name for p in FILES}, "the index names a decision that has no file"

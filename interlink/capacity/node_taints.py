@@ -54,7 +54,8 @@ class NodeState:
     ``None`` when the DMS did not answer (then ``dms_error`` says why, and
     ``dms_silent_since_ns`` since when); ``room`` tells whether one of them has a free core
     and free memory (:func:`has_room`); ``grant_expiry_ns`` is ``None`` for a gateway the DMS
-    trusts as a root (nothing runs out)."""
+    trusts as a root (nothing runs out). ``first_gathering`` is true while no gathering has
+    ended yet (``peers`` is then ``None`` too): nothing is known, nothing is wrong."""
 
     now_ns: int
     peers: int | None
@@ -62,6 +63,7 @@ class NodeState:
     grant_expiry_ns: int | None = None
     dms_error: str = ""
     dms_silent_since_ns: int | None = None
+    first_gathering: bool = False
 
 
 def has_room(free: Iterable[Resources]) -> bool:
@@ -72,7 +74,7 @@ def has_room(free: Iterable[Resources]) -> bool:
 def node_taints(state: NodeState) -> list[TaintResponse]:
     """The taints for ``state``, each ``NoSchedule``, in a fixed order (an unchanged list
     gives an unchanged node)."""
-    return [taint for taint, _ in _causes(state)]
+    return [taint for taint, _ in _causes(state) if taint is not None]
 
 
 def ping_status(state: NodeState) -> str:
@@ -82,10 +84,12 @@ def ping_status(state: NodeState) -> str:
     return "degraded: " + "; ".join(causes) if causes else "ok"
 
 
-def _causes(state: NodeState) -> list[tuple[TaintResponse, str]]:
-    """Each cause that holds now: its taint, and the words for it."""
-    causes = []
-    if state.peers is None:
+def _causes(state: NodeState) -> list[tuple[TaintResponse | None, str]]:
+    """Each cause that holds now: its taint (``None``: words alone), and the words for it."""
+    causes: list[tuple[TaintResponse | None, str]] = []
+    if state.first_gathering:
+        causes.append((None, "the peers' free resources are being gathered for the first time"))
+    elif state.peers is None:
         since = state.dms_silent_since_ns or state.now_ns
         causes.append(
             (

@@ -3,7 +3,10 @@
 Asks the local DMS for its peers, then every peer (through the DMS, bounded concurrency, a
 timeout each) for its free resources, and keeps the result for a while: interLink pings every
 30 s, and the readiness probe asks too, so most answers come from the cache. A peer that does
-not answer is left out; when the DMS itself does not answer, the node is tainted. Each
+not answer is left out; when the DMS itself does not answer, the node is tainted. The ping
+waits for a new gathering at most :data:`PING_WAIT_S`, then answers from the last one
+(decision 141): a network of many slow or unreachable peers takes minutes to gather, and a
+ping that outlived the route's deadline would make the node NotReady. Each
 gathering also teaches the :class:`GpuCatalog` the GPU classes the peers report, which pod
 translation reads. :class:`Capacity` turns the answers into interLink's ping.
 """
@@ -14,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from ...actors.aio import AsyncActor, AsyncActorRef
 from ...behaviors.catalog import PEERS_LIST, PEERS_SELF, RESOURCES_FREE, RESOURCES_ONBOARDED
@@ -33,6 +36,10 @@ PEER_CONCURRENCY = 32
 its target where 16 were not (bench/README.md, "The ping"); it is half of what the DMS client
 lets through at once (64), so the pods' own calls keep the other half while a ping gathers."""
 
+
+PING_WAIT_S = 5.0
+"""How long a ping waits for a gathering under way before it answers from the last one: well
+within the route's deadline (30 s) and interLink's ping period (30 s)."""
 
 OFFERED_TTL_S = 300.0
 """How long what a peer offers the network (``resources/onboarded``) is taken as known."""
@@ -82,6 +89,7 @@ class ResourceActor(AsyncActor):
         ttl_s: float = 20.0,
         peer_timeout_s: float = 5.0,
         concurrency: int = PEER_CONCURRENCY,
+        ping_wait_s: float = PING_WAIT_S,
         clock: Clock = system_clock,
         catalog: GpuCatalog | None = None,
         **kwargs: Any,
@@ -91,9 +99,13 @@ class ResourceActor(AsyncActor):
         self._catalog = catalog
         self._ttl_ns = int(ttl_s * NS_PER_SECOND)
         self._peer_timeout_s = peer_timeout_s
+        self._ping_wait_s = ping_wait_s
         self._slots = asyncio.Semaphore(concurrency)
         self._clock = clock
         self._cached: Gathering | None = None
+        self._failed: tuple[int, DMSUnreachableError] | None = None
+        """The last gathering, when it failed: when it began, and why."""
+        self._under_way: tuple[int, asyncio.Task[Gathering]] | None = None
         self._offered: dict[str, tuple[int, Resources]] = {}  # peer -> (asked at, its offer)
 
     async def free_resources(self) -> list[PeerResources]:
@@ -104,16 +116,56 @@ class ResourceActor(AsyncActor):
         """The peers' resources as last gathered, gathered again when that is older than the
         actor's time to live or did not begin after ``since_ns`` (the admission queue asks for
         one that knows of a deployment that ended)."""
-        now = self._clock()
         cached = self._cached
-        if (
-            cached is not None
-            and now - cached[0] < self._ttl_ns
-            and (since_ns is None or cached[0] > since_ns)
-        ):
+        if self._fresh(cached) and (since_ns is None or cached[0] > since_ns):
             return cached
-        peers = await self._gather()
-        self._cached = (now, peers)
+        return await asyncio.shield(self._gathering_since(since_ns))
+
+    async def at_hand(self) -> Gathering | None:
+        """For the ping: the peers' resources as last gathered while fresh; else a new
+        gathering if it ends within :data:`PING_WAIT_S`, and if not, the last one's outcome
+        while the new one goes on (``None``: none has ended yet). A gathering that failed
+        raises its :class:`DMSUnreachableError`."""
+        if self._fresh(self._cached):
+            return self._cached
+        under_way = self._gathering_since(None)
+        try:
+            async with asyncio.timeout(self._ping_wait_s):
+                return await asyncio.shield(under_way)
+        except TimeoutError:
+            failed = self._failed
+            if failed is not None and (self._cached is None or failed[0] > self._cached[0]):
+                raise failed[1] from None
+            return self._cached
+
+    def _fresh(self, gathered: Gathering | None) -> TypeGuard[Gathering]:
+        return gathered is not None and self._clock() - gathered[0] < self._ttl_ns
+
+    def _gathering_since(self, since_ns: int | None) -> asyncio.Task[Gathering]:
+        """The gathering under way, if it began after ``since_ns``; else a new one. A
+        gathering runs on whether its askers wait for it or not (a ping gives up waiting)."""
+        under_way = self._under_way
+        if (
+            under_way is not None
+            and not under_way[1].done()
+            and (since_ns is None or under_way[0] > since_ns)
+        ):
+            return under_way[1]
+        began = self._clock()
+        task = asyncio.get_running_loop().create_task(self._gathered(began))
+        task.add_done_callback(_retrieved)
+        self._under_way = (began, task)
+        return task
+
+    async def _gathered(self, began_ns: int) -> Gathering:
+        """A gathering that began at ``began_ns``, its outcome kept (a failure too)."""
+        try:
+            peers = await self._gather()
+        except DMSUnreachableError as exc:
+            self._failed = (began_ns, exc)
+            raise
+        self._failed = None
+        self._cached = (began_ns, peers)
         if self._catalog is not None:
             self._catalog.learn(peers)
         return self._cached
@@ -192,7 +244,7 @@ class Capacity:
         last it had) and the pods keep their last known status."""
         now = self._clock()
         try:
-            peers = await self.free_resources()
+            peers = await self._at_hand()
         except DMSUnreachableError as exc:
             if self._silent_since_ns is None:
                 self._silent_since_ns = now
@@ -204,6 +256,9 @@ class Capacity:
         if self._silent_since_ns is not None:
             log.warning("the DMS answers again: taint %s cleared", DMS_UNREACHABLE)
             self._silent_since_ns = None
+        if peers is None:  # the first gathering is still under way: interLink keeps its own
+            state = NodeState(now, None, True, self._grant_expiry(), first_gathering=True)
+            return PingResponse(status=ping_status(state), taints=node_taints(state))
         capacity, room = self._capacity(peers)
         state = NodeState(now, len(peers), room, self._grant_expiry())
         said = (capacity, node_taints(state), ping_status(state))
@@ -241,6 +296,11 @@ class Capacity:
         peers: list[PeerResources] = await self._resources.proxy().free_resources()
         return peers
 
+    async def _at_hand(self) -> list[PeerResources] | None:
+        """The peers' free resources for the ping (see :meth:`ResourceActor.at_hand`)."""
+        gathered: Gathering | None = await self._resources.proxy().at_hand()
+        return None if gathered is None else gathered[1]
+
     async def gathering(self, since_ns: int | None = None) -> Gathering:
         """The peers' resources and when they were gathered (see
         :meth:`ResourceActor.gathering`)."""
@@ -250,3 +310,10 @@ class Capacity:
     async def close(self) -> None:
         if self._resources.stop():
             await self._resources.wait_stopped()
+
+
+def _retrieved(task: asyncio.Task[Gathering]) -> None:
+    """A gathering nobody waited for to its end: its failure is kept by the actor, not an
+    unretrieved exception."""
+    if not task.cancelled():
+        task.exception()
