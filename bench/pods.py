@@ -738,6 +738,12 @@ class _Load:
         floor_app.router.add_route("GET", "/status", _floor(fixed, statuses))
         runner, floor_url = await _serve(floor_app)
         self.runners.append(runner)
+        # The floor's first poll answers what the gateway does (a body the load never sends).
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(floor_url, data=json.dumps([pod_of(0)], indent=1)) as resp,
+        ):
+            assert resp.status == 200 and await resp.read() == fixed, await resp.text()
         return project_url, floor_url, len(fixed)
 
 
