@@ -180,3 +180,24 @@ async def test_bodies_never_seen_before_are_read_a_few_per_turn(
     assert max(collections.Counter(read_in).values()) == PER_TURN
     again = await asyncio.gather(*(parsing.read_status_body(raw) for raw in bodies))
     assert len(read_in) == 3 * PER_TURN and len(again) == 3 * PER_TURN  # remembered: not read
+
+
+async def test_what_a_status_answer_does_not_read_is_checked_only_for_a_pod_read_whole(
+    plugin: Plugin,
+) -> None:
+    """A known pod is answered from its kept entry, whatever its body's spec or status say;
+    an unknown one is read whole (to re-adopt it), so the same fault there is a 400 naming
+    the field, at every poll."""
+    client, gateway, long_way = plugin
+    await _running(gateway, 1)
+    (kept,) = json.loads(await _poll(client, 1))
+    known, unknown = pod(uid(1)), pod(uid(7))
+    for body in (known, unknown):
+        body["status"] = {"phase": "Done"}
+    for _ in range(2):
+        resp = await client.get("/status", data=json.dumps([known]))
+        assert resp.status == 200 and await resp.json() == [kept]
+        resp = await client.get("/status", data=json.dumps([unknown]))
+        assert resp.status == 400
+        assert (await resp.text()).startswith("[0].status.phase: input should be 'Pending'")
+    assert long_way == [1, 1]

@@ -228,8 +228,9 @@ class StatusBody:
         if pod is None:
             if self._text is None:
                 self._text = self._raw.decode("utf-8")
-            start, end = self._spans[index]
-            pod = self._pods[index] = _status_pod(json.loads(self._text[start:end]), index)
+            # Decoded as the body was: a pod nested too deep for this stack is refused too.
+            item, _ = _decode(self._text, self._spans[index][0])
+            pod = self._pods[index] = _status_pod(item, index)
         return pod
 
 
