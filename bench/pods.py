@@ -20,12 +20,13 @@ Pods are followed with a long poll interval, as live pods are once they settle.
    ``--seconds``. Each pod's body is first sent once to both servers: interLink has polled
    every live pod before, as often as every 5 s. That first poll is reported apart (the
    process CPU a request): a body never read before, as after a restart or after a pod's
-   JSON changed, misses the gateway's memo of bodies and is validated in full; against the
-   same fixed-body handler, a loose lower bound there (it neither parses nor checks).
-   Latency runs from the due time to the last byte read. The floor is an aiohttp handler
-   on the same event loop (so it shares the live pods' background work) that reads the
-   body and returns a fixed, equally large body, driven the same way. The two alternate in
-   rounds, so that drift in the machine hits both alike.
+   JSON changed, misses the gateway's memo of bodies and is read for the pods' identities;
+   the floor, on a body it never saw, does what a minimal correct handler must: parses the
+   JSON, finds each pod by its UID and answers their entries (:func:`_floor` says what it
+   skips). Latency runs from the due time to the last byte read. The floor is an aiohttp
+   handler on the same event loop (so it shares the live pods' background work) that, for
+   a body it has seen, reads it and returns a fixed, equally large body, driven the same
+   way. The two alternate in rounds, so that drift in the machine hits both alike.
 
 3. Restart: the gateway is closed and a new one opened on the same store; the time from
    ``Gateway.start`` until every pod's ``/status`` snapshot says Running again, against a
@@ -83,6 +84,7 @@ import collections
 import cProfile
 import dataclasses
 import gc
+import hashlib
 import itertools
 import json
 import multiprocessing
@@ -95,6 +97,7 @@ import statistics
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -718,7 +721,7 @@ class _Load:
         )
 
     async def _servers(self) -> tuple[str, str, int]:
-        """The real ``PluginServer`` and the floor's fixed-body handler, on this loop."""
+        """The real ``PluginServer`` and the floor's handler (:func:`_floor`), on this loop."""
         server = PluginServer(self.backend, self.config.server_options(), self.metrics)
         runner, project_url = await _serve(server.app())
         self.runners.append(runner)
@@ -729,16 +732,47 @@ class _Load:
         ):
             fixed = await resp.read()  # the floor answers as large a body
             assert resp.status == 200, fixed
-
-        async def floor(request: web.Request) -> web.Response:
-            await request.read()
-            return web.Response(body=fixed, content_type="application/json")
-
+        snapshots = self.gateway.book.snapshots
+        statuses = {uid: shown.wire for uid in snapshots if (shown := snapshots.shown(uid))}
         floor_app = web.Application()
-        floor_app.router.add_route("GET", "/status", floor)
+        floor_app.router.add_route("GET", "/status", _floor(fixed, statuses))
         runner, floor_url = await _serve(floor_app)
         self.runners.append(runner)
+        # The floor's first poll answers what the gateway does (a body the load never sends).
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(floor_url, data=json.dumps([pod_of(0)], indent=1)) as resp,
+        ):
+            assert resp.status == 200 and await resp.read() == fixed, await resp.text()
         return project_url, floor_url, len(fixed)
+
+
+def _floor(fixed: bytes, statuses: dict[str, bytes]) -> Callable[[web.Request], Awaitable[Any]]:
+    """The floor's ``/status`` handler. A body it has seen before (a poll of a pod whose
+    JSON has not changed: the body memo hits) gets ``fixed``, a body as large as the
+    gateway's answer: a loose lower bound that neither parses nor looks anything up. A body
+    never seen (the first poll of a pod: the memo misses) gets what a minimal correct
+    handler must do: parse the JSON, find each pod by its UID (``statuses``: each pod's
+    entry as the gateway keeps it, copied into a plain dict before the load), answer the
+    entries joined, and remember the body's digest. It skips what the gateway adds on a
+    miss: the body's checks (Go's JSON rules, the depth and pod-count limits, each pod an
+    object with a name and a UID, one readable error naming the field), the turns of the
+    loop it gives a big body, the deadline, and the whole read of a pod it does not know."""
+    seen: set[bytes] = set()
+
+    async def floor(request: web.Request) -> web.Response:
+        raw = await request.read()
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        if digest in seen:
+            return web.Response(body=fixed, content_type="application/json")
+        try:
+            found = [statuses[pod["metadata"]["uid"]] for pod in json.loads(raw)]
+        except (ValueError, LookupError, TypeError):
+            return web.Response(status=400, text="body: not the pods this floor knows")
+        seen.add(digest)
+        return web.Response(body=b"[" + b",".join(found) + b"]", content_type="application/json")
+
+    return floor
 
 
 async def _drive_in_child(
@@ -1115,9 +1149,9 @@ def _report_first_polls(
     firsts: list[tuple[str, int, float, float]], cpu: list[tuple[float, float]]
 ) -> None:
     """The first poll of every pod (a body the gateway never read: after a restart, or after
-    a pod's JSON changed), :data:`CONNECTIONS` in flight, as fast as answered. The floor is
-    the fixed-body handler: a lower bound that neither parses nor checks the body, where the
-    gateway validates each new body in full and remembers the pods it names."""
+    a pod's JSON changed), :data:`CONNECTIONS` in flight, as fast as answered. The floor
+    parses each body, finds its pod by UID and answers its entry (:func:`_floor`), where the
+    gateway also checks the pods' identities, gives the loop turns and remembers the pods."""
     used = {label: _cpu_between(cpu, start, end) / n for label, n, start, end in firsts}
     print(f"/status, the first poll of every pod (the body memo misses), {CONNECTIONS} in flight")
     for label, n, start, end in firsts:

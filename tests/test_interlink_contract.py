@@ -358,11 +358,53 @@ async def test_status_refs_name_the_pods_and_read_them_whole_on_demand() -> None
         assert [r.pod() for r in reversed(refs)] == expected[::-1]
 
 
-async def test_a_bad_status_body_is_refused_every_time() -> None:
-    raw = b'[{"metadata": {"name": "a", "uid": "u"}, "status": {"phase": "Done"}}]'
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (b'[{"metadata": {"name": "a"}}]', "[0].metadata.uid: field required"),
+        (b'[{"metadata": {"uid": "u", "name": ""}}]', "[0].metadata.name: field required"),
+        (b'[{"metadata": []}]', "[0].metadata: expected an object, got an array"),
+        (
+            b'[{"metadata": {"name": "a", "uid": "u"}}, {"metadata": {"name": 7, "uid": "v"}}]',
+            "[1].metadata.name: expected a string, got a number",
+        ),
+        (b'[{"metadata": {"name": "a", "uid": "u", "namespace": {}}}]',
+         "[0].metadata.namespace: expected a string, got an object"),
+        (b'[{"metadata": {"name": "a", "uid": "u"}}, 1]', "[1]: expected an object, got a number"),
+    ],
+)  # fmt: skip
+async def test_a_status_body_naming_a_pod_badly_is_refused_every_time(
+    raw: bytes, error: str
+) -> None:
+    """What /status reads of each pod on first sight (who it is) is checked as the whole
+    read checks it, with the same one-line error; a refused body is never remembered."""
     for _ in range(2):
-        with pytest.raises(PluginRequestError, match=r"\[0\]\.status\.phase"):
+        with pytest.raises(PluginRequestError) as info:
             await read_status_body(raw)
+        assert str(info.value) == error
+
+
+async def test_the_rest_of_a_status_pod_is_checked_when_it_is_read_whole() -> None:
+    """A pod's spec and status are not what /status answers from (a known pod's kept entry
+    is): they are checked when the backend reads the pod whole (an unknown pod), with the
+    error the whole read of the body gives, and from a remembered body too."""
+    bad = {"metadata": {"name": "a", "uid": "u"}, "status": {"phase": "Done"}}
+    deep: Any = {"metadata": {"name": "b", "uid": "v"}, "spec": {"nodeSelector": {}}}
+    deep["spec"]["x"] = _nested(900, 0)  # read as the body was, close to Python's own limit
+    raw = json.dumps([bad, deep]).encode()
+    for _ in range(2):
+        first, second = await read_status_body(raw)
+        assert (first.uid, first.name, second.uid) == ("u", "a", "v")
+        with pytest.raises(PluginRequestError) as info:
+            first.pod()
+        assert str(info.value) == (
+            "[0].status.phase: input should be 'Pending', 'Running', 'Succeeded', 'Failed' or "
+            "'Unknown' (got \"Done\")"
+        )
+        with pytest.raises(PluginRequestError, match=r"^body: JSON nested deeper than 100 "):
+            second.pod()
+    with pytest.raises(PluginRequestError, match=r"^\[0\]\.status\.phase: "):
+        parse_status_body(raw)
 
 
 def test_a_status_is_written_once_and_a_copy_writes_its_own() -> None:
@@ -1016,7 +1058,8 @@ async def test_every_pod_of_a_status_body_is_read_once_whatever_the_backend_asks
         return validate(item, index)
 
     monkeypatch.setattr(parsing, "_status_pod", counting)
-    refs = await read_status_body(raw)  # first sight: every pod validated, and kept
+    refs = await read_status_body(raw)  # first sight: the identities read, no pod whole
+    assert validated == 0
     assert [ref.pod().metadata.uid for ref in refs] == [ref.uid for ref in refs]
     assert validated == pods
     again = await read_status_body(raw)  # remembered: a pod is read only when asked for

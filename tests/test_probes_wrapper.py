@@ -5,6 +5,7 @@ The whole path through the plugin API is in ``test_gateway_probes.py``.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +19,7 @@ from dmsgw.interlink.records.pod_status import ContainerObservation, container_s
 from dmsgw.interlink.records.probe_state import ProbeState
 from dmsgw.interlink.state.pod_store import pack, unpack
 from dmsgw.interlink.translate.inputs import Container
+from dmsgw.interlink.translate.probes import probe_runs
 from dmsgw.interlink.translate.run_markers import ProbeMarker, markers, probe_markers, strip_marker
 from dmsgw.interlink.translate.wrapper import Hooks, wrapper_script
 from dmsgw.interlink.wire import k8s
@@ -123,6 +125,87 @@ def test_readiness_failures_flip_ready_and_never_stop_the_command(tmp_path: Path
         "dmsgw.io/probe=readiness:down",
         "dmsgw.io/exit-code=0",
     ]
+
+
+_ENDINGS = {
+    # a readiness probe that fails with output, the command ending by itself
+    "the command's own end": (
+        {"readinessProbe": _exec("echo . >> calls; echo not yet; exit 1", failureThreshold=1)},
+        'until [ "$(cat calls 2>/dev/null | wc -l)" -ge 2 ]; do sleep 0.1; done',
+        0,
+        "readiness:failing:exec /bin/sh -c 'echo . >> calls; echo not yet; exit 1': not yet",
+    ),
+    # a liveness probe that stops the command, a readiness one beside it
+    "a failed liveness probe": (
+        {
+            "livenessProbe": _exec("echo sick; exit 1", failureThreshold=1),
+            "readinessProbe": _exec("echo fine"),
+        },
+        "exec sleep 30",
+        143,
+        "liveness:failing:exec /bin/sh -c 'echo sick; exit 1': sick",
+    ),
+    # a startup probe that fails: the prober ends before the command does
+    "a failed startup probe": (
+        {"startupProbe": _exec("echo booting; exit 1", failureThreshold=1)},
+        "exec sleep 30",
+        143,
+        "startup:failing:exec /bin/sh -c 'echo booting; exit 1': booting",
+    ),
+}
+
+
+@pytest.mark.parametrize("ending", list(_ENDINGS))
+def test_the_probes_leave_no_file_behind_when_the_container_ends(
+    tmp_path: Path, ending: str
+) -> None:
+    """Each check's output is read (the marker carries its last line), then removed; nothing
+    of the probes is left in ``$TMPDIR`` once the wrapper exited (one file per probe per run
+    was, until the pod's sandbox went)."""
+    probes, command, code, failing = _ENDINGS[ending]
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    spec = {"name": "main", "image": "x", "command": ["x"], **probes}
+    done = run_wrapper(tmp_path, spec, command, env={**os.environ, "TMPDIR": str(temp)})
+    assert done.returncode == code
+    assert f"dmsgw.io/probe={failing}" in done.stderr.decode().splitlines()
+    assert sorted(temp.rglob("*")) == []
+
+
+def test_a_stopped_wrapper_removes_its_probes_files_before_it_exits(tmp_path: Path) -> None:
+    """Asked to stop while its probes run, the wrapper ends them and removes their files
+    before it exits (the container, and with it every process of the run, ends then)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    spec = {
+        "name": "main",
+        "image": "x",
+        "command": ["x"],
+        "livenessProbe": _exec("echo alive"),
+        "readinessProbe": _exec("echo not yet; exit 1", failureThreshold=1),
+    }
+    container = Container("spec.containers[0]", k8s.Container.model_validate(spec), None)
+    script = wrapper_script(container, Hooks(), "", probe_runs(container), 1)
+    wrapper = subprocess.Popen(
+        ["/bin/sh", "-c", script, "dmsgw-pod", "/bin/sh", "-c", "exec sleep 60"],
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(temp)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert wrapper.stderr is not None
+        failing = b"dmsgw.io/probe=readiness:failing:exec /bin/sh -c 'echo not yet; exit 1': "
+        while not wrapper.stderr.readline().startswith(failing):  # a check's output was read
+            assert wrapper.poll() is None
+        wrapper.terminate()
+        assert wrapper.wait(timeout=RUN_TIMEOUT_S) == 143
+        assert sorted(temp.rglob("*")) == []
+    finally:
+        wrapper.kill()
+        wrapper.wait()
+        assert wrapper.stderr is not None
+        wrapper.stderr.close()
 
 
 # --- markers, ledger, status -----------------------------------------------------------------

@@ -213,16 +213,16 @@ class PluginServer:
 
     async def _status(self, request: web.Request) -> web.Response:
         raw = await self._body(request)
-        known = self._known_statuses(raw)
+        known = self._known_statuses(remembered_uids(raw))
         if known is not None:
             return _json(known)
         return await self._within_deadline("status", self._status_of(raw))
 
-    def _known_statuses(self, raw: bytes) -> bytes | None:
-        """The reply to a body read before that names only pods the backend has at hand: the
-        poll of a live pod, nearly every request. Bodies of many pods go the long way, which
+    def _known_statuses(self, uids: list[str] | None) -> bytes | None:
+        """The reply naming ``uids`` (those of a body read before, or just read) when the
+        backend has every one at hand: the poll of a live pod, nearly every request, and the
+        first poll of one after its JSON changed. Bodies of many pods go the long way, which
         gives the event loop a turn every few pods."""
-        uids = remembered_uids(raw)
         if not uids or len(uids) > AT_ONCE_MAX_PODS:  # [] is the ping
             return None
         return self._backend.statuses_at_once(uids)
@@ -233,6 +233,9 @@ class PluginServer:
         pods = await read_status_body(raw)
         if not pods:
             return await self._ping()
+        known = self._known_statuses([ref.uid for ref in pods])
+        if known is not None:
+            return _json(known)
         statuses = await self._backend.status(pods)
         async for status in in_turns(statuses):
             status.wire()  # written once and kept: the thousands a body may ask for, in turns

@@ -158,8 +158,11 @@ def wrapper_script(
         '  kill -0 "$pid" 2>/dev/null || break',
         "done",
     ]
-    if probes:
-        lines.append('kill -TERM "$dmsgw_prober" 2>/dev/null')
+    if probes:  # and wait until the probes' files are removed: the container ends with it
+        lines += [
+            'kill -TERM "$dmsgw_prober" 2>/dev/null',
+            'while kill -0 "$dmsgw_prober" 2>/dev/null; do wait "$dmsgw_prober" 2>/dev/null; done',
+        ]
     if tunnel:  # the command has ended: the tunnel goes with it (its end is no failure now)
         lines.append('kill -TERM "$dmsgw_tunnel" 2>/dev/null')
     if marker:
@@ -293,6 +296,9 @@ except OSError as exc:
   *) echo "the image has none of NC_BASH_PYTHON3, which a tcpSocket probe needs"; return 127 ;;
   esac
 }
+dmsgw_read() {  # output file: read, so removed (never /dev/null, the fallback)
+  [ "$1" = /dev/null ] || rm -f "$1"
+}
 dmsgw_reason() {  # output file, status: the output's last line, else the status
   _r=$(grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1 | tr -d '\r' | cut -c 1-200)
   echo "${_r:-exit status $2}"
@@ -306,13 +312,15 @@ dmsgw_kill() {  # as the kubelet kills a container that failed its probe
 }
 dmsgw_probe() {  # kind, delay, period, timeout, successes, failures, label, check...
   _kind=$1 _delay=$2 _period=$3 _timeout=$4 _succ=$5 _fail=$6 _label=$7; shift 7
-  # A file of its own: $$ is not unique where pods share /tmp but not their PID namespace.
-  _out=$(mktemp "${TMPDIR:-/tmp}/dmsgw-probe-$_kind.XXXXXX" 2>/dev/null) || _out=/dev/null
+  # Each check's output: a file of the prober's own directory, removed once read.
+  _out=/dev/null
+  [ -z "$dmsgw_probe_dir" ] || _out="$dmsgw_probe_dir/$_kind"
   _wait=$((dmsgw_t0 + _delay - $(dmsgw_now)))
   [ "$_wait" -le 0 ] || sleep "$_wait"
   _ok=0 _bad=0 _state= _last=
   while kill -0 "$pid" 2>/dev/null; do
     if dmsgw_within "$_timeout" "$_out" "$@"; then
+      dmsgw_read "$_out"
       _ok=$((_ok + 1)) _bad=0 _last=
       if [ "$_state" != ok ] && [ "$_ok" -ge "$_succ" ]; then
         _state=ok
@@ -324,6 +332,7 @@ dmsgw_probe() {  # kind, delay, period, timeout, successes, failures, label, che
       _ok=0 _bad=$((_bad + 1))
       _why="timed out after $_timeout s"
       [ "$_rc" -eq 124 ] || _why=$(dmsgw_reason "$_out" "$_rc")
+      dmsgw_read "$_out"
       if [ "$_why" != "$_last" ]; then
         _last=$_why
         echo "PROBE_MARKER$_kind:failing:$_label: $_why" >&2
@@ -384,7 +393,10 @@ def probe_script(probes: Sequence[ProbeRun], hooks: Hooks, grace_s: int) -> str:
     a row make a probe succeed, ``failureThreshold`` failures fail it. A failed liveness or
     startup probe runs ``preStop``, then TERMs the command and KILLs it after ``grace_s``:
     the DMS's failure recovery (the pod's ``restartPolicy``) decides what comes next. Each
-    outcome is reported on stderr (:data:`~dmsgw.interlink.translate.run_markers.PROBE_MARKER`)."""
+    outcome is reported on stderr (:data:`~dmsgw.interlink.translate.run_markers.PROBE_MARKER`).
+    A check's output goes to a file in a temporary directory of the prober's, removed once
+    read; the directory goes when the probes end or are stopped, and the wrapper waits for
+    that before it exits: nothing is left behind in ``$TMPDIR`` for the sandbox to collect."""
     functions = _filled(
         _PROBE_FUNCTIONS,
         {
@@ -405,13 +417,33 @@ def probe_script(probes: Sequence[ProbeRun], hooks: Hooks, grace_s: int) -> str:
     lines += [missing for _, missing in calls if missing]
     first = [call for run, (call, _) in zip(probes, calls, strict=True) if run.kind == "startup"]
     rest = [call for run, (call, _) in zip(probes, calls, strict=True) if run.kind != "startup"]
-    body = ["  trap 'kill $dmsgw_kids 2>/dev/null; exit 0' TERM", "  dmsgw_kids="]
+    body = [
+        "  trap dmsgw_probes_end TERM",
+        "  dmsgw_kids=",
+        # The checks' output files, in a directory of this container run's own ($$ is not
+        # unique where pods share /tmp but not their PID namespace), removed when it ends.
+        '  dmsgw_probe_dir=$(mktemp -d "${TMPDIR:-/tmp}/dmsgw-probes.XXXXXX" 2>/dev/null) ||'
+        " dmsgw_probe_dir=",
+    ]
     if first:
-        body += [f"  {first[0]} &", "  dmsgw_kids=$!", '  wait "$dmsgw_kids" 2>/dev/null || exit 0']
+        body += [
+            f"  {first[0]} &",
+            "  dmsgw_kids=$!",
+            '  wait "$dmsgw_kids" 2>/dev/null || dmsgw_probes_end',
+        ]
     body += [f'  {call} &\n  dmsgw_kids="$dmsgw_kids $!"' for call in rest]
-    body.append("  wait 2>/dev/null")
-    lines += ["dmsgw_probes() {", *body, "}", "dmsgw_probes &", "dmsgw_prober=$!"]
+    body += ["  wait 2>/dev/null", "  dmsgw_probes_end"]
+    lines += ["dmsgw_probes() {", *body, "}", *_PROBES_END, "dmsgw_probes &", "dmsgw_prober=$!"]
     return "\n".join(lines)
+
+
+_PROBES_END = [
+    "dmsgw_probes_end() {  # the probes stopped, their directory removed (TERM, or all ended)",
+    "  kill $dmsgw_kids 2>/dev/null",
+    '  [ -z "$dmsgw_probe_dir" ] || rm -rf "$dmsgw_probe_dir"',
+    "  exit 0",
+    "}",
+]
 
 
 def _filled(template: str, values: dict[str, str]) -> str:

@@ -5,7 +5,9 @@ wrong ends in one :class:`PluginRequestError` naming the JSON path of the proble
 pydantic dump, so that the error text interLink copies into the pod status is readable. A body
 is read as Go would accept it (UTF-8 JSON, no NaN, bounded depth) and may name at most
 :data:`MAX_PODS_PER_REQUEST` pods; a ``/status`` body is read with the event loop getting a
-turn every few pods and remembered by its digest (:func:`read_status_body`).
+turn every few pods and remembered by its digest (:func:`read_status_body`), its pods
+checked for what ``/status`` reads of them (their identity) and each read whole only when
+asked for.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from ...actors.sharded import ShardedDict
 from ...actors.turns import take_turn
 from ..plugin_errors import PluginRequestError, TooManyPodsError
 from . import k8s
-from .apimachinery import json_kind
+from .apimachinery import GoModel, json_kind
 from .bodies import LogStruct, RetrievedPodData
 
 __all__ = [
@@ -92,7 +94,7 @@ def _creatable(item: Any, root: str) -> RetrievedPodData:
     _check_container_count(item, root)
     data = _validate(_CREATE, item, root)
     pod_root = f"{root}.pod" if root else "pod"
-    _check_identity(data.pod, pod_root)
+    _check_identity(data.pod.metadata, pod_root)
     uid = data.pod.metadata.uid
     if not _UUID.fullmatch(uid):
         raise PluginRequestError(
@@ -129,30 +131,65 @@ def parse_delete_body(raw: bytes) -> k8s.Pod:
     if not isinstance(body, dict):
         raise PluginRequestError(f"body: expected a JSON object (a Pod), got {json_kind(body)}")
     pod = _validate(_POD, body, "")
-    _check_identity(pod, "")
+    _check_identity(pod.metadata, "")
     return pod
 
 
 def parse_status_body(raw: bytes) -> list[k8s.Pod]:
-    """The pods of a ``/status`` body; an empty list is interLink's ping."""
-    return [pod for pod, _ in _status_pods(_text(raw))]
+    """The pods of a ``/status`` body, each read whole; an empty list is interLink's ping."""
+    return [_status_pod(item, index) for index, (item, _) in enumerate(_status_items(_text(raw)))]
 
 
-def _status_pods(text: str) -> Iterator[tuple[k8s.Pod, tuple[int, int]]]:
-    """Each pod of a ``/status`` body and where its JSON lies in ``text``, validated one at a
-    time, so that the caller can give the event loop a turn between two."""
+def _status_items(text: str) -> Iterator[tuple[Any, tuple[int, int]]]:
+    """Each pod of a ``/status`` body as JSON values, and where its JSON lies in ``text``,
+    decoded one at a time, so that the caller can give the event loop a turn between two."""
     if not _is_array(text):
         raise PluginRequestError(
             f"body: expected a JSON array of pods, got {json_kind(_parse(text))}"
         )
-    for index, (item, start, end) in enumerate(_array_items(text, MAX_PODS_PER_REQUEST)):
-        yield _status_pod(item, index), (start, end)
+    for item, start, end in _array_items(text, MAX_PODS_PER_REQUEST, check_depth=False):
+        yield item, (start, end)
 
 
 def _status_pod(item: Any, index: int) -> k8s.Pod:
+    """A pod of a ``/status`` body read whole, as :func:`parse_create_body` reads one."""
+    if _deeper_than(item, _MAX_DEPTH - 1):
+        raise PluginRequestError(_TOO_DEEP)
     pod = _validate(_POD, item, f"[{index}]")
-    _check_identity(pod, f"[{index}]")
+    _check_identity(pod.metadata, f"[{index}]")
     return pod
+
+
+class _Named(GoModel):
+    """The part of a pod's ``metadata`` that ``/status`` reads: who the pod is. Other keys
+    are left unread (``extra="ignore"``): they are checked when the whole pod is read."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+
+
+class _NamedPod(GoModel):
+    """A pod of a ``/status`` body as ``/status`` reads it on first sight: its identity."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    metadata: _Named = Field(default_factory=_Named)
+
+
+_NAMED_POD = TypeAdapter(_NamedPod)
+
+
+def _named(item: Any, index: int) -> _Named:
+    """Who the pod ``item`` is, checked as its whole read would check it: an object, its
+    ``metadata`` an object, its ``name``, ``namespace`` and ``uid`` strings, name and uid
+    given. The rest of the pod (its spec, its status) is what the snapshot answers for a pod
+    the gateway knows; it is read and checked only when asked for (:meth:`PodRef.pod`)."""
+    meta = _validate(_NAMED_POD, item, f"[{index}]").metadata
+    _check_identity(meta, f"[{index}]")
+    return meta
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -171,23 +208,19 @@ class PodRef:
 
 
 class StatusBody:
-    """One ``/status`` body, shared by its :class:`PodRef`: the pods already validated while
-    reading it, and for a remembered body, where each pod's JSON lies, so that a pod is read
-    from its own bytes only when asked for. Whatever the backend asks, a request costs work
-    in proportion to its body, never to the body times its pods."""
+    """One ``/status`` body, shared by its :class:`PodRef`: where each pod's JSON lies, so
+    that a pod is read whole from its own bytes only when asked for, at most once. Whatever
+    the backend asks, a request costs work in proportion to its body, never to the body
+    times its pods."""
 
     __slots__ = ("_pods", "_raw", "_spans", "_text")
 
     def __init__(
-        self,
-        raw: bytes,
-        spans: Sequence[tuple[int, int]],
-        pods: Sequence[k8s.Pod] | None = None,
-        text: str | None = None,
+        self, raw: bytes, spans: Sequence[tuple[int, int]], text: str | None = None
     ) -> None:
         self._raw = raw
         self._spans = spans
-        self._pods: list[k8s.Pod | None] = list(pods) if pods is not None else [None] * len(spans)
+        self._pods: list[k8s.Pod | None] = [None] * len(spans)
         self._text = text
 
     def pod(self, index: int) -> k8s.Pod:
@@ -195,8 +228,9 @@ class StatusBody:
         if pod is None:
             if self._text is None:
                 self._text = self._raw.decode("utf-8")
-            start, end = self._spans[index]
-            pod = self._pods[index] = _status_pod(json.loads(self._text[start:end]), index)
+            # Decoded as the body was: a pod nested too deep for this stack is refused too.
+            item, _ = _decode(self._text, self._spans[index][0])
+            pod = self._pods[index] = _status_pod(item, index)
         return pod
 
 
@@ -222,8 +256,11 @@ async def read_status_body(raw: bytes) -> list[PodRef]:
 
     interLink polls every pod every few seconds with the same JSON until the pod changes, and
     validating a whole pod costs more than answering from its snapshot. Each distinct body is
-    still validated in full once (a bad one is refused every time: only good ones are kept);
-    what is remembered is the identities it names and where each pod lies, never more than
+    read once for what ``/status`` uses of it: valid JSON of at most
+    :data:`MAX_PODS_PER_REQUEST` pods, each an object with a name and a UID (a bad one is
+    refused every time: only good ones are kept). A pod the backend must read whole (one it
+    does not know) is checked in full then, by :meth:`PodRef.pod` (decision 136). What is
+    remembered is the identities the body names and where each pod lies, never more than
     the body's own size.
     """
     digest = _digest(raw)
@@ -232,17 +269,13 @@ async def read_status_body(raw: bytes) -> list[PodRef]:
         return _refs(known, StatusBody(raw, [(start, end) for *_, start, end in known]))
     await take_turn()  # interLink's connections may each bring one now: a few per turn
     text = _text(raw)
-    pods: list[k8s.Pod] = []
-    spans: list[tuple[int, int]] = []
-    async for pod, span in in_turns(_status_pods(text)):
-        pods.append(pod)
-        spans.append(span)
-    remembered = tuple(
-        (p.metadata.uid, p.metadata.namespace, p.metadata.name, *span)
-        for p, span in zip(pods, spans, strict=True)
-    )
+    found: list[tuple[str, str, str, int, int]] = []
+    async for index, (item, (start, end)) in in_turns(enumerate(_status_items(text))):
+        meta = _named(item, index)
+        found.append((meta.uid, meta.namespace, meta.name, start, end))
+    remembered = tuple(found)
     _VALID_STATUS_BODIES.put(digest, held_bytes(remembered), remembered)
-    return _refs(remembered, StatusBody(raw, spans, pods, text))
+    return _refs(remembered, StatusBody(raw, [(start, end) for *_, start, end in found], text))
 
 
 def _refs(remembered: _Remembered, body: StatusBody) -> list[PodRef]:
@@ -352,10 +385,13 @@ def _is_array(text: str) -> bool:
     return text.startswith("[", _skip(text, 0))
 
 
-def _array_items(text: str, limit: int) -> Iterator[tuple[Any, int, int]]:
+def _array_items(
+    text: str, limit: int, *, check_depth: bool = True
+) -> Iterator[tuple[Any, int, int]]:
     """The items of the JSON array ``text`` holds, each with where it starts and ends, decoded
     one at a time: the caller may pause between two, and a body of more than ``limit`` items
-    is refused once the first ``limit`` are read, not after decoding all of them."""
+    is refused once the first ``limit`` are read, not after decoding all of them. Without
+    ``check_depth`` the caller checks the depth of the items it reads whole."""
     at = _skip(text, _skip(text, 0) + 1)
     if not text.startswith("]", at):
         for count in itertools.count():
@@ -364,7 +400,7 @@ def _array_items(text: str, limit: int) -> Iterator[tuple[Any, int, int]]:
                     f"body: names more than {limit} pods; one request may name at most {limit}"
                 )
             item, end = _decode(text, at)
-            if _deeper_than(item, _MAX_DEPTH - 1):
+            if check_depth and _deeper_than(item, _MAX_DEPTH - 1):
                 raise PluginRequestError(_TOO_DEEP)
             yield item, at, end
             at = _skip(text, end)
@@ -431,9 +467,9 @@ def _validate(adapter: TypeAdapter[T], body: Any, root: str) -> T:
         raise PluginRequestError(_describe(exc, root)) from None
 
 
-def _check_identity(pod: k8s.Pod, root: str) -> None:
+def _check_identity(meta: k8s.ObjectMeta | _Named, root: str) -> None:
     """interLink and the virtual kubelet track a pod by uid and drop a status without a name."""
-    for field, value in (("name", pod.metadata.name), ("uid", pod.metadata.uid)):
+    for field, value in (("name", meta.name), ("uid", meta.uid)):
         if not value:
             where = f"{root}.metadata.{field}" if root else f"metadata.{field}"
             raise PluginRequestError(f"{where}: field required")

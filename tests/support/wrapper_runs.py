@@ -24,9 +24,11 @@ def run_wrapper(
     pre_stop: str = "",
     network: PodNetwork = NO_NETWORK,
     grace_s: int = 1,
+    env: dict[str, str] | None = None,
 ) -> Any:
     """Run the wrapper of the container ``spec`` (its grace period ``grace_s``) around
-    ``sh -c command`` in ``tmp_path``, with the pod's ``network`` annotations."""
+    ``sh -c command`` in ``tmp_path``, with the pod's ``network`` annotations (and ``env``,
+    else this process's environment)."""
     container = Container("spec.containers[0]", k8s.Container.model_validate(spec), None)
     hooks = Hooks(pre_stop=pre_stop)
     script = wrapper_script(container, hooks, "", probe_runs(container), grace_s, network)
@@ -36,4 +38,5 @@ def run_wrapper(
         capture_output=True,
         timeout=RUN_TIMEOUT_S,
         check=False,
+        env=env,
     )
