@@ -11,7 +11,11 @@ deployment behaviors are the devnet's own handlers (``list``, ``status``, ``mani
 ``logs``, ``shutdown``), whose ``list`` filters, sorts and writes every deployment it holds,
 as a DMS's does. What the stand-in skips: ``deployment/new`` records a deployment that runs at
 once (one allocation, ``running``) instead of bidding and starting a process, so that 10,000
-pods can run on one machine; and a listing filtered by one pod's UID (each create's check
+pods can run on one machine; the node is onboarded with room for every pod (a devnet node's
+default room, 6 cores, admits 12 of the default 0.5 core at a time, and the gateway's
+admission then let 12 more deploy only after each gathering of resources, every 5 s: 2,000
+pods took over 800 s to deploy, and the follows never all parked within the bench's bound);
+and a listing filtered by one pod's UID (each create's check
 that its pod was not deployed already) is answered from an index, where a DMS scans every
 deployment (against a scan, 32 creates in flight timed out from ~2,000 deployments on this
 machine: the creates' figures here are not a DMS's).
@@ -38,6 +42,7 @@ import argparse
 import asyncio
 import collections
 import dataclasses
+import functools
 import json
 import os
 import tempfile
@@ -56,10 +61,12 @@ from dmsgw.behaviors.deployment import (
     NewDeploymentRequest,
     NewDeploymentResponse,
 )
+from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.behaviors.status import AllocationInfo, DeploymentStatus, EnsembleManifest
 from dmsgw.clock import system_clock
 from dmsgw.devnet.devnet import Devnet, node_key
 from dmsgw.devnet.handlers_deployment import Deployments
+from dmsgw.devnet.resource_ledger import GIB, NodeProfile
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
 from dmsgw.interlink.pods.heap import FREEZE_EVERY
@@ -141,11 +148,23 @@ class _StandIn:
         return DeploymentListResponse(deployments=infos, total=len(infos))
 
 
-def _serve_dms(port: int) -> None:
+def _room_for(pods: int) -> NodeProfile:
+    """A node onboarded with room for ``pods`` pods of the translator's default demand."""
+    machine = Resources(
+        cpu=CPU(clock_speed=3.2e9, cores=max(8, pods), architecture="x86_64"),
+        ram=RAM(size=max(32, pods) * GIB),
+        disk=Disk(size=max(500, pods * 2) * GIB),
+    )
+    return NodeProfile("follow", machine, machine)
+
+
+def _serve_dms(port: int, pods: int) -> None:
     """The child process: one devnet node, its deployments stood in for, until killed."""
 
     async def forever() -> None:
-        devnet = Devnet(1, seed=SEED, base_port=port, network_namespaces=False)
+        devnet = Devnet(
+            1, seed=SEED, base_port=port, profiles=[_room_for(pods)], network_namespaces=False
+        )
         await devnet.start()
         deployments = devnet.nodes[0].deployments
         assert deployments is not None
@@ -312,7 +331,7 @@ async def _measure(
 
 
 async def main(pods: int, seconds: float, batch: int, policy: PodPolicy) -> None:
-    async with dms_process(_serve_dms) as (url, pid):
+    async with dms_process(functools.partial(_serve_dms, pods=pods)) as (url, pid):
         await _run(url, pid, pods, seconds, batch, policy)
 
 
