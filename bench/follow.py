@@ -28,7 +28,9 @@ machine: the creates' figures here are not a DMS's).
    ``/proc`` times), the DMS calls made by behavior, the longest ``deployment/list`` round
    trip, and so how old a status can be (the listing period plus one listing). The floor is
    the least a gateway can do to know every pod's status that often: one ``deployment/list``
-   a period through the same client, measured alone over the same window (its CPU).
+   a period (its pages, as the board asks them) through the same client, measured alone
+   over the same window (its CPU); it decodes what the client decodes (a page whose bytes
+   came before is not decoded again, for the floor as for the board: decision 128).
 
     .venv/bin/python bench/follow.py [--pods 2000] [--seconds 20] [--batch 32]
 
@@ -69,6 +71,7 @@ from dmsgw.devnet.handlers_deployment import Deployments
 from dmsgw.devnet.resource_ledger import GIB, NodeProfile
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
+from dmsgw.interlink.pods.deployment_board import PAGE
 from dmsgw.interlink.pods.heap import FREEZE_EVERY
 from dmsgw.interlink.records.pod_record import DEFAULT_POLICY, POD_UID_KEY, PodPolicy, snapshot_of
 from dmsgw.interlink.state.pod_store import PodStore
@@ -273,6 +276,16 @@ async def _run(
     await dms.aclose()
 
 
+async def _list_all(invoke: _Counted, owner: str) -> None:
+    """Every page of the gateway's deployments, asked as its board asks them."""
+    request = DeploymentListRequest(metadata={OWNER_KEY: owner}, limit=PAGE)
+    while True:
+        page = await invoke.invoke(DEPLOYMENT_LIST, request)
+        if not page.has_more or page.next_offset <= request.offset:
+            return
+        request = dataclasses.replace(request, offset=page.next_offset)
+
+
 async def _measure(
     gateway: Gateway, invoke: _Counted, dms_pid: int, pods: int, seconds: float, batch: int
 ) -> None:
@@ -295,26 +308,28 @@ async def _measure(
     print(f"every follow parked on the board {created_s + settled_s:.1f} s after the first create")
 
     invoke.calls.clear()
-    listed_before = board.listings
+    listed_before, checked_before = board.listings, board.checked
     cpu, dms_cpu, wall = time.process_time(), _cpu_of(dms_pid), time.perf_counter()
     await asyncio.sleep(seconds)
     cpu, dms_cpu = time.process_time() - cpu, _cpu_of(dms_pid) - dms_cpu
     wall = time.perf_counter() - wall
-    listed = board.listings - listed_before
+    listed, checked = board.listings - listed_before, board.checked - checked_before
     calls = dict(invoke.calls)
 
-    # The floor: one deployment/list a period, through the same client, timed alone.
-    request = DeploymentListRequest(metadata={OWNER_KEY: gateway.parts.owner})
+    # The floor: one deployment/list a period (its pages), through the same client, alone.
     longest, floor_cpu = 0.0, 0.0
     for _ in range(max(1, listed)):
         one_cpu, one_wall = time.process_time(), time.perf_counter()
-        await invoke.invoke(DEPLOYMENT_LIST, request)
+        await _list_all(invoke, gateway.parts.owner)
         floor_cpu += time.process_time() - one_cpu
         longest = max(longest, time.perf_counter() - one_wall)
     period = gateway.parts.policy.poll_max_s
     share, floor_share = cpu / wall, floor_cpu / wall
     print(f"steady state, {wall:.1f} s, {pods} pods Running and unchanging:")
-    print(f"  DMS calls: {calls} ({listed} listings by the board, one each {period:g} s)")
+    print(
+        f"  DMS calls: {calls} ({listed} listings by the board, one each {period:g} s; "
+        f"parked follows checked against them: {checked})"
+    )
     print(
         f"  gateway CPU {share * 100:.2f}% of one core ({cpu / wall / pods * 1e6:.2f} µs/s a pod)"
         f"; the floor (the same listings alone) {floor_share * 100:.2f}%: "
