@@ -26,11 +26,12 @@ machine: the creates' figures here are not a DMS's).
 2. The steady state, ``--seconds`` long: the gateway process's CPU (``time.process_time``:
    the gateway and this bench's idle driver, nothing of the DMS's), the DMS's (its process's
    ``/proc`` times), the DMS calls made by behavior, the longest ``deployment/list`` round
-   trip, the longest event-loop stall, and so how old a status can be (the listing period plus one listing). The floor is
-   the least a gateway can do to know every pod's status that often: one ``deployment/list``
-   a period (its pages, as the board asks them) through the same client, measured alone
-   over the same window (its CPU); it decodes what the client decodes (a page whose bytes
-   came before is not decoded again, for the floor as for the board: decision 128).
+   trip, the longest event-loop stall, and so how old a status can be (the listing period
+   plus one listing). The floor is the least a gateway can do to know every pod's status
+   that often: one ``deployment/list`` a period (its pages, as the board asks them) through
+   the same client, measured alone over the same window (its CPU); it decodes what the
+   client decodes (a page whose bytes came before is not decoded again, for the floor as for
+   the board: decision 128).
 
     .venv/bin/python bench/follow.py [--pods 2000] [--seconds 20] [--batch 32]
 
@@ -71,7 +72,7 @@ from dmsgw.devnet.handlers_deployment import Deployments
 from dmsgw.devnet.resource_ledger import GIB, NodeProfile
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
-from dmsgw.interlink.pods.deployment_board import PAGE
+from dmsgw.interlink.pods.deployment_board import ORDER, PAGE
 from dmsgw.interlink.pods.heap import FREEZE_EVERY
 from dmsgw.interlink.records.pod_record import DEFAULT_POLICY, POD_UID_KEY, PodPolicy, snapshot_of
 from dmsgw.interlink.state.pod_store import PodStore
@@ -290,7 +291,7 @@ async def _longest_stall(seconds: float) -> float:
 
 async def _list_all(invoke: _Counted, owner: str) -> None:
     """Every page of the gateway's deployments, asked as its board asks them."""
-    request = DeploymentListRequest(metadata={OWNER_KEY: owner}, limit=PAGE)
+    request = DeploymentListRequest(metadata={OWNER_KEY: owner}, limit=PAGE, sort_by=ORDER)
     while True:
         page = await invoke.invoke(DEPLOYMENT_LIST, request)
         if not page.has_more or page.next_offset <= request.offset:

@@ -50,6 +50,9 @@ STARTING_EVERY_S = 0.5
 """The listing period while a deployment on its way to running is parked: a pod created is
 seen running within it, and the deployments starting together cost one listing for all."""
 
+ORDER = "created_at"
+"""The order the board asks the pages in: oldest first, so that a deployment created changes
+the last page alone, and the pages before it come as the same bytes again (decision 128)."""
 SLICE = 1000
 """Parked follows checked against a listing in one turn of the loop."""
 
@@ -77,7 +80,7 @@ class DeploymentBoard:
     def __init__(self, invoke: Invoke, owner: str, *, every_s: Callable[[], float]) -> None:
         self._invoke = invoke
         self._request = DeploymentListRequest(
-            metadata={OWNER_KEY: owner} if owner else None, limit=PAGE
+            metadata={OWNER_KEY: owner} if owner else None, limit=PAGE, sort_by=ORDER
         )
         self._every_s = every_s
         self._parked: dict[str, tuple[Listed | None, Parked, str]] = {}
