@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from dms_process import dms_process
+from pods import _LongestCallback  # pods.py's probe of the longest callback
 
 import dmsgw
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
@@ -323,7 +324,8 @@ async def _measure(
     invoke.calls.clear()
     listed_before, checked_before = board.listings, board.checked
     cpu, dms_cpu, wall = time.process_time(), _cpu_of(dms_pid), time.perf_counter()
-    stall_s = await _longest_stall(seconds)
+    with _LongestCallback() as callbacks:
+        stall_s = await _longest_stall(seconds)
     cpu, dms_cpu = time.process_time() - cpu, _cpu_of(dms_pid) - dms_cpu
     wall = time.perf_counter() - wall
     listed, checked = board.listings - listed_before, board.checked - checked_before
@@ -355,7 +357,8 @@ async def _measure(
     )
     print(
         f"  the longest event-loop stall {stall_s * 1e3:.0f} ms (a timer probe every "
-        f"{PROBE_S * 1e3:.0f} ms, counted in the gateway's CPU; target <= 20 ms)"
+        f"{PROBE_S * 1e3:.0f} ms, counted in the gateway's CPU; target <= 20 ms); "
+        f"{callbacks.line()}"
     )
     met = share <= 0.05 and period + longest <= 10
     print(f"  target <= 5% of one core, statuses <= 10 s old: {'met' if met else 'NOT met'}")
