@@ -26,12 +26,13 @@ machine: the creates' figures here are not a DMS's).
 2. The steady state, ``--seconds`` long: the gateway process's CPU (``time.process_time``:
    the gateway and this bench's idle driver, nothing of the DMS's), the DMS's (its process's
    ``/proc`` times), the DMS calls made by behavior, the longest ``deployment/list`` round
-   trip, the longest event-loop stall, and so how old a status can be (the listing period
-   plus one listing). The floor is the least a gateway can do to know every pod's status
-   that often: one ``deployment/list`` a period (its pages, as the board asks them) through
-   the same client, measured alone over the same window (its CPU); it decodes what the
-   client decodes (a page whose bytes came before is not decoded again, for the floor as for
-   the board: decision 128).
+   trip, and so how old a status can be (the listing period plus one listing). The floor is
+   the least a gateway can do to know every pod's status that often: one ``deployment/list``
+   a period (its pages, as the board asks them) through the same client, measured alone
+   over the same window (its CPU); it decodes what the client decodes (a page whose bytes
+   came before is not decoded again, for the floor as for the board: decision 128). Then,
+   over another ``--seconds``, the longest event-loop stall (a timer probe, whose own turns
+   are kept out of the CPU above) and the longest single callback.
 
     .venv/bin/python bench/follow.py [--pods 2000] [--seconds 20] [--batch 32]
 
@@ -324,12 +325,14 @@ async def _measure(
     invoke.calls.clear()
     listed_before, checked_before = board.listings, board.checked
     cpu, dms_cpu, wall = time.process_time(), _cpu_of(dms_pid), time.perf_counter()
-    with _LongestCallback() as callbacks:
-        stall_s = await _longest_stall(seconds)
+    await asyncio.sleep(seconds)
     cpu, dms_cpu = time.process_time() - cpu, _cpu_of(dms_pid) - dms_cpu
     wall = time.perf_counter() - wall
     listed, checked = board.listings - listed_before, board.checked - checked_before
     calls = dict(invoke.calls)
+    # The stalls in a window of their own: the probe's own turns would count as the gateway's.
+    with _LongestCallback() as callbacks:
+        stall_s = await _longest_stall(seconds)
 
     # The floor: one deployment/list a period (its pages), through the same client, alone.
     longest, floor_cpu = 0.0, 0.0
@@ -357,7 +360,7 @@ async def _measure(
     )
     print(
         f"  the longest event-loop stall {stall_s * 1e3:.0f} ms (a timer probe every "
-        f"{PROBE_S * 1e3:.0f} ms, counted in the gateway's CPU; target <= 20 ms); "
+        f"{PROBE_S * 1e3:.0f} ms over another {seconds:g} s; target <= 20 ms); "
         f"{callbacks.line()}"
     )
     met = share <= 0.05 and period + longest <= 10
