@@ -197,7 +197,7 @@ class DeploymentListResponse(GoStruct):
 
 LISTING_MEMO_BYTES = 32 * 1024 * 1024
 """How many bytes of listing pages :class:`RecentPages` remembers (with their replies)."""
-LISTING_MEMO_PAGES = 128
+LISTING_MEMO_PAGES = 64
 """How many listing pages :class:`RecentPages` remembers: a lookup compares the lengths of
 them all."""
 

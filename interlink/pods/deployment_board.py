@@ -41,13 +41,11 @@ from ..state.recovery import OWNER_KEY
 
 log = logging.getLogger(__name__)
 
-PAGE = 500
+PAGE = 1000
 """Deployments a listing asks for at a time (a DMS without paging answers them all): each
 reply stays a bounded piece of work for both sides; one reply of every deployment went
 unanswered within the request's timeout on a busy machine (bench/README.md, "The pace of
-polls"). The client takes a reply in one turn of the loop (its envelope decoded, its
-signature checked), which a page of 1,000 made one of the steady state's longest
-(decision 129)."""
+polls")."""
 STARTING_EVERY_S = 0.5
 """The listing period while a deployment on its way to running is parked: a pod created is
 seen running within it, and the deployments starting together cost one listing for all."""
