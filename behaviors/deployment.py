@@ -9,6 +9,7 @@ explicitly: the v0.5 ``deployment/list`` reply ``{"Deployments": {id: status}}``
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping
 from typing import Self
 
@@ -216,25 +217,28 @@ class RecentPages:
         self._most = pages
         self._held = 0
         self._pages: list[tuple[bytes | str, DeploymentListResponse]] = []
+        self._lock = threading.Lock()  # clients on event loops of other threads decode too
 
     def get(self, data: bytes | str) -> DeploymentListResponse | None:
         """The reply decoded from the same bytes, if remembered (now the most recent)."""
         size = len(data)
-        for i, (page, reply) in enumerate(self._pages):
-            if len(page) == size and page == data:
-                self._pages.append(self._pages.pop(i))
-                return reply
+        with self._lock:
+            for i, (page, reply) in enumerate(self._pages):
+                if len(page) == size and page == data:
+                    self._pages.append(self._pages.pop(i))
+                    return reply
         return None
 
     def put(self, data: bytes | str, reply: DeploymentListResponse) -> None:
         """Remember ``reply`` decoded from ``data``, forgetting the least recent over budget."""
         if len(data) > self._budget:
             return
-        self._pages.append((data, reply))
-        self._held += len(data)
-        while self._held > self._budget or len(self._pages) > self._most:
-            forgotten, _ = self._pages.pop(0)
-            self._held -= len(forgotten)
+        with self._lock:
+            self._pages.append((data, reply))
+            self._held += len(data)
+            while self._held > self._budget or len(self._pages) > self._most:
+                forgotten, _ = self._pages.pop(0)
+                self._held -= len(forgotten)
 
 
 _RECENT_PAGES = RecentPages()
