@@ -53,8 +53,10 @@ seen running within it, and the deployments starting together cost one listing f
 ORDER = "created_at"
 """The order the board asks the pages in: oldest first, so that a deployment created changes
 the last page alone, and the pages before it come as the same bytes again (decision 128)."""
-SLICE = 1000
-"""Parked follows checked against a listing in one turn of the loop."""
+SLICE = 250
+"""Parked follows checked against a listing in one turn of the loop: each one woken schedules
+its poll, and a listing that woke every follow of 2,000 made slices of 1,000 the steady
+state's longest callback (bench/README.md, "Issue 28, following 10,000 pods")."""
 
 Page = DeploymentListResponse
 """One page of a listing, as the DMS answered it."""
