@@ -9,6 +9,7 @@ explicitly: the v0.5 ``deployment/list`` reply ``{"Deployments": {id: status}}``
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping
 from typing import Self
 
@@ -164,7 +165,17 @@ class DeploymentListResponse(GoStruct):
     def from_json(cls, data: bytes | str) -> Self:
         """Also accepts the v0.5 reply (a map of ID to status name), sorted by ID. The newest
         shape is decoded first, parsing the reply once: a listing of many deployments is what
-        a gateway following its pods reads every few seconds."""
+        a gateway following its pods reads every few seconds. A page whose bytes are those of
+        a page decoded lately is that page's reply again (the same object): while nothing
+        changes, a gateway's listings decode nothing (decision 128)."""
+        found = _RECENT_PAGES.get(data)
+        if found is None:
+            found = cls._decoded(data)
+            _RECENT_PAGES.put(data, found)
+        return found  # type: ignore[return-value]
+
+    @classmethod
+    def _decoded(cls, data: bytes | str) -> Self:
         try:
             return unmarshal(cls, data)
         except GoDecodeError:
@@ -183,6 +194,54 @@ class DeploymentListResponse(GoStruct):
                 total=len(legacy),
             )
         return unmarshal(cls, data)
+
+
+LISTING_MEMO_BYTES = 32 * 1024 * 1024
+"""How many bytes of listing pages :class:`RecentPages` remembers (with their replies)."""
+LISTING_MEMO_PAGES = 64
+"""How many listing pages :class:`RecentPages` remembers: a lookup compares the lengths of
+them all."""
+
+
+class RecentPages:
+    """The listing pages decoded lately and their replies, least recent first: at most
+    ``budget`` bytes and ``pages`` pages. A reply is immutable, so the one decoded from the
+    same bytes can be handed out again. Looked up by comparing the bytes with those of each
+    page of the same length, not by a hash: a comparison stops at the first byte that
+    differs, where a hash reads every byte of every page. A listing of more pages than fit
+    finds none of them at the next (the least recent is forgotten first).
+    """
+
+    def __init__(self, budget: int = LISTING_MEMO_BYTES, pages: int = LISTING_MEMO_PAGES) -> None:
+        self._budget = budget
+        self._most = pages
+        self._held = 0
+        self._pages: list[tuple[bytes | str, DeploymentListResponse]] = []
+        self._lock = threading.Lock()  # clients on event loops of other threads decode too
+
+    def get(self, data: bytes | str) -> DeploymentListResponse | None:
+        """The reply decoded from the same bytes, if remembered (now the most recent)."""
+        size = len(data)
+        with self._lock:
+            for i, (page, reply) in enumerate(self._pages):
+                if len(page) == size and page == data:
+                    self._pages.append(self._pages.pop(i))
+                    return reply
+        return None
+
+    def put(self, data: bytes | str, reply: DeploymentListResponse) -> None:
+        """Remember ``reply`` decoded from ``data``, forgetting the least recent over budget."""
+        if len(data) > self._budget:
+            return
+        with self._lock:
+            self._pages.append((data, reply))
+            self._held += len(data)
+            while self._held > self._budget or len(self._pages) > self._most:
+                forgotten, _ = self._pages.pop(0)
+                self._held -= len(forgotten)
+
+
+_RECENT_PAGES = RecentPages()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,12 @@ from dmsgw.behaviors.deployment import (
     DeploymentListResponse,
     DeploymentManifestResponse,
     DeploymentStatusResponse,
+    RecentPages,
 )
 from dmsgw.behaviors.status import EnsembleManifest
 from dmsgw.clock import FixedClock
 from dmsgw.interlink.gateway import Gateway
-from dmsgw.interlink.pods.deployment_board import DeploymentBoard, Listed
+from dmsgw.interlink.pods.deployment_board import SLICE, DeploymentBoard, Listed
 from dmsgw.interlink.pods.pod_follower import STARTING_WAIT_S, PodFollower
 from dmsgw.interlink.records.pod_record import POD_UID_KEY, PodPolicy
 from dmsgw.interlink.wire import k8s
@@ -112,8 +114,9 @@ class _Follow:
 class _Pages:
     """A DMS listing ``ids`` two a page (``fail``: it does not answer)."""
 
-    def __init__(self, ids: dict[str, str]) -> None:
+    def __init__(self, ids: dict[str, str], *, per_page: int = 2) -> None:
         self.ids = ids
+        self.per_page = per_page
         self.fail = False
         self.calls = 0
 
@@ -121,15 +124,16 @@ class _Pages:
         self.calls += 1
         if self.fail:
             raise TransportError("connection refused")
-        ids = sorted(self.ids)
-        page = ids[request.offset : request.offset + 2]
-        more = request.offset + 2 < len(ids)
-        return DeploymentListResponse(
+        ids, n = sorted(self.ids), self.per_page
+        page = ids[request.offset : request.offset + n]
+        more = request.offset + n < len(ids)
+        reply = DeploymentListResponse(
             deployments=tuple(DeploymentInfo(orchestrator_id=i, status=self.ids[i]) for i in page),
             total=len(ids),
             has_more=more,
-            next_offset=request.offset + 2 if more else 0,
+            next_offset=request.offset + n if more else 0,
         )
+        return DeploymentListResponse.from_json(reply.to_json())  # as the client decodes it
 
 
 async def test_the_board_reads_every_page_and_wakes_only_what_changed() -> None:
@@ -156,6 +160,72 @@ async def test_the_board_reads_every_page_and_wakes_only_what_changed() -> None:
     assert follows["e0"].heard[-1] is None
     assert follows["e4"].heard[-1] == ("Completed", "0001-01-01T00:00:00Z")
     assert board.parked == 3
+
+
+def test_a_page_decoded_from_the_same_bytes_is_the_same_reply() -> None:
+    page = DeploymentListResponse(
+        deployments=(DeploymentInfo(orchestrator_id="e1", status="Running"),), total=1
+    )
+    data = page.to_json()
+    first = DeploymentListResponse.from_json(data)
+    assert DeploymentListResponse.from_json(bytes(bytearray(data))) is first  # other bytes, same
+    other = DeploymentListResponse.from_json(data.replace(b"Running", b"Failed!"))
+    assert other is not first and other.deployments is not None
+    assert other.deployments[0].status == "Failed!"
+
+
+def test_recent_pages_forget_the_least_recent_beyond_their_budget() -> None:
+    recent = RecentPages(budget=10, pages=2)
+    replies = [DeploymentListResponse(total=n) for n in range(4)]
+    recent.put(b"aaaa", replies[0])
+    recent.put(b"bbbb", replies[1])
+    assert recent.get(b"aaaa") is replies[0]  # now the most recent
+    recent.put(b"cccc", replies[2])  # three pages: b"bbbb", the least recent, goes
+    assert (recent.get(b"bbbb"), recent.get(b"aaaa")) == (None, replies[0])
+    recent.put(b"ddddddddddd", replies[3])  # more than the whole budget: not kept
+    assert recent.get(b"ddddddddddd") is None
+    recent.put(b"eeeeeeee", replies[3])  # 8 bytes: the 12 held go over 10, so both others go
+    assert (recent.get(b"aaaa"), recent.get(b"cccc"), recent.get(b"eeeeeeee")) == (
+        None,
+        None,
+        replies[3],
+    )
+
+
+async def test_an_unchanged_listing_checks_only_the_follows_parked_since() -> None:
+    dms = _Pages({f"e{n}": "Running" for n in range(6)})
+    board = DeploymentBoard(dms, "owner", every_s=lambda: 0.0)
+    follows = {f"e{n}": _Follow() for n in range(6)}
+    for ident, follow in follows.items():
+        board.park(ident, None, follow)
+    await board.list_once()  # the first listing: every follow checked, and told
+    for ident, follow in follows.items():
+        board.park(ident, follow.heard[-1], follow)
+    await board.list_once()  # the same pages: only the six parked since are checked
+    assert board.checked == 12
+    for _ in range(3):
+        await board.list_once()
+    assert board.checked == 12  # nothing changed and none parked since: no follow checked
+    board.park("e5", follows["e5"].heard[-1], follows["e5"])  # woken, polled, parked again
+    await board.list_once()
+    assert board.checked == 13
+    dms.ids["e3"] = "Failed"  # the second page changes: every parked follow is checked
+    await board.list_once()
+    assert board.checked == 19
+    assert {i: len(f.heard) for i, f in follows.items() if len(f.heard) > 1} == {"e3": 2}
+
+
+async def test_a_big_listing_is_checked_a_slice_at_a_time(turn: Callable[[], int]) -> None:
+    ids = {f"e{n:05}": "Running" for n in range(2 * SLICE + 1)}
+    dms = _Pages(ids, per_page=len(ids))  # one page, from a DMS in this process
+    board = DeploymentBoard(dms, "owner", every_s=lambda: 0.0)
+    for ident in ids:
+        board.park(ident, ("Running", "0001-01-01T00:00:00Z"), _Follow())
+    await asyncio.sleep(0)
+    before = turn()
+    await board.list_once()
+    assert board.checked == len(ids)
+    assert turn() - before >= 2  # the loop turned between the slices
 
 
 async def test_an_unanswered_listing_wakes_none_and_an_unparked_follow_is_not_woken() -> None:

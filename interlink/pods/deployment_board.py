@@ -14,6 +14,12 @@ What a listing shows of a deployment (:data:`Listed`) is its status and, on a DM
 them (the newest), when it was last updated: the devnet's orchestrators update it with every
 change of an allocation as well. The v0.5 DMS lists each deployment's status alone, which is
 also all its ``deployment/status`` answers.
+
+While nothing changes, a listing costs the gateway its DMS calls and little more: the client
+hands out the reply it decoded from a page's bytes when the same bytes come again
+(:class:`~dmsgw.behaviors.deployment.RecentPages`), and a listing whose pages are all the
+last one's checks only the follows parked since (decision 128). A listing that changed is
+checked a slice of follows at a time, so that a big one never holds the loop long.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ...behaviors.catalog import DEPLOYMENT_LIST
-from ...behaviors.deployment import DeploymentListRequest
+from ...behaviors.deployment import DeploymentListRequest, DeploymentListResponse
 from ...behaviors.node import Invoke
 from ...behaviors.status import DeploymentStatus
 from ...errors import DmsgwError
@@ -43,6 +49,17 @@ polls")."""
 STARTING_EVERY_S = 0.5
 """The listing period while a deployment on its way to running is parked: a pod created is
 seen running within it, and the deployments starting together cost one listing for all."""
+
+ORDER = "created_at"
+"""The order the board asks the pages in: oldest first, so that a deployment created changes
+the last page alone, and the pages before it come as the same bytes again (decision 128)."""
+SLICE = 250
+"""Parked follows checked against a listing in one turn of the loop: each one woken schedules
+its poll, and a listing that woke every follow of 2,000 made slices of 1,000 the steady
+state's longest callback (bench/README.md, "Issue 28, following 10,000 pods")."""
+
+Page = DeploymentListResponse
+"""One page of a listing, as the DMS answered it."""
 
 Listed = tuple[str, str]
 """A deployment as a listing shows it: its status name and when it was last updated (``""``
@@ -65,7 +82,7 @@ class DeploymentBoard:
     def __init__(self, invoke: Invoke, owner: str, *, every_s: Callable[[], float]) -> None:
         self._invoke = invoke
         self._request = DeploymentListRequest(
-            metadata={OWNER_KEY: owner} if owner else None, limit=PAGE
+            metadata={OWNER_KEY: owner} if owner else None, limit=PAGE, sort_by=ORDER
         )
         self._every_s = every_s
         self._parked: dict[str, tuple[Listed | None, Parked, str]] = {}
@@ -74,8 +91,13 @@ class DeploymentBoard:
         self._listed_at = -math.inf  # the loop's time of the last listing
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._fresh: set[str] = set()  # parked since the last listing answered
+        self._pages: list[Page] = []  # the last listing answered
+        self._shown: dict[str, Listed] = {}  # what it showed
         self.listings = 0
         """The listings asked for so far (answered or not)."""
+        self.checked = 0
+        """The parked follows checked against a listing so far."""
 
     @property
     def parked(self) -> int:
@@ -91,6 +113,7 @@ class DeploymentBoard:
         While any such is parked the board lists every :data:`STARTING_EVERY_S`."""
         self._forget(ensemble_id)
         self._parked[ensemble_id] = (listed, follow, starting)
+        self._fresh.add(ensemble_id)
         if starting:
             self._starting += 1
             self._soon.set()
@@ -133,24 +156,46 @@ class DeploymentBoard:
         """Ask the DMS for its deployments once, and wake each parked follow whose deployment
         it shows changed or no longer shows. A listing the DMS does not answer wakes none:
         asking about each deployment instead would put the whole load on a DMS that is
-        failing (the next period lists again)."""
-        self.listings += 1
-        listing = await self._listing()
-        if listing is None:
-            return
-        changed = [
-            (ensemble_id, follow)
-            for ensemble_id, (listed, follow, starting) in self._parked.items()
-            if _changed(listing.get(ensemble_id), listed, starting)
-        ]
-        for ensemble_id, follow in changed:
-            self._forget(ensemble_id)
-            follow.woken(listing.get(ensemble_id))
+        failing (the next period lists again).
 
-    async def _listing(self) -> dict[str, Listed] | None:
-        """Each listed deployment's :data:`Listed`, page after page while the DMS says it has
-        more; ``None`` when it did not answer."""
-        found: dict[str, Listed] = {}
+        A listing whose pages are the same replies as the last one's (the client hands out
+        the reply it decoded from the same bytes: decision 128) shows nothing new: only the
+        follows parked since are checked against it. The follows are checked a slice at a
+        time, with a turn of the loop between two slices (and between two pages), so that a
+        big listing never holds the loop long."""
+        self.listings += 1
+        pages = await self._pages_now()
+        if pages is None:
+            return
+        fresh, self._fresh = self._fresh, set()
+        if _same(pages, self._pages):
+            candidates = [ensemble_id for ensemble_id in fresh if ensemble_id in self._parked]
+        else:
+            self._pages, self._shown = pages, _shown(pages)
+            candidates = list(self._parked)
+        shown = self._shown
+        for start in range(0, len(candidates), SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for ensemble_id in candidates[start : start + SLICE]:
+                self._check(ensemble_id, shown.get(ensemble_id))
+
+    def _check(self, ensemble_id: str, now: Listed | None) -> None:
+        """Wake the follow parked for ``ensemble_id``, if any, when the listing shows its
+        deployment (``now``) other than it parked with."""
+        parked = self._parked.get(ensemble_id)
+        if parked is None:
+            return  # woken or gone while the board yielded
+        self.checked += 1
+        listed, follow, starting = parked
+        if _changed(now, listed, starting):
+            self._forget(ensemble_id)
+            follow.woken(now)
+
+    async def _pages_now(self) -> list[Page] | None:
+        """The listing's pages, page after page while the DMS says it has more; ``None``
+        when it did not answer."""
+        pages: list[Page] = []
         request = self._request
         while True:
             try:
@@ -158,11 +203,11 @@ class DeploymentBoard:
             except DmsgwError as exc:
                 log.warning("deployment/list unanswered (%s): parked pods wait for the next", exc)
                 return None
-            for d in page.deployments or ():
-                found[d.orchestrator_id] = (d.status, d.updated_at)
+            pages.append(page)
             if not page.has_more or page.next_offset <= request.offset:
-                return found
+                return pages
             request = dataclasses.replace(request, offset=page.next_offset)
+            await asyncio.sleep(0)  # a DMS in this process answers without a turn of the loop
 
     async def close(self) -> None:
         """Stop listing (the gateway closes)."""
@@ -172,6 +217,16 @@ class DeploymentBoard:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def _same(pages: list[Page], before: list[Page]) -> bool:
+    """Whether ``pages`` are the very replies of the listing ``before``."""
+    return len(pages) == len(before) and all(a is b for a, b in zip(pages, before, strict=True))
+
+
+def _shown(pages: list[Page]) -> dict[str, Listed]:
+    """Each listed deployment's :data:`Listed`."""
+    return {d.orchestrator_id: (d.status, d.updated_at) for p in pages for d in p.deployments or ()}
 
 
 def _changed(now: Listed | None, listed: Listed | None, starting: str) -> bool:
