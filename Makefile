@@ -52,12 +52,13 @@ pytest: $(STAMP) $(TOOLS_STAMP)
 
 test: lint typecheck pytest
 
+# Every bench against its floor, in one run; follow.py at its target's size (10,000 pods).
 bench: $(STAMP)
 	$(BIN)/python bench/crypto.py
 	$(BIN)/python bench/devnet_start.py
 	$(BIN)/python bench/invoke.py
 	$(BIN)/python bench/creates.py
-	$(BIN)/python bench/follow.py
+	$(BIN)/python bench/follow.py --pods 10000
 	$(BIN)/python bench/pods.py
 	$(BIN)/python bench/ping.py
 	$(BIN)/python bench/cli.py
