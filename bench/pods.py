@@ -101,26 +101,12 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from dms_process import cpu_of, dms_process
+from dms_standin import Counted, gateway_client, serve_dms
 
 import dmsgw
-from dmsgw.behaviors.catalog import (
-    DEPLOYMENT_LIST,
-    DEPLOYMENT_LOGS,
-    DEPLOYMENT_MANIFEST,
-    DEPLOYMENT_NEW,
-    DEPLOYMENT_SHUTDOWN,
-    DEPLOYMENT_STATUS,
-    Behavior,
-)
-from dmsgw.behaviors.deployment import (
-    DeploymentListResponse,
-    DeploymentLogsResponse,
-    DeploymentManifestResponse,
-    DeploymentShutdownResponse,
-    DeploymentStatusResponse,
-    NewDeploymentResponse,
-)
-from dmsgw.behaviors.status import AllocationInfo
+from dmsgw.behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_NEW
+from dmsgw.behaviors.deployment import DeploymentListRequest, NewDeploymentRequest
 from dmsgw.clock import system_clock
 from dmsgw.interlink.capacity.admission import AdmissionPolicy
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
@@ -133,7 +119,6 @@ from dmsgw.interlink.server import LoopStalls, Metrics, PluginServer
 from dmsgw.interlink.server.metrics import STALL_PROBE_S
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
-from dmsgw.interlink.translate.run_markers import STARTED_MARKER
 from dmsgw.interlink.wire.bodies import RetrievedPodData
 from dmsgw.interlink.wire.parsing import parse_create_body, parse_delete_body
 
@@ -150,8 +135,9 @@ PACKAGE = str(Path(dmsgw.__file__).resolve().parent)  # the gateway's own code, 
 ROUNDS = 2  # floor and project alternate this many times, --seconds / ROUNDS each
 CONNECTIONS = 64  # the client's keep-alive pool (interLink's Go client keeps a pool too)
 POLICY = PodPolicy(poll_min_s=60.0, poll_max_s=120.0)  # followed, not hammered
+PAGE = 1000  # deployments a listing of the creates' floor asks for (the board's page)
 
-# --- the pods and the fake DMS -------------------------------------------------------------
+# --- the pods ----------------------------------------------------------------------------
 
 
 def uid_of(i: int) -> str:
@@ -186,51 +172,6 @@ def pod_of(i: int) -> dict[str, Any]:
 
 def create_body(i: int) -> bytes:
     return json.dumps({"pod": pod_of(i), "container": [{"name": "main"}]}).encode()
-
-
-_RUNNING = DeploymentStatusResponse(
-    status="Running",
-    allocation_info={
-        "bench_pod.main": AllocationInfo(allocation_id="bench_pod.main", status="running")
-    },
-)
-_COMPLETED = DeploymentStatusResponse(status="Completed")
-
-
-class FakeDMS:
-    """Answers the pod actors' behaviors at once; counts what it was asked. Every container's
-    logs are one directory whose ``stderr.log`` holds what the pod wrapper writes when the
-    command starts (the gateway reads it for each container that starts running). A
-    deployment runs until it is shut down, and is completed after."""
-
-    def __init__(self, logs: Path) -> None:
-        self.calls: dict[str, int] = {}
-        self._next = 0
-        self._shut: set[str] = set()
-        logs.mkdir(parents=True, exist_ok=True)
-        (logs / "stdout.log").write_text("")
-        (logs / "stderr.log").write_text(STARTED_MARKER + "\n")
-        self._logs = DeploymentLogsResponse(logs_written_to=str(logs))
-
-    async def __call__(
-        self, behavior: Behavior[Any, Any], payload: Any = None, *, timeout_s: float | None = None
-    ) -> Any:
-        self.calls[behavior.name] = self.calls.get(behavior.name, 0) + 1
-        if behavior is DEPLOYMENT_NEW:
-            self._next += 1
-            return NewDeploymentResponse(status="OK", ensemble_id=f"ens-{self._next}")
-        if behavior is DEPLOYMENT_STATUS:
-            return _COMPLETED if payload.id in self._shut else _RUNNING
-        if behavior is DEPLOYMENT_LIST:
-            return DeploymentListResponse()
-        if behavior is DEPLOYMENT_MANIFEST:
-            return DeploymentManifestResponse()
-        if behavior is DEPLOYMENT_SHUTDOWN:
-            self._shut.add(payload.id)
-            return DeploymentShutdownResponse()
-        if behavior is DEPLOYMENT_LOGS:
-            return self._logs
-        raise AssertionError(f"the bench's fake DMS does not answer {behavior.name}")
 
 
 def _translate(data: RetrievedPodData, generation: int) -> Any:
@@ -389,29 +330,120 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}/status"
 
 
+@dataclasses.dataclass(frozen=True)
+class _DMS:
+    """The gateway's way to the DMS stand-in: its own client's ``invoke`` (the calls counted
+    by behavior), the DID it signs as (the owner of its deployments), the stand-in's process."""
+
+    invoke: Counted
+    owner: str
+    pid: int
+
+    def cpu(self) -> float:
+        """The stand-in's CPU seconds so far."""
+        return cpu_of(self.pid)
+
+
 def _gateway(
     tmp: Path,
-    dms: FakeDMS,
+    dms: _DMS,
     loop: asyncio.AbstractEventLoop,
     pods: int,
     policy: PodPolicy = POLICY,
 ) -> Gateway:
-    """The real gateway on the store under ``tmp`` (the same file each time: a restart); the
-    gateway is the plugin server's backend."""
+    """The real gateway on the store under ``tmp`` (the same file each time: a restart),
+    calling the DMS stand-in through its own client; the gateway is the plugin server's
+    backend."""
     parts = GatewayParts(
-        invoke=dms,
+        invoke=dms.invoke,
         store=PodStore(tmp / "state.sqlite3"),
         translate=_translate,
         snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
-        capacity=Capacity(ResourceActor.start(dms, loop=loop), pods_capacity=pods * 2),
+        capacity=Capacity(ResourceActor.start(dms.invoke, loop=loop), pods_capacity=pods * 2),
         loop=loop,
+        owner=dms.owner,
         policy=policy,
         freeze_every=FREEZE_EVERY,  # as `dmsgw serve` runs it
-        # The stand-in takes every deployment at once and reports it running at its first
-        # poll: no DMS to shield from a flood, so every pod is admitted as it comes.
+        # The stand-in takes every deployment at once and runs it: no DMS to shield from a
+        # flood, so every pod is admitted as it comes.
         admission=AdmissionPolicy(max_deploying=pods),
     )
     return Gateway(parts)
+
+
+def _calls(calls: collections.Counter[str]) -> str:
+    """DMS calls by behavior, in one line."""
+    return ", ".join(f"{name} {n:,}" for name, n in sorted(calls.items())) or "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class _CreatesFloor:
+    """The least the creates can take through the same client: each pod's ensemble (translated
+    before the clock starts) sent by ``deployment/new`` alone, ``batch`` in flight, to a fresh
+    stand-in of its own (its deployments weigh on no listing of the gateway's), then listed
+    in pages of :data:`PAGE` until every deployment shows running: one signed call a pod, one
+    a page. What a create does beyond that, the floor skips: parsing the body, the pod's record
+    and its store, the translation, the check that the pod was not deployed already (a
+    listing), and the follow until ``/status`` says Running (``deployment/status``, the
+    manifest, the log with the wrapper's start marker)."""
+
+    wall_s: float
+    cpu_s: float  # this process's: the client's work
+    dms_cpu_s: float  # the stand-in's
+    pages: int
+
+    def report(self, pods: int, wall_s: float, cpu_s: float, dms_cpu_s: float) -> None:
+        """The floor's line, and the creates' ratios to it."""
+        print(
+            f"  floor:       {pods / self.wall_s:8,.0f} pods/s ({self.wall_s:.1f} s: "
+            f"deployment/new alone through the same client, then {self.pages} listing pages); "
+            f"wall ratio {wall_s / self.wall_s:.2f}x, the process's CPU "
+            f"{_ratio(cpu_s, self.cpu_s)} ({cpu_s / pods * 1e6:.0f} against "
+            f"{self.cpu_s / pods * 1e6:.0f} µs a pod), the DMS stand-in's CPU "
+            f"{_ratio(dms_cpu_s, self.dms_cpu_s)}"
+        )
+
+
+def _ratio(project: float, floor: float) -> str:
+    return f"{project / floor:.2f}x" if floor > 0 else "n/a (the floor took no measurable CPU)"
+
+
+async def _creates_floor(pods: int, batch: int) -> _CreatesFloor:
+    """:class:`_CreatesFloor`, measured."""
+    ensembles = [_translate(parse_create_body(create_body(i))[0], 1) for i in range(pods)]
+    async with dms_process(serve_dms) as (url, pid):
+        client = gateway_client(url)
+        try:
+            invoke = client._runtime.client.invoke
+            await invoke(DEPLOYMENT_LIST, DeploymentListRequest(limit=1))  # the connection, warm
+            pending = iter(ensembles)
+
+            async def worker() -> None:
+                for ensemble in pending:
+                    await invoke(
+                        DEPLOYMENT_NEW,
+                        NewDeploymentRequest(ensemble),
+                        timeout_s=DEFAULT_POLICY.deploy_timeout_s,
+                    )
+
+            started, cpu, dms_cpu = time.perf_counter(), time.process_time(), cpu_of(pid)
+            await asyncio.gather(*(worker() for _ in range(batch)))
+            running, pages, has_more = 0, 0, True
+            while has_more:
+                request = DeploymentListRequest(limit=PAGE, offset=pages * PAGE)
+                page = await invoke(DEPLOYMENT_LIST, request)
+                running += sum(d.status == "Running" for d in page.deployments or ())
+                pages, has_more = pages + 1, page.has_more
+            wall, cpu, dms_cpu = (
+                time.perf_counter() - started,
+                time.process_time() - cpu,
+                cpu_of(pid) - dms_cpu,
+            )
+        finally:
+            await client.aclose()
+    if running != pods:
+        raise SystemExit(f"the creates' floor listed {running} running deployments of {pods}")
+    return _CreatesFloor(wall, cpu, dms_cpu, pages)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,16 +460,28 @@ class Run:
 
 
 async def main(run: Run) -> None:
+    print(f"load average before the run: {_load_average()} (2 cores shared: figures are noisy)")
+    floor = await _creates_floor(run.pods, run.batch)
+    async with dms_process(serve_dms) as (url, pid):
+        client = gateway_client(url)
+        try:
+            node = client._runtime.client  # the NodeClient the gateway calls the DMS through
+            await _phases(run, _DMS(Counted(node.invoke), node.security.did.uri, pid), floor)
+        finally:
+            await client.aclose()
+    print(f"load average after the run: {_load_average()}")
+
+
+async def _phases(run: Run, dms: _DMS, floor: _CreatesFloor) -> None:
+    """Every phase, on gateways calling ``dms``."""
     loop = asyncio.get_running_loop()
     pods = run.pods
-    print(f"load average before the run: {_load_average()} (2 cores shared: figures are noisy)")
     metrics = Metrics()
     gauge = _StallGauge(metrics)
     probe = _Probe()
     sampler = loop.create_task(probe.run())
     with tempfile.TemporaryDirectory(prefix="dmsgw-bench-pods-") as name:
         tmp = Path(name)
-        dms = FakeDMS(tmp / "logs")
         gateway = backend = _gateway(tmp, dms, loop, pods)
         await gateway.start()
         config = load_config(
@@ -446,7 +490,7 @@ async def main(run: Run) -> None:
         runners: list[web.AppRunner] = []
         try:
             load = _Load(backend, gateway, dms, metrics, config, runners, probe, gauge)
-            await load.run(run)
+            await load.run(run, floor)
         finally:
             for runner in runners:
                 await runner.cleanup()
@@ -461,7 +505,6 @@ async def main(run: Run) -> None:
         await _steady(rig, pods, run.steady_s)
     gauge.watch.cancel()
     sampler.cancel()
-    print(f"load average after the run: {_load_average()}")
 
 
 def _forget_handlers() -> None:
@@ -542,7 +585,7 @@ class _Load:
         self,
         backend: Gateway,
         gateway: Gateway,
-        dms: FakeDMS,
+        dms: _DMS,
         metrics: Metrics,
         config: Any,
         runners: list[web.AppRunner],
@@ -558,7 +601,7 @@ class _Load:
         self.runners = runners
         self.probe = probe
 
-    async def run(self, run: Run) -> None:
+    async def run(self, run: Run, floor: _CreatesFloor) -> None:
         gateway = self.gateway
         pods, batch, profile = run.pods, run.batch, run.profile
         # Warm the code paths (imports, caches) with a throwaway pod, then take the baseline.
@@ -572,7 +615,7 @@ class _Load:
         if profile:
             tracemalloc.start()
         profiler = cProfile.Profile() if run.profile_creates else None
-        await self._create(pods, batch, baseline, profiler)
+        await self._create(pods, batch, baseline, profiler, floor)
         if objects_before is not None:
             _print_objects_per_pod(objects_before, pods)
             _print_allocations(pods)
@@ -591,13 +634,19 @@ class _Load:
         await self._delete_a_quarter(pods, batch)
 
     async def _create(
-        self, pods: int, batch: int, baseline: int, profiler: cProfile.Profile | None
+        self,
+        pods: int,
+        batch: int,
+        baseline: int,
+        profiler: cProfile.Profile | None,
+        floor: _CreatesFloor,
     ) -> None:
         bodies = [create_body(i) for i in range(pods)]
         await self.gauge.reset()  # and the bench's probe has caught up with the bodies' making
         started = time.perf_counter()
         wall_started = time.time()
-        cpu_started = time.process_time()
+        cpu_started, dms_cpu_started = time.process_time(), self.dms.cpu()
+        self.dms.invoke.calls.clear()
         if profiler is not None:
             profiler.enable()
         with _GCPauses() as pauses, _LongestCallback() as callbacks, _Stolen() as stolen:
@@ -605,7 +654,8 @@ class _Load:
             created_s = time.perf_counter() - started
             await _until_running(self.gateway, range(pods))
         all_running_s = time.perf_counter() - started
-        cpu_s = time.process_time() - cpu_started
+        cpu_s, dms_cpu_s = time.process_time() - cpu_started, self.dms.cpu() - dms_cpu_started
+        calls = dict(self.dms.invoke.calls)
         if profiler is not None:
             profiler.disable()
         stall = _stall_between(self.probe.samples, wall_started, time.time())
@@ -631,8 +681,9 @@ class _Load:
         print(f"  all Running: {all_running_s:8.1f} s after the first create")
         print(
             f"  CPU/pod:     {cpu_s / pods * 1e6:8.0f} µs of the process (all threads) until "
-            "every pod runs"
+            f"every pod runs; the DMS stand-in's {dms_cpu_s / pods * 1e6:.0f} µs"
         )
+        floor.report(pods, all_running_s, cpu_s, dms_cpu_s)
         print(
             f"  stall:       {stall * 1e3:8.0f} ms, the longest while creating ({callbacks.line()})"
         )
@@ -655,8 +706,7 @@ class _Load:
             f"collect-and-freeze {full_gc_s * 1e3:.0f} ms ({tracked:,} objects tracked, "
             f"{tracked / pods:.1f} per pod, the rest frozen)"
         )
-        calls = ", ".join(f"{k.rsplit('/', 1)[1]} {v:,}" for k, v in self.dms.calls.items())
-        print(f"  fake DMS calls: {calls}")
+        print(f"  DMS calls until every pod runs: {_calls(calls)}")
         if profiler is not None:
             print("  cProfile of the creates until every pod runs (this thread only), per pod:")
             _print_profile(profiler, pods, "pod")
@@ -773,7 +823,7 @@ class _Rig:
     the loop, the stall probe and the gateway's own stall gauge."""
 
     tmp: Path
-    dms: FakeDMS
+    dms: _DMS
     loop: asyncio.AbstractEventLoop
     probe: _Probe
     gauge: _StallGauge
@@ -869,22 +919,24 @@ async def _steady(rig: _Rig, pods: int, most_s: float) -> None:
     await asyncio.sleep(period)
     await gauge.reset()
     watched_s = min(2 * period, most_s)
-    polls = dms.calls.get(DEPLOYMENT_STATUS.name, 0)
+    dms.invoke.calls.clear()
     wall_started = time.time()
-    cpu_started = time.process_time()
+    cpu_started, dms_cpu_started = time.process_time(), dms.cpu()
     with _GCPauses() as pauses, _LongestCallback() as callbacks, _Stolen() as stolen:
         await asyncio.sleep(watched_s)
-    cpu_s = time.process_time() - cpu_started
+    cpu_s, dms_cpu_s = time.process_time() - cpu_started, dms.cpu() - dms_cpu_started
     stall = _stall_between(rig.probe.samples, wall_started, time.time())
-    polled = dms.calls.get(DEPLOYMENT_STATUS.name, 0) - polls
+    called = sum(dms.invoke.calls.values())
     print(
-        f"steady state: {pods:,} pods followed, each polled every {period:.0f} s, watched for "
-        f"{watched_s:.0f} s"
+        f"steady state: {pods:,} pods followed, each known every {period:.0f} s at most "
+        f"(parked on the board's listing once settled), watched for {watched_s:.0f} s"
     )
-    per_poll_us = cpu_s / max(polled, 1) * 1e6
+    print(f"  DMS calls:   {_calls(dms.invoke.calls)}")
     print(
-        f"  polls:       {polled / watched_s:8,.0f}/s, {per_poll_us:.0f} µs of the process's CPU "
-        "each (the bench's probes included)"
+        f"  CPU:         {cpu_s / watched_s * 100:8.2f}% of one core, the gateway's process (the "
+        f"bench's probes included; {cpu_s / watched_s / pods * 1e6:.2f} µs a second a pod"
+        f"{f', {cpu_s / called * 1e6:.0f} µs a DMS call' if called else ''}); the DMS "
+        f"stand-in's {dms_cpu_s / watched_s * 100:.2f}%"
     )
     verdict = "met" if stall * 1e3 <= STALL_TARGET_MS else "NOT met"
     print(
