@@ -2,17 +2,30 @@
 under interLink-style polling, against an aiohttp handler that returns a fixed body.
 
 The gateway is the real one (``Gateway``, the plugin backend, pod actors under the supervisor,
-``PodStore`` on a temporary SQLite file, the real translator and snapshots) over an in-process
-fake DMS that answers at once (deployment/new with an ID, deployment/status "Running" with a
-fixed allocation, an empty deployment/list), so that what is measured is the gateway, not a DMS.
-Pods are followed with a long poll interval, as live pods are once they settle.
+``PodStore`` on a temporary SQLite file, the real translator and snapshots) and it calls the
+DMS through its own client: envelopes, invoke tokens, REST, reply verification. The DMS is the
+stand-in of ``bench/dms_standin.py`` in a process of its own: one devnet node whose receive
+path and deployment handlers answer every call (``deployment/list`` scans every deployment it
+holds, as a DMS's does, but for a listing by one pod's UID, answered from an index). What it
+skips (its docstring says more): its deployments run at once and start no process; each
+leaves what a DMS and the started container would have left, a manifest listing every
+allocation and, per allocation, a log holding what the gateway's wrapper prints when it starts
+the command, so that ``/status`` shows each pod Running once the gateway has read it. The
+stand-in's CPU is read from its process, apart from the gateway's. Pods are followed with a
+long poll interval, as live pods are once they settle.
 
 1. Create: ``--pods`` pods through ``backend.create``, one pod per call as interLink sends them
    (the ``/create`` body parsed as the server does), from ``--batch`` workers that each send
    the next pod once their last call returned, as the virtual kubelet's pod sync workers do.
-   Reported: pods/s, the time until every pod's ``/status`` snapshot says Running, and the
-   process RSS grown per pod (``/proc/self/statm``, after a GC, over a baseline taken with the
-   gateway up and no pod).
+   Reported: pods/s, the time until every pod's ``/status`` snapshot says Running, the
+   process's CPU and the stand-in's until then, the DMS calls by behavior, and the process
+   RSS grown per pod (``/proc/self/statm``, after a GC, over a baseline taken with the
+   gateway up and no pod). The floor, measured before the gateway starts: the same pods'
+   ensembles sent by ``deployment/new`` alone through the same client, ``--batch`` in flight,
+   to a stand-in of its own, then listed until every one shows running (one signed call a pod
+   and one a page; it skips the body's parsing, the record and its store, the translation,
+   the check that the pod was not deployed already and the follow until ``/status`` says
+   Running): wall, process-CPU and the stand-in's CPU ratios.
 2. ``/status``: the real ``PluginServer`` app on loopback; a client in another process sends
    ``GET /status`` with one pod per call (every live pod in turn, in a shuffled order, as
    interLink polls them) at ``--rate`` requests/s, open loop (each request leaves at its due
@@ -41,9 +54,12 @@ Pods are followed with a long poll interval, as live pods are once they settle.
 4. Steady state: the gateway left running with every pod followed as ``dmsgw serve``
    follows them (a gateway resumed on the same store, with the default policy and pace: each
    pod polled every 5 s, or every ``pods / 1,000`` s beyond 5,000 pods), watched, once every
-   pod has been asked once, for two such periods (at most ``--steady-seconds``): the
-   longest stall while nothing but the polls happens, against the target (the other phases
-   follow pods every 60-120 s, so that the polls are not what they measure).
+   pod has been asked once, for two such periods (at most ``--steady-seconds``): the DMS
+   calls by behavior (a settled pod is parked on the board's one listing a period, decision
+   79), the gateway process's CPU and the stand-in's, and the longest stall while nothing but
+   the following happens, against the target (the other phases follow pods every 60-120 s,
+   so that the polls are not what they measure). No floor: ``follow.py`` measures this load's
+   against the same listings alone.
 
 Then a quarter of the pods are deleted (their actors ended) and created again: the deletes'
 rate and longest stall, and the cyclic garbage the frozen heap kept meanwhile (none
@@ -819,7 +835,7 @@ async def _drive_in_child(
 
 @dataclasses.dataclass(frozen=True)
 class _Rig:
-    """What the phases after the first gateway run on: its store's directory, the fake DMS,
+    """What the phases after the first gateway run on: its store's directory, the way to the DMS,
     the loop, the stall probe and the gateway's own stall gauge."""
 
     tmp: Path
