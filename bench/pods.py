@@ -83,8 +83,9 @@ each step runs per pod.
                                    [--steady-seconds 30]
     .venv/bin/python bench/pods.py [--pods 2000] --profile-creates
 
-The default run is short (about 30 s on 2 cores); the issue's figures are for ``--pods 10000``
-and ``--pods 100000`` (a few minutes).
+The default run takes minutes on 2 shared cores (every create is about six signed DMS calls
+received by the stand-in, bench/README.md); issue 13's figures are for ``--pods 10000`` and
+``--pods 100000``.
 
 Targets (issue 13, for 100,000 pods): RSS <= 16 KiB per pod, creates >= 1,000/s, /status p99
 <= 1.5x the floor's and CPU per request <= 1.2x, a full GC pass <= 50 ms, the longest stall
