@@ -10,7 +10,8 @@ every deployment it holds, as a DMS's does.
 
 What the stand-in skips: ``deployment/new`` records a deployment that runs at once (its
 allocations ``running``) instead of bidding and starting a process, so that 10,000 pods can
-run on one machine. It leaves what a DMS and the started container would have left: a
+run on one machine; it commits no resources, so the node offers room for every pod a bench
+runs (:data:`PROFILE`). It leaves what a DMS and the started container would have left: a
 manifest that lists each allocation on the ensemble's node (this node's peer), and per
 allocation a log holding what the gateway's wrapper prints when it starts the command (its
 start marker, on stderr and on stdout), written under the node's log directory when
@@ -41,6 +42,7 @@ from dmsgw.behaviors.deployment import (
     NewDeploymentRequest,
     NewDeploymentResponse,
 )
+from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
 from dmsgw.behaviors.status import (
     AllocationInfo,
     AllocationManifest,
@@ -52,6 +54,7 @@ from dmsgw.behaviors.status import (
 from dmsgw.devnet.devnet import Devnet, node_key
 from dmsgw.devnet.handlers_deployment import Deployments
 from dmsgw.devnet.protocol import full_allocation_id, manifest_key
+from dmsgw.devnet.resource_ledger import NodeProfile
 from dmsgw.interlink.records.pod_record import POD_UID_KEY
 from dmsgw.interlink.translate.run_markers import STARTED_MARKER
 from dmsgw.keys.crypto import Ed25519PrivKey
@@ -62,6 +65,17 @@ from dmsgw.transport.envelope import Envelope
 from dmsgw.transport.rest import RestTransport
 
 SEED = "bench-follow"
+GIB = 2**30
+_ROOM = Resources(  # room for 100,000 pods of 100m CPU and 64 MiB
+    cpu=CPU(clock_speed=3.2e9, cores=10_000.0, architecture="x86_64", vendor="GenuineIntel"),
+    ram=RAM(size=8192 * GIB),
+    disk=Disk(size=65536 * GIB),
+)
+PROFILE = NodeProfile("bench stand-in", _ROOM, _ROOM)
+"""The stand-in node's machine and offer: room for every pod a bench runs, as its deployments
+commit none of it (a DMS's free resources shrink as its deployments run, and the gateway's
+admission stops at them; against the devnet's 6 offered cores, pods were admitted 60 at a
+time, one batch each admission recheck)."""
 KEY = Ed25519PrivKey(bytes(range(100, 132)))
 STARTED_OUTPUT = (STARTED_MARKER + "\n").encode()
 """What the wrapper has printed, on each stream, once it started the command."""
@@ -184,7 +198,7 @@ def serve_dms(port: int) -> None:
     """The child process: one devnet node, its deployments stood in for, until killed."""
 
     async def forever() -> None:
-        devnet = Devnet(1, seed=SEED, base_port=port, network_namespaces=False)
+        devnet = Devnet(1, seed=SEED, base_port=port, profiles=[PROFILE], network_namespaces=False)
         await devnet.start()
         node = devnet.nodes[0]
         assert node.deployments is not None
