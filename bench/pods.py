@@ -57,9 +57,10 @@ long poll interval, as live pods are once they settle.
    pod has been asked once, for two such periods (at most ``--steady-seconds``): the DMS
    calls by behavior (a settled pod is parked on the board's one listing a period, decision
    79), the gateway process's CPU and the stand-in's, and the longest stall while nothing but
-   the following happens, against the target (the other phases follow pods every 60-120 s,
-   so that the polls are not what they measure). No floor: ``follow.py`` measures this load's
-   against the same listings alone.
+   the following happens, against the target (in the other phases a pod parks on the board
+   after a quiet poll 5 s after it runs, and the board lists every 120 s, so that the
+   following is not what they measure; the ``/status`` loads start once every follow has
+   parked). No floor: ``follow.py`` measures this load against the same listings alone.
 
 Then a quarter of the pods are deleted (their actors ended) and created again: the deletes'
 rate and longest stall, and the cyclic garbage the frozen heap kept meanwhile (none
@@ -152,7 +153,7 @@ LOOKED_AT_ONCE = 2000  # pods whose /status entry the bench looks at per turn of
 PACKAGE = str(Path(dmsgw.__file__).resolve().parent)  # the gateway's own code, for --profile
 ROUNDS = 2  # floor and project alternate this many times, --seconds / ROUNDS each
 CONNECTIONS = 64  # the client's keep-alive pool (interLink's Go client keeps a pool too)
-POLICY = PodPolicy(poll_min_s=60.0, poll_max_s=120.0)  # followed, not hammered
+POLICY = PodPolicy(poll_min_s=5.0, poll_max_s=120.0)  # parked after a quiet poll; listed rarely
 PAGE = 1000  # deployments a listing of the creates' floor asks for (the board's page)
 
 # --- the pods ----------------------------------------------------------------------------
@@ -637,6 +638,12 @@ class _Load:
         if objects_before is not None:
             _print_objects_per_pod(objects_before, pods)
             _print_allocations(pods)
+        # The follows' own work once their pods run (a quiet poll, then parked on the board)
+        # is not the /status loads': they start once every follow has parked.
+        parked_s = await _until_parked(
+            gateway.board, len(gateway.book.snapshots), 120 + pods / 10, listings=0
+        )
+        print(f"every follow parked on the board {parked_s:.1f} s later")
         project_url, floor_url, size = await self._servers()
         plan = [("floor", floor_url), ("project", project_url)] * ROUNDS
         await self.gauge.reset()
@@ -921,12 +928,12 @@ async def _restart(rig: _Rig, pods: int, profile: bool) -> None:
     )
 
 
-async def _until_parked(board: Any, followed: int, limit_s: float) -> float:
-    """Until every follow is parked on ``board`` and stays parked over one more listing
-    (bounded by ``limit_s``): the time it took."""
+async def _until_parked(board: Any, followed: int, limit_s: float, *, listings: int = 2) -> float:
+    """Until every follow is parked on ``board`` and stays parked while it asks ``listings``
+    more (one asked and answered, for 2), bounded by ``limit_s``: the time it took."""
     started = time.perf_counter()
     mark: int | None = None  # the listings asked for when all were first seen parked
-    while mark is None or board.listings <= mark + 1:  # one more listing, asked and answered
+    while mark is None or board.listings < mark + listings:
         if board.parked < followed:
             mark = None
         elif mark is None:
@@ -943,8 +950,8 @@ async def _steady(rig: _Rig, pods: int, most_s: float) -> None:
     5 s, or every ``pods / 1,000`` s when more than 5,000 are followed), watched, once every
     resumed follow has settled and parked on the board (decision 79) and stayed parked over a
     listing, for two such periods (at most ``most_s``) while nothing but the following
-    happens. The other phases follow pods every 60-120 s, so that what they measure is not
-    the polls; here the following is the load, and the longest stall (the collector's pauses
+    happens. In the other phases the board lists every 120 s, so that what they measure is
+    not the following; here the following is the load, and the longest stall (the collector's pauses
     included) is measured."""
     dms, gauge = rig.dms, rig.gauge
     period = max(DEFAULT_POLICY.poll_max_s, pods / DEFAULT_POLLS_PER_S)
