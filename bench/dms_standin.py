@@ -66,7 +66,7 @@ from dmsgw.transport.rest import RestTransport
 
 SEED = "bench-follow"
 GIB = 2**30
-_ROOM = Resources(  # room for 100,000 pods of 100m CPU and 64 MiB
+_ROOM = Resources(  # room for 100,000 pods of the benches' size (100m CPU, 64 MiB)
     cpu=CPU(clock_speed=3.2e9, cores=10_000.0, architecture="x86_64", vendor="GenuineIntel"),
     ram=RAM(size=8192 * GIB),
     disk=Disk(size=65536 * GIB),
@@ -74,8 +74,9 @@ _ROOM = Resources(  # room for 100,000 pods of 100m CPU and 64 MiB
 PROFILE = NodeProfile("bench stand-in", _ROOM, _ROOM)
 """The stand-in node's machine and offer: room for every pod a bench runs, as its deployments
 commit none of it (a DMS's free resources shrink as its deployments run, and the gateway's
-admission stops at them; against the devnet's 6 offered cores, pods were admitted 60 at a
-time, one batch each admission recheck)."""
+admission stops at them; against the devnet's own offer, which never shrank, the admission let
+one batch of pods through each recheck, and the bench charged the waits to the gateway:
+bench/README.md, issue 28's ``pods.py`` section)."""
 KEY = Ed25519PrivKey(bytes(range(100, 132)))
 STARTED_OUTPUT = (STARTED_MARKER + "\n").encode()
 """What the wrapper has printed, on each stream, once it started the command."""

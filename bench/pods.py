@@ -222,9 +222,9 @@ async def _until_gone(gateway: Gateway, uids: list[str]) -> None:
 async def _until_each(done: Callable[[str], bool], uids: Iterable[str]) -> None:
     """Until ``done`` holds for each of ``uids``, in turn: the first not done yet is looked at
     every 10 ms, the next ones only once it is, and a few thousand a turn of the loop at most.
-    Each pod still waiting looked at every 10 ms was the bench's own CPU, inside the window it
-    measures, a fifth of a create's through the DMS client; and a look at every pod at once
-    held the loop longer than the stalls it measures (bench/README.md, "The bench's own
+    Each pod still waiting looked at every 10 ms was much of the bench's own CPU inside the
+    window it measures, once pods wait for the DMS client's calls; and a look at every pod at
+    once held the loop longer than the stalls it measures (bench/README.md, "The bench's own
     work")."""
     for looked, uid in enumerate(uids, 1):
         while not done(uid):
