@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from dms_process import dms_process
-from follow import _body, _client, _translate  # the same pods
+from dms_standin import SEED, gateway_client
+from follow import _body, _translate  # the same pods
 
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_NEW, DEPLOYMENT_SHUTDOWN
 from dmsgw.behaviors.deployment import (
@@ -53,7 +54,6 @@ from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.wire.parsing import parse_create_body
 
 LOOK_S = 0.02
-SEED = "bench-follow"  # the client's grant is made with this seed's node key (follow.py)
 
 
 def _serve_devnet(port: int) -> None:
@@ -119,7 +119,7 @@ async def _project(gateway: Gateway, pods: int) -> tuple[list[float], list[float
 
 async def _run(url: str, pods: int) -> None:
     loop = asyncio.get_running_loop()
-    dms = _client(url)
+    dms = gateway_client(url)
     client = dms._runtime.client
     print(f"load average at the start: {os.getloadavg()[0]:.2f} (2 cores shared)")
     floor, ids = await _floor(client.invoke, pods)

@@ -1,5 +1,6 @@
 """A DMS stand-in in a process of its own, as a DMS would be: what the benches that call the
-DMS through the gateway's own client share (``invoke.py``, ``follow.py``, ``creates.py``)."""
+DMS through the gateway's own client share (``invoke.py``, ``follow.py``, ``creates.py``,
+``pods.py``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,14 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid: int) -> float:
+    """A process's CPU seconds so far (user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def free_port() -> int:

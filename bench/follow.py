@@ -9,16 +9,10 @@ devnet's receive path (the REST API, the envelope decoded and its signature veri
 capability tokens consumed and required, the behavior dispatched, the reply signed), and the
 deployment behaviors are the devnet's own handlers (``list``, ``status``, ``manifest``,
 ``logs``, ``shutdown``), whose ``list`` filters, sorts and writes every deployment it holds,
-as a DMS's does. What the stand-in skips: ``deployment/new`` records a deployment that runs at
-once (one allocation, ``running``) instead of bidding and starting a process, so that 10,000
-pods can run on one machine; the node is onboarded with room for every pod (a devnet node's
-default room, 6 cores, admits 12 of the default 0.5 core at a time, and the gateway's
-admission then let 12 more deploy only after each gathering of resources, every 5 s: 2,000
-pods took over 800 s to deploy, and the follows never all parked within the bench's bound);
-and a listing filtered by one pod's UID (each create's check
-that its pod was not deployed already) is answered from an index, where a DMS scans every
-deployment (against a scan, 32 creates in flight timed out from ~2,000 deployments on this
-machine: the creates' figures here are not a DMS's).
+as a DMS's does. What the stand-in does and skips (its deployments run at once, start no
+process, and leave the manifest and the wrapper's start in each allocation's log that a DMS and
+the started container would; a listing by one pod's UID is answered from an index): the
+docstring of ``bench/dms_standin.py``, which ``pods.py`` shares.
 
 1. ``--pods`` pods are created (``--batch`` creates in flight, as interLink's workers send
    them) and followed until every follow has settled and parked on the gateway's board
@@ -44,9 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import dataclasses
-import functools
 import json
 import os
 import tempfile
@@ -55,158 +47,26 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from dms_process import dms_process
+from dms_process import cpu_of, dms_process
+from dms_standin import Counted, gateway_client, serve_dms
 from pods import _LongestCallback  # pods.py's probe of the longest callback
 
-import dmsgw
 from dmsgw.behaviors.catalog import DEPLOYMENT_LIST
-from dmsgw.behaviors.deployment import (
-    DeploymentListRequest,
-    DeploymentListResponse,
-    NewDeploymentRequest,
-    NewDeploymentResponse,
-)
-from dmsgw.behaviors.resources import CPU, RAM, Disk, Resources
-from dmsgw.behaviors.status import AllocationInfo, DeploymentStatus, EnsembleManifest
+from dmsgw.behaviors.deployment import DeploymentListRequest
 from dmsgw.clock import system_clock
-from dmsgw.devnet.devnet import Devnet, node_key
-from dmsgw.devnet.handlers_deployment import Deployments
-from dmsgw.devnet.resource_ledger import GIB, NodeProfile
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
 from dmsgw.interlink.gateway import Gateway, GatewayParts, job_id
 from dmsgw.interlink.pods.deployment_board import ORDER, PAGE
 from dmsgw.interlink.pods.heap import FREEZE_EVERY
-from dmsgw.interlink.records.pod_record import DEFAULT_POLICY, POD_UID_KEY, PodPolicy, snapshot_of
+from dmsgw.interlink.records.pod_record import DEFAULT_POLICY, PodPolicy, snapshot_of
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.state.recovery import OWNER_KEY
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
 from dmsgw.interlink.wire.parsing import parse_create_body
-from dmsgw.keys.crypto import Ed25519PrivKey
-from dmsgw.keys.did import DID
-from dmsgw.keys.trust import provider_from_private_key
-from dmsgw.keys.ucan import Action, CapabilityContext
-from dmsgw.transport.envelope import Envelope
-from dmsgw.transport.rest import RestTransport
 
-SEED = "bench-follow"
-KEY = Ed25519PrivKey(bytes(range(100, 132)))
-TICKS = os.sysconf("SC_CLK_TCK")
 PROBE_S = 0.02  # the stall probe's period (as pods.py's)
 
-
-# --- the DMS stand-in (its own process) ----------------------------------------------------
-
-
-class _Running:
-    """A deployment that runs at once, as the devnet's handlers read an orchestrator."""
-
-    def __init__(self, ensemble_id: str, config: Any, now_ns: int) -> None:
-        self.id = ensemble_id
-        self.config = config
-        self.status = DeploymentStatus.RUNNING
-        self.created_ns = self.updated_ns = now_ns
-        self.completed_ns: int | None = None
-        self._allocations = {
-            f"{ensemble_id}_{name}": AllocationInfo(
-                allocation_id=f"{ensemble_id}_{name}", status="running"
-            )
-            for name in config.allocations or {}
-        }
-
-    def allocation_info(self) -> dict[str, AllocationInfo]:
-        return self._allocations
-
-    def manifest(self) -> EnsembleManifest:
-        return EnsembleManifest(id=self.id)
-
-    def close(self) -> None:
-        pass
-
-
-class _StandIn:
-    """``deployment/new`` and ``list`` of the stand-in (see the module docstring)."""
-
-    def __init__(self, deployments: Deployments) -> None:
-        self.deployments = deployments
-        self.by_pod: dict[str, list[str]] = collections.defaultdict(list)
-
-    async def new(self, msg: Envelope, request: NewDeploymentRequest) -> NewDeploymentResponse:
-        v1 = request.ensemble.v1
-        if v1 is None:
-            return NewDeploymentResponse(status="ERROR", error="empty ensemble config")
-        ensemble_id = str(uuid.uuid4())
-        self.deployments.orchestrators[ensemble_id] = _Running(  # type: ignore[assignment]
-            ensemble_id, v1, self.deployments.node.clock()
-        )
-        self.by_pod[(v1.metadata or {}).get(POD_UID_KEY, "")].append(ensemble_id)
-        return NewDeploymentResponse(status="OK", ensemble_id=ensemble_id)
-
-    async def list(self, msg: Envelope, request: DeploymentListRequest) -> DeploymentListResponse:
-        uid = (request.metadata or {}).get(POD_UID_KEY)
-        if uid is None:  # the board's: every deployment scanned, as by a DMS
-            return await self.deployments._list(msg, request)
-        found = [self.deployments.orchestrators[i] for i in self.by_pod.get(uid, ())]
-        wanted = request.metadata or {}
-        infos = tuple(
-            self.deployments._info(o)
-            for o in found
-            if all((o.config.metadata or {}).get(k) == v for k, v in wanted.items())
-        )
-        return DeploymentListResponse(deployments=infos, total=len(infos))
-
-
-def _room_for(pods: int) -> NodeProfile:
-    """A node onboarded with room for ``pods`` pods of the translator's default demand."""
-    machine = Resources(
-        cpu=CPU(clock_speed=3.2e9, cores=max(8, pods), architecture="x86_64"),
-        ram=RAM(size=max(32, pods) * GIB),
-        disk=Disk(size=max(500, pods * 2) * GIB),
-    )
-    return NodeProfile("follow", machine, machine)
-
-
-def _serve_dms(port: int, pods: int) -> None:
-    """The child process: one devnet node, its deployments stood in for, until killed."""
-
-    async def forever() -> None:
-        devnet = Devnet(
-            1, seed=SEED, base_port=port, profiles=[_room_for(pods)], network_namespaces=False
-        )
-        await devnet.start()
-        deployments = devnet.nodes[0].deployments
-        assert deployments is not None
-        stand_in = _StandIn(deployments)
-        devnet.nodes[0].node.add_behavior("/dms/node/deployment/new", stand_in.new)
-        devnet.nodes[0].node.add_behavior("/dms/node/deployment/list", stand_in.list)
-        await asyncio.Event().wait()
-
-    asyncio.run(forever())
-
-
-def _cpu_of(pid: int) -> float:
-    """A process's CPU seconds so far (user + system)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
 # --- the gateway ---------------------------------------------------------------------------
-
-
-def _client(url: str) -> Any:
-    dms_key = node_key(SEED, 0)
-    dms_ctx = CapabilityContext(provider_from_private_key(dms_key))
-    expire = time.time_ns() + 30 * 24 * 3600 * 10**9
-    grant = dms_ctx.grant(
-        Action.DELEGATE, DID.from_public_key(KEY.public_key()), DID(), None, expire, 0, ["/dms"]
-    )
-    ctx = CapabilityContext(provider_from_private_key(KEY), provide=grant)
-    return dmsgw.connect(
-        url,
-        key=KEY,
-        context=ctx,
-        transport=RestTransport(url, max_concurrency=64),
-        loop=asyncio.get_running_loop(),
-    )
 
 
 def _translate(data: Any, generation: int) -> Any:
@@ -230,18 +90,6 @@ def _body(n: int) -> bytes:
     return json.dumps({"pod": pod, "container": [{"name": "main"}]}).encode()
 
 
-class _Counted:
-    """The client's ``invoke``, counting the calls by behavior."""
-
-    def __init__(self, invoke: Any) -> None:
-        self.invoke = invoke
-        self.calls: collections.Counter[str] = collections.Counter()
-
-    async def __call__(self, behavior: Any, payload: Any = None, **options: Any) -> Any:
-        self.calls[behavior.name.removeprefix("/dms/node/")] += 1
-        return await self.invoke(behavior, payload, **options)
-
-
 async def _until(done: Any, what: str, limit_s: float) -> float:
     start = time.perf_counter()
     while not done():
@@ -255,9 +103,9 @@ async def _run(
     url: str, dms_pid: int, pods: int, seconds: float, batch: int, policy: PodPolicy
 ) -> None:
     loop = asyncio.get_running_loop()
-    dms = _client(url)
+    dms = gateway_client(url)
     client = dms._runtime.client  # the NodeClient the gateway calls the DMS through
-    invoke = _Counted(client.invoke)
+    invoke = Counted(client.invoke)
     with tempfile.TemporaryDirectory(prefix="dmsgw-follow-") as tmp:
         gateway = Gateway(
             GatewayParts(
@@ -291,7 +139,7 @@ async def _longest_stall(seconds: float) -> float:
     return longest
 
 
-async def _list_all(invoke: _Counted, owner: str) -> None:
+async def _list_all(invoke: Counted, owner: str) -> None:
     """Every page of the gateway's deployments, asked as its board asks them."""
     request = DeploymentListRequest(metadata={OWNER_KEY: owner}, limit=PAGE, sort_by=ORDER)
     while True:
@@ -302,7 +150,7 @@ async def _list_all(invoke: _Counted, owner: str) -> None:
 
 
 async def _measure(
-    gateway: Gateway, invoke: _Counted, dms_pid: int, pods: int, seconds: float, batch: int
+    gateway: Gateway, invoke: Counted, dms_pid: int, pods: int, seconds: float, batch: int
 ) -> None:
     print(f"load average at the start: {os.getloadavg()[0]:.2f} (2 cores shared)")
     bodies = iter(range(pods))
@@ -324,9 +172,9 @@ async def _measure(
 
     invoke.calls.clear()
     listed_before, checked_before = board.listings, board.checked
-    cpu, dms_cpu, wall = time.process_time(), _cpu_of(dms_pid), time.perf_counter()
+    cpu, dms_cpu, wall = time.process_time(), cpu_of(dms_pid), time.perf_counter()
     await asyncio.sleep(seconds)
-    cpu, dms_cpu = time.process_time() - cpu, _cpu_of(dms_pid) - dms_cpu
+    cpu, dms_cpu = time.process_time() - cpu, cpu_of(dms_pid) - dms_cpu
     wall = time.perf_counter() - wall
     listed, checked = board.listings - listed_before, board.checked - checked_before
     calls = dict(invoke.calls)
@@ -369,7 +217,7 @@ async def _measure(
 
 
 async def main(pods: int, seconds: float, batch: int, policy: PodPolicy) -> None:
-    async with dms_process(functools.partial(_serve_dms, pods=pods)) as (url, pid):
+    async with dms_process(serve_dms) as (url, pid):
         await _run(url, pid, pods, seconds, batch, policy)
 
 

@@ -2,17 +2,30 @@
 under interLink-style polling, against an aiohttp handler that returns a fixed body.
 
 The gateway is the real one (``Gateway``, the plugin backend, pod actors under the supervisor,
-``PodStore`` on a temporary SQLite file, the real translator and snapshots) over an in-process
-fake DMS that answers at once (deployment/new with an ID, deployment/status "Running" with a
-fixed allocation, an empty deployment/list), so that what is measured is the gateway, not a DMS.
-Pods are followed with a long poll interval, as live pods are once they settle.
+``PodStore`` on a temporary SQLite file, the real translator and snapshots) and it calls the
+DMS through its own client: envelopes, invoke tokens, REST, reply verification. The DMS is the
+stand-in of ``bench/dms_standin.py`` in a process of its own: one devnet node whose receive
+path and deployment handlers answer every call (``deployment/list`` scans every deployment it
+holds, as a DMS's does, but for a listing by one pod's UID, answered from an index). What it
+skips (its docstring says more): its deployments run at once and start no process; each
+leaves what a DMS and the started container would have left, a manifest listing every
+allocation and, per allocation, a log holding what the gateway's wrapper prints when it starts
+the command, so that ``/status`` shows each pod Running once the gateway has read it. The
+stand-in's CPU is read from its process, apart from the gateway's. Pods are followed with a
+long poll interval, as live pods are once they settle.
 
 1. Create: ``--pods`` pods through ``backend.create``, one pod per call as interLink sends them
    (the ``/create`` body parsed as the server does), from ``--batch`` workers that each send
    the next pod once their last call returned, as the virtual kubelet's pod sync workers do.
-   Reported: pods/s, the time until every pod's ``/status`` snapshot says Running, and the
-   process RSS grown per pod (``/proc/self/statm``, after a GC, over a baseline taken with the
-   gateway up and no pod).
+   Reported: pods/s, the time until every pod's ``/status`` snapshot says Running, the
+   process's CPU and the stand-in's until then, the DMS calls by behavior, and the process
+   RSS grown per pod (``/proc/self/statm``, after a GC, over a baseline taken with the
+   gateway up and no pod). The floor, measured before the gateway starts: the same pods'
+   ensembles sent by ``deployment/new`` alone through the same client, ``--batch`` in flight,
+   to a stand-in of its own, then listed until every one shows running (one signed call a pod
+   and one a page; it skips the body's parsing, the record and its store, the translation,
+   the check that the pod was not deployed already and the follow until ``/status`` says
+   Running): wall, process-CPU and the stand-in's CPU ratios.
 2. ``/status``: the real ``PluginServer`` app on loopback; a client in another process sends
    ``GET /status`` with one pod per call (every live pod in turn, in a shuffled order, as
    interLink polls them) at ``--rate`` requests/s, open loop (each request leaves at its due
@@ -42,9 +55,13 @@ Pods are followed with a long poll interval, as live pods are once they settle.
 4. Steady state: the gateway left running with every pod followed as ``dmsgw serve``
    follows them (a gateway resumed on the same store, with the default policy and pace: each
    pod polled every 5 s, or every ``pods / 1,000`` s beyond 5,000 pods), watched, once every
-   pod has been asked once, for two such periods (at most ``--steady-seconds``): the
-   longest stall while nothing but the polls happens, against the target (the other phases
-   follow pods every 60-120 s, so that the polls are not what they measure).
+   pod has been asked once, for two such periods (at most ``--steady-seconds``): the DMS
+   calls by behavior (a settled pod is parked on the board's one listing a period, decision
+   79), the gateway process's CPU and the stand-in's, and the longest stall while nothing but
+   the following happens, against the target (in the other phases a pod parks on the board
+   after a quiet poll 5 s after it runs, and the board lists every 120 s, so that the
+   following is not what they measure; the ``/status`` loads start once every follow has
+   parked). No floor: ``follow.py`` measures this load against the same listings alone.
 
 Then a quarter of the pods are deleted (their actors ended) and created again: the deletes'
 rate and longest stall, and the cyclic garbage the frozen heap kept meanwhile (none
@@ -68,8 +85,9 @@ each step runs per pod.
                                    [--steady-seconds 30]
     .venv/bin/python bench/pods.py [--pods 2000] --profile-creates
 
-The default run is short (about 30 s on 2 cores); the issue's figures are for ``--pods 10000``
-and ``--pods 100000`` (a few minutes).
+The default run takes minutes on 2 shared cores (every create is about six signed DMS calls
+received by the stand-in, bench/README.md); issue 13's figures are for ``--pods 10000`` and
+``--pods 100000``.
 
 Targets (issue 13, for 100,000 pods): RSS <= 16 KiB per pod, creates >= 1,000/s, /status p99
 <= 1.5x the floor's and CPU per request <= 1.2x, a full GC pass <= 50 ms, the longest stall
@@ -97,33 +115,19 @@ import statistics
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+from dms_process import cpu_of, dms_process
+from dms_standin import Counted, gateway_client, serve_dms
 
 import dmsgw
-from dmsgw.behaviors.catalog import (
-    DEPLOYMENT_LIST,
-    DEPLOYMENT_LOGS,
-    DEPLOYMENT_MANIFEST,
-    DEPLOYMENT_NEW,
-    DEPLOYMENT_SHUTDOWN,
-    DEPLOYMENT_STATUS,
-    Behavior,
-)
-from dmsgw.behaviors.deployment import (
-    DeploymentListResponse,
-    DeploymentLogsResponse,
-    DeploymentManifestResponse,
-    DeploymentShutdownResponse,
-    DeploymentStatusResponse,
-    NewDeploymentResponse,
-)
-from dmsgw.behaviors.status import AllocationInfo
+from dmsgw.behaviors.catalog import DEPLOYMENT_LIST, DEPLOYMENT_NEW
+from dmsgw.behaviors.deployment import DeploymentListRequest, NewDeploymentRequest
 from dmsgw.clock import system_clock
 from dmsgw.interlink.capacity.admission import AdmissionPolicy
 from dmsgw.interlink.capacity.resource_actor import Capacity, ResourceActor
@@ -136,7 +140,6 @@ from dmsgw.interlink.server import LoopStalls, Metrics, PluginServer
 from dmsgw.interlink.server.metrics import STALL_PROBE_S
 from dmsgw.interlink.state.pod_store import PodStore
 from dmsgw.interlink.translate import TranslationOptions, pod_to_ensemble
-from dmsgw.interlink.translate.run_markers import STARTED_MARKER
 from dmsgw.interlink.wire.bodies import RetrievedPodData
 from dmsgw.interlink.wire.parsing import parse_create_body, parse_delete_body
 
@@ -152,9 +155,10 @@ LOOKED_AT_ONCE = 2000  # pods whose /status entry the bench looks at per turn of
 PACKAGE = str(Path(dmsgw.__file__).resolve().parent)  # the gateway's own code, for --profile
 ROUNDS = 2  # floor and project alternate this many times, --seconds / ROUNDS each
 CONNECTIONS = 64  # the client's keep-alive pool (interLink's Go client keeps a pool too)
-POLICY = PodPolicy(poll_min_s=60.0, poll_max_s=120.0)  # followed, not hammered
+POLICY = PodPolicy(poll_min_s=5.0, poll_max_s=120.0)  # parked after a quiet poll; listed rarely
+PAGE = 1000  # deployments a listing of the creates' floor asks for (the board's page)
 
-# --- the pods and the fake DMS -------------------------------------------------------------
+# --- the pods ----------------------------------------------------------------------------
 
 
 def uid_of(i: int) -> str:
@@ -191,51 +195,6 @@ def create_body(i: int) -> bytes:
     return json.dumps({"pod": pod_of(i), "container": [{"name": "main"}]}).encode()
 
 
-_RUNNING = DeploymentStatusResponse(
-    status="Running",
-    allocation_info={
-        "bench_pod.main": AllocationInfo(allocation_id="bench_pod.main", status="running")
-    },
-)
-_COMPLETED = DeploymentStatusResponse(status="Completed")
-
-
-class FakeDMS:
-    """Answers the pod actors' behaviors at once; counts what it was asked. Every container's
-    logs are one directory whose ``stderr.log`` holds what the pod wrapper writes when the
-    command starts (the gateway reads it for each container that starts running). A
-    deployment runs until it is shut down, and is completed after."""
-
-    def __init__(self, logs: Path) -> None:
-        self.calls: dict[str, int] = {}
-        self._next = 0
-        self._shut: set[str] = set()
-        logs.mkdir(parents=True, exist_ok=True)
-        (logs / "stdout.log").write_text("")
-        (logs / "stderr.log").write_text(STARTED_MARKER + "\n")
-        self._logs = DeploymentLogsResponse(logs_written_to=str(logs))
-
-    async def __call__(
-        self, behavior: Behavior[Any, Any], payload: Any = None, *, timeout_s: float | None = None
-    ) -> Any:
-        self.calls[behavior.name] = self.calls.get(behavior.name, 0) + 1
-        if behavior is DEPLOYMENT_NEW:
-            self._next += 1
-            return NewDeploymentResponse(status="OK", ensemble_id=f"ens-{self._next}")
-        if behavior is DEPLOYMENT_STATUS:
-            return _COMPLETED if payload.id in self._shut else _RUNNING
-        if behavior is DEPLOYMENT_LIST:
-            return DeploymentListResponse()
-        if behavior is DEPLOYMENT_MANIFEST:
-            return DeploymentManifestResponse()
-        if behavior is DEPLOYMENT_SHUTDOWN:
-            self._shut.add(payload.id)
-            return DeploymentShutdownResponse()
-        if behavior is DEPLOYMENT_LOGS:
-            return self._logs
-        raise AssertionError(f"the bench's fake DMS does not answer {behavior.name}")
-
-
 def _translate(data: RetrievedPodData, generation: int) -> Any:
     return pod_to_ensemble(data, options=TranslationOptions(generation=generation, gpu_models={}))
 
@@ -253,27 +212,27 @@ def _running(gateway: Gateway, uid: str) -> bool:
 
 
 async def _until_running(gateway: Gateway, indices: range) -> None:
-    """Until every pod of ``indices`` answers Running: a few thousand looked at per turn
-    of the loop, not all at once, and their UIDs made a few thousand at a time too: a look
-    at every pod at once held the loop longer than the stalls it measures, in the bench's own
-    code, inside the window it measures (bench/README.md, "The bench's own work")."""
-    for first in range(indices.start, indices.stop, LOOKED_AT_ONCE):
-        waiting = [uid_of(i) for i in range(first, min(first + LOOKED_AT_ONCE, indices.stop))]
-        while waiting := [u for u in waiting if not _running(gateway, u)]:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0)
+    """Until every pod of ``indices`` answers Running."""
+    await _until_each(lambda uid: _running(gateway, uid), (uid_of(i) for i in indices))
 
 
 async def _until_gone(gateway: Gateway, uids: list[str]) -> None:
-    """Until no pod of ``uids`` has a ``/status`` entry: a few thousand looked at per turn of
-    the loop (a look at all of them at once held the loop as long as the stalls it measures,
-    in the bench's own code, inside the deletes' window: bench/README.md, "The bench's own
+    """Until no pod of ``uids`` has a ``/status`` entry."""
+    await _until_each(lambda uid: uid not in gateway.book.snapshots, uids)
+
+
+async def _until_each(done: Callable[[str], bool], uids: Iterable[str]) -> None:
+    """Until ``done`` holds for each of ``uids``, in turn: the first not done yet is looked at
+    every 10 ms, the next ones only once it is, and a few thousand a turn of the loop at most.
+    Each pod still waiting looked at every 10 ms was much of the bench's own CPU inside the
+    window it measures, once pods wait for the DMS client's calls; and a look at every pod at
+    once held the loop longer than the stalls it measures (bench/README.md, "The bench's own
     work")."""
-    for first in range(0, len(uids), LOOKED_AT_ONCE):
-        waiting = uids[first : first + LOOKED_AT_ONCE]
-        while waiting := [u for u in waiting if u in gateway.book.snapshots]:
+    for looked, uid in enumerate(uids, 1):
+        while not done(uid):
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0)
+        if looked % LOOKED_AT_ONCE == 0:
+            await asyncio.sleep(0)
 
 
 # --- the /status load generator (its own process) -----------------------------------------
@@ -392,29 +351,120 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}/status"
 
 
+@dataclasses.dataclass(frozen=True)
+class _DMS:
+    """The gateway's way to the DMS stand-in: its own client's ``invoke`` (the calls counted
+    by behavior), the DID it signs as (the owner of its deployments), the stand-in's process."""
+
+    invoke: Counted
+    owner: str
+    pid: int
+
+    def cpu(self) -> float:
+        """The stand-in's CPU seconds so far."""
+        return cpu_of(self.pid)
+
+
 def _gateway(
     tmp: Path,
-    dms: FakeDMS,
+    dms: _DMS,
     loop: asyncio.AbstractEventLoop,
     pods: int,
     policy: PodPolicy = POLICY,
 ) -> Gateway:
-    """The real gateway on the store under ``tmp`` (the same file each time: a restart); the
-    gateway is the plugin server's backend."""
+    """The real gateway on the store under ``tmp`` (the same file each time: a restart),
+    calling the DMS stand-in through its own client; the gateway is the plugin server's
+    backend."""
     parts = GatewayParts(
-        invoke=dms,
+        invoke=dms.invoke,
         store=PodStore(tmp / "state.sqlite3"),
         translate=_translate,
         snapshot=lambda record: snapshot_of(record, now_ns=system_clock()),
-        capacity=Capacity(ResourceActor.start(dms, loop=loop), pods_capacity=pods * 2),
+        capacity=Capacity(ResourceActor.start(dms.invoke, loop=loop), pods_capacity=pods * 2),
         loop=loop,
+        owner=dms.owner,
         policy=policy,
         freeze_every=FREEZE_EVERY,  # as `dmsgw serve` runs it
-        # The stand-in takes every deployment at once and reports it running at its first
-        # poll: no DMS to shield from a flood, so every pod is admitted as it comes.
+        # The stand-in takes every deployment at once and runs it: no DMS to shield from a
+        # flood, so every pod is admitted as it comes.
         admission=AdmissionPolicy(max_deploying=pods),
     )
     return Gateway(parts)
+
+
+def _calls(calls: collections.Counter[str]) -> str:
+    """DMS calls by behavior, in one line."""
+    return ", ".join(f"{name} {n:,}" for name, n in sorted(calls.items())) or "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class _CreatesFloor:
+    """The least the creates can take through the same client: each pod's ensemble (translated
+    before the clock starts) sent by ``deployment/new`` alone, ``batch`` in flight, to a fresh
+    stand-in of its own (its deployments weigh on no listing of the gateway's), then listed
+    in pages of :data:`PAGE` until every deployment shows running: one signed call a pod, one
+    a page. What a create does beyond that, the floor skips: parsing the body, the pod's record
+    and its store, the translation, the check that the pod was not deployed already (a
+    listing), and the follow until ``/status`` says Running (``deployment/status``, the
+    manifest, the log with the wrapper's start marker)."""
+
+    wall_s: float
+    cpu_s: float  # this process's: the client's work
+    dms_cpu_s: float  # the stand-in's
+    pages: int
+
+    def report(self, pods: int, wall_s: float, cpu_s: float, dms_cpu_s: float) -> None:
+        """The floor's line, and the creates' ratios to it."""
+        print(
+            f"  floor:       {pods / self.wall_s:8,.0f} pods/s ({self.wall_s:.1f} s: "
+            f"deployment/new alone through the same client, then {self.pages} listing pages); "
+            f"wall ratio {wall_s / self.wall_s:.2f}x, the process's CPU "
+            f"{_ratio(cpu_s, self.cpu_s)} ({cpu_s / pods * 1e6:.0f} against "
+            f"{self.cpu_s / pods * 1e6:.0f} µs a pod), the DMS stand-in's CPU "
+            f"{_ratio(dms_cpu_s, self.dms_cpu_s)}"
+        )
+
+
+def _ratio(project: float, floor: float) -> str:
+    return f"{project / floor:.2f}x" if floor > 0 else "n/a (the floor took no measurable CPU)"
+
+
+async def _creates_floor(pods: int, batch: int) -> _CreatesFloor:
+    """:class:`_CreatesFloor`, measured."""
+    ensembles = [_translate(parse_create_body(create_body(i))[0], 1) for i in range(pods)]
+    async with dms_process(serve_dms) as (url, pid):
+        client = gateway_client(url)
+        try:
+            invoke = client._runtime.client.invoke
+            await invoke(DEPLOYMENT_LIST, DeploymentListRequest(limit=1))  # the connection, warm
+            pending = iter(ensembles)
+
+            async def worker() -> None:
+                for ensemble in pending:
+                    await invoke(
+                        DEPLOYMENT_NEW,
+                        NewDeploymentRequest(ensemble),
+                        timeout_s=DEFAULT_POLICY.deploy_timeout_s,
+                    )
+
+            started, cpu, dms_cpu = time.perf_counter(), time.process_time(), cpu_of(pid)
+            await asyncio.gather(*(worker() for _ in range(batch)))
+            running, pages, has_more = 0, 0, True
+            while has_more:
+                request = DeploymentListRequest(limit=PAGE, offset=pages * PAGE)
+                page = await invoke(DEPLOYMENT_LIST, request)
+                running += sum(d.status == "Running" for d in page.deployments or ())
+                pages, has_more = pages + 1, page.has_more
+            wall, cpu, dms_cpu = (
+                time.perf_counter() - started,
+                time.process_time() - cpu,
+                cpu_of(pid) - dms_cpu,
+            )
+        finally:
+            await client.aclose()
+    if running != pods:
+        raise SystemExit(f"the creates' floor listed {running} running deployments of {pods}")
+    return _CreatesFloor(wall, cpu, dms_cpu, pages)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,16 +481,28 @@ class Run:
 
 
 async def main(run: Run) -> None:
+    print(f"load average before the run: {_load_average()} (2 cores shared: figures are noisy)")
+    floor = await _creates_floor(run.pods, run.batch)
+    async with dms_process(serve_dms) as (url, pid):
+        client = gateway_client(url)
+        try:
+            node = client._runtime.client  # the NodeClient the gateway calls the DMS through
+            await _phases(run, _DMS(Counted(node.invoke), node.security.did.uri, pid), floor)
+        finally:
+            await client.aclose()
+    print(f"load average after the run: {_load_average()}")
+
+
+async def _phases(run: Run, dms: _DMS, floor: _CreatesFloor) -> None:
+    """Every phase, on gateways calling ``dms``."""
     loop = asyncio.get_running_loop()
     pods = run.pods
-    print(f"load average before the run: {_load_average()} (2 cores shared: figures are noisy)")
     metrics = Metrics()
     gauge = _StallGauge(metrics)
     probe = _Probe()
     sampler = loop.create_task(probe.run())
     with tempfile.TemporaryDirectory(prefix="dmsgw-bench-pods-") as name:
         tmp = Path(name)
-        dms = FakeDMS(tmp / "logs")
         gateway = backend = _gateway(tmp, dms, loop, pods)
         await gateway.start()
         config = load_config(
@@ -449,7 +511,7 @@ async def main(run: Run) -> None:
         runners: list[web.AppRunner] = []
         try:
             load = _Load(backend, gateway, dms, metrics, config, runners, probe, gauge)
-            await load.run(run)
+            await load.run(run, floor)
         finally:
             for runner in runners:
                 await runner.cleanup()
@@ -464,7 +526,6 @@ async def main(run: Run) -> None:
         await _steady(rig, pods, run.steady_s)
     gauge.watch.cancel()
     sampler.cancel()
-    print(f"load average after the run: {_load_average()}")
 
 
 def _forget_handlers() -> None:
@@ -545,7 +606,7 @@ class _Load:
         self,
         backend: Gateway,
         gateway: Gateway,
-        dms: FakeDMS,
+        dms: _DMS,
         metrics: Metrics,
         config: Any,
         runners: list[web.AppRunner],
@@ -561,7 +622,7 @@ class _Load:
         self.runners = runners
         self.probe = probe
 
-    async def run(self, run: Run) -> None:
+    async def run(self, run: Run, floor: _CreatesFloor) -> None:
         gateway = self.gateway
         pods, batch, profile = run.pods, run.batch, run.profile
         # Warm the code paths (imports, caches) with a throwaway pod, then take the baseline.
@@ -575,10 +636,16 @@ class _Load:
         if profile:
             tracemalloc.start()
         profiler = cProfile.Profile() if run.profile_creates else None
-        await self._create(pods, batch, baseline, profiler)
+        await self._create(pods, batch, baseline, profiler, floor)
         if objects_before is not None:
             _print_objects_per_pod(objects_before, pods)
             _print_allocations(pods)
+        # The follows' own work once their pods run (a quiet poll, then parked on the board)
+        # is not the /status loads': they start once every follow has parked.
+        parked_s = await _until_parked(
+            gateway.board, len(gateway.book.snapshots), 120 + pods / 10, listings=0
+        )
+        print(f"every follow parked on the board {parked_s:.1f} s later")
         project_url, floor_url, size = await self._servers()
         plan = [("floor", floor_url), ("project", project_url)] * ROUNDS
         await self.gauge.reset()
@@ -594,13 +661,19 @@ class _Load:
         await self._delete_a_quarter(pods, batch)
 
     async def _create(
-        self, pods: int, batch: int, baseline: int, profiler: cProfile.Profile | None
+        self,
+        pods: int,
+        batch: int,
+        baseline: int,
+        profiler: cProfile.Profile | None,
+        floor: _CreatesFloor,
     ) -> None:
         bodies = [create_body(i) for i in range(pods)]
         await self.gauge.reset()  # and the bench's probe has caught up with the bodies' making
         started = time.perf_counter()
         wall_started = time.time()
-        cpu_started = time.process_time()
+        cpu_started, dms_cpu_started = time.process_time(), self.dms.cpu()
+        self.dms.invoke.calls.clear()
         if profiler is not None:
             profiler.enable()
         with _GCPauses() as pauses, _LongestCallback() as callbacks, _Stolen() as stolen:
@@ -608,7 +681,8 @@ class _Load:
             created_s = time.perf_counter() - started
             await _until_running(self.gateway, range(pods))
         all_running_s = time.perf_counter() - started
-        cpu_s = time.process_time() - cpu_started
+        cpu_s, dms_cpu_s = time.process_time() - cpu_started, self.dms.cpu() - dms_cpu_started
+        calls = dict(self.dms.invoke.calls)
         if profiler is not None:
             profiler.disable()
         stall = _stall_between(self.probe.samples, wall_started, time.time())
@@ -634,8 +708,9 @@ class _Load:
         print(f"  all Running: {all_running_s:8.1f} s after the first create")
         print(
             f"  CPU/pod:     {cpu_s / pods * 1e6:8.0f} µs of the process (all threads) until "
-            "every pod runs"
+            f"every pod runs; the DMS stand-in's {dms_cpu_s / pods * 1e6:.0f} µs"
         )
+        floor.report(pods, all_running_s, cpu_s, dms_cpu_s)
         print(
             f"  stall:       {stall * 1e3:8.0f} ms, the longest while creating ({callbacks.line()})"
         )
@@ -653,13 +728,13 @@ class _Load:
         longest_full_ms = max(pauses.full, default=full_gc_s) * 1e3
         print(
             f"  full GC:     {longest_full_ms:8.0f} ms, the longest of {len(pauses.full)} during "
-            f"the creates (target <= {GC_TARGET_MS} ms: "
+            f"the creates, {max(pauses.full_cpu, default=0.0) * 1e3:.0f} ms of CPU at most "
+            f"(target <= {GC_TARGET_MS} ms: "
             f"{'met' if longest_full_ms <= GC_TARGET_MS else 'NOT met'}); one after a "
             f"collect-and-freeze {full_gc_s * 1e3:.0f} ms ({tracked:,} objects tracked, "
             f"{tracked / pods:.1f} per pod, the rest frozen)"
         )
-        calls = ", ".join(f"{k.rsplit('/', 1)[1]} {v:,}" for k, v in self.dms.calls.items())
-        print(f"  fake DMS calls: {calls}")
+        print(f"  DMS calls until every pod runs: {_calls(calls)}")
         if profiler is not None:
             print("  cProfile of the creates until every pod runs (this thread only), per pod:")
             _print_profile(profiler, pods, "pod")
@@ -803,11 +878,11 @@ async def _drive_in_child(
 
 @dataclasses.dataclass(frozen=True)
 class _Rig:
-    """What the phases after the first gateway run on: its store's directory, the fake DMS,
+    """What the phases after the first gateway run on: its store's directory, the way to the DMS,
     the loop, the stall probe and the gateway's own stall gauge."""
 
     tmp: Path
-    dms: FakeDMS
+    dms: _DMS
     loop: asyncio.AbstractEventLoop
     probe: _Probe
     gauge: _StallGauge
@@ -823,7 +898,7 @@ async def _restart(rig: _Rig, pods: int, profile: bool) -> None:
     gc.freeze()
     await gauge.reset()
     wall_started = time.time()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     profiler = cProfile.Profile() if profile else None
     if profiler is not None:
         profiler.enable()
@@ -832,7 +907,7 @@ async def _restart(rig: _Rig, pods: int, profile: bool) -> None:
         await gateway.start()
         resumed_s, wall_resumed = time.perf_counter() - started, time.time()
         await _until_running(gateway, range(pods))
-    answering_s = time.perf_counter() - started
+    answering_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     # `dmsgw serve` listens once Gateway.start has returned: the stall before is the resume's,
     # which no request meets; the one after is while serving.
     resuming_stall = _stall_between(probe.samples, wall_started, wall_resumed)
@@ -848,11 +923,11 @@ async def _restart(rig: _Rig, pods: int, profile: bool) -> None:
     gc.collect()
     store = PodStore(tmp / "state.sqlite3")
     try:
-        reading = time.perf_counter()
+        reading, floor_cpu = time.perf_counter(), time.process_time()
         rows = store.load_all()
         read_s = time.perf_counter() - reading
         records = [PodRecord.from_map(row) for row in rows]
-        floor_s = time.perf_counter() - reading
+        floor_s, floor_cpu = time.perf_counter() - reading, time.process_time() - floor_cpu
         building = time.perf_counter()
         for record in records:
             snapshot_of(record, now_ns=system_clock())
@@ -880,45 +955,65 @@ async def _restart(rig: _Rig, pods: int, profile: bool) -> None:
         f"{floor_s - read_s:.3f} s); the gateway's snapshot_of alone: {snapshots_s:.3f} s"
     )
     print(
-        f"  restart ratio {ratio:.1f}x the floor; target <= {RESTART_TARGET_S:g} s: "
+        f"  restart ratio {ratio:.1f}x the floor's wall time, {_ratio(cpu_s, floor_cpu)} its "
+        f"process CPU ({cpu_s:.2f} against {floor_cpu:.2f} s); target <= {RESTART_TARGET_S:g} s: "
         f"{'met' if answering_s <= RESTART_TARGET_S else 'NOT met'}"
     )
 
 
+async def _until_parked(board: Any, followed: int, limit_s: float, *, listings: int = 2) -> float:
+    """Until every follow is parked on ``board`` and stays parked while it asks ``listings``
+    more (one asked and answered, for 2), bounded by ``limit_s``: the time it took."""
+    started = time.perf_counter()
+    mark: int | None = None  # the listings asked for when all were first seen parked
+    while mark is None or board.listings < mark + listings:
+        if board.parked < followed:
+            mark = None
+        elif mark is None:
+            mark = board.listings
+        if time.perf_counter() - started > limit_s:
+            raise SystemExit(f"{board.parked:,} of {followed:,} follows parked in {limit_s:.0f} s")
+        await asyncio.sleep(0.2)
+    return time.perf_counter() - started
+
+
 async def _steady(rig: _Rig, pods: int, most_s: float) -> None:
     """The gateway left running, every pod followed as ``dmsgw serve`` follows them: a
-    gateway resumed on the same store with the default policy and pace (each pod polled every
+    gateway resumed on the same store with the default policy and pace (each pod known every
     5 s, or every ``pods / 1,000`` s when more than 5,000 are followed), watched, once every
-    pod has been asked once, for two such periods (at most ``most_s``) while nothing but the
-    polls happens. The other phases
-    follow pods every 60-120 s, so that what they measure is not the polls; here the polls
-    are the load, and the longest stall (the collector's pauses included) is measured."""
+    resumed follow has settled and parked on the board (decision 79) and stayed parked over a
+    listing, for two such periods (at most ``most_s``) while nothing but the following
+    happens. In the other phases the board lists every 120 s, so that what they measure is
+    not the following; here the following is the load, and the longest stall (the collector's pauses
+    included) is measured."""
     dms, gauge = rig.dms, rig.gauge
     period = max(DEFAULT_POLICY.poll_max_s, pods / DEFAULT_POLLS_PER_S)
     gateway = _gateway(rig.tmp, dms, rig.loop, pods, DEFAULT_POLICY)
     await gateway.start()
     await _until_running(gateway, range(pods))
-    # Each resumed pod is first asked within one period: its first poll reads its pod again
-    # and reports what it hears to its actor. Past that, what is left is the steady state.
-    await asyncio.sleep(period)
+    # A resumed follow reads its pod again (status, manifest, logs) before it parks; what is
+    # left once all have parked, and stayed parked over a listing, is the steady state.
+    board, followed = gateway.board, len(gateway.book.snapshots)
+    settled_s = await _until_parked(board, followed, 120 + pods / 10)
+    print(f"steady state: every follow parked {settled_s:.1f} s after the resumed pods ran")
     await gauge.reset()
     watched_s = min(2 * period, most_s)
-    polls = dms.calls.get(DEPLOYMENT_STATUS.name, 0)
+    dms.invoke.calls.clear()
     wall_started = time.time()
-    cpu_started = time.process_time()
+    cpu_started, dms_cpu_started = time.process_time(), dms.cpu()
     with _GCPauses() as pauses, _LongestCallback() as callbacks, _Stolen() as stolen:
         await asyncio.sleep(watched_s)
-    cpu_s = time.process_time() - cpu_started
+    cpu_s, dms_cpu_s = time.process_time() - cpu_started, dms.cpu() - dms_cpu_started
     stall = _stall_between(rig.probe.samples, wall_started, time.time())
-    polled = dms.calls.get(DEPLOYMENT_STATUS.name, 0) - polls
     print(
-        f"steady state: {pods:,} pods followed, each polled every {period:.0f} s, watched for "
-        f"{watched_s:.0f} s"
+        f"  {pods:,} pods followed, each known every {period:.0f} s at most (parked on the "
+        f"board's listing), watched for {watched_s:.0f} s"
     )
-    per_poll_us = cpu_s / max(polled, 1) * 1e6
+    print(f"  DMS calls:   {_calls(dms.invoke.calls)}")
     print(
-        f"  polls:       {polled / watched_s:8,.0f}/s, {per_poll_us:.0f} µs of the process's CPU "
-        "each (the bench's probes included)"
+        f"  CPU:         {cpu_s / watched_s * 100:8.2f}% of one core, the gateway's process (the "
+        f"bench's probes included; {cpu_s / watched_s / pods * 1e6:.2f} µs a second a pod); "
+        f"the DMS stand-in's {dms_cpu_s / watched_s * 100:.2f}%"
     )
     verdict = "met" if stall * 1e3 <= STALL_TARGET_MS else "NOT met"
     print(
@@ -1039,8 +1134,9 @@ class _GCPauses:
         self.young = 0
         self.longest_young = 0.0
         self.full: list[float] = []
+        self.full_cpu: list[float] = []  # the same collections in the thread's CPU time
         self.collected = 0  # cyclic garbage: what reference counting could not free
-        self._started = 0.0
+        self._started = self._cpu_started = 0.0
 
     def __enter__(self) -> _GCPauses:
         gc.callbacks.append(self)
@@ -1051,11 +1147,12 @@ class _GCPauses:
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._started = time.perf_counter()
+            self._started, self._cpu_started = time.perf_counter(), time.thread_time()
             return
         self.collected += info["collected"]
         if info["generation"] == 2:
             self.full.append(time.perf_counter() - self._started)
+            self.full_cpu.append(time.thread_time() - self._cpu_started)
         else:
             self.young += 1
             self.longest_young = max(self.longest_young, time.perf_counter() - self._started)
@@ -1065,7 +1162,9 @@ class _GCPauses:
         return (
             f"  GC meanwhile: {self.young} young collections (longest "
             f"{self.longest_young * 1e3:.0f} ms), {len(self.full)} full ones (longest "
-            f"{max(self.full, default=0.0) * 1e3:.0f} ms); {self.collected:,} objects of "
+            f"{max(self.full, default=0.0) * 1e3:.0f} ms, "
+            f"{max(self.full_cpu, default=0.0) * 1e3:.0f} ms of the thread's CPU at most); "
+            f"{self.collected:,} objects of "
             "cyclic garbage collected"
         )
 
