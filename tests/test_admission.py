@@ -8,9 +8,11 @@ and ticks a microsecond each time it is read, so that "before" and "after" are n
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,8 @@ from dmsgw.interlink.capacity.admission import (
     refused_for_capacity,
     shortfall,
 )
+from dmsgw.interlink.capacity.admission_queue import TOLD_PER_TURN, AdmissionQueue
+from dmsgw.interlink.capacity.resource_actor import Gathering, PeerResources
 from dmsgw.interlink.configuration.serve_config import load_config
 from dmsgw.interlink.gateway import Gateway
 from dmsgw.interlink.records.pod_record import POD_UID_KEY, Phase
@@ -358,3 +362,43 @@ def test_the_bound_on_deployments_under_way_is_configured() -> None:
     assert load_config(env={"DMSGW_DEVNET": "1", "DMSGW_MAX_DEPLOYING": "3"}).max_deploying == 3
     with pytest.raises(DmsgwError, match=r"max_deploying .*greater than or equal to 1"):
         load_config(env={"DMSGW_DEVNET": "1", "DMSGW_MAX_DEPLOYING": "0"})
+
+
+async def test_a_long_line_is_told_why_it_waits_a_few_pods_a_turn(
+    turn: Callable[[], int],
+) -> None:
+    """Each pod told publishes its status: a burst of thousands told in one callback held the
+    event loop; the loop turns between every :data:`TOLD_PER_TURN` of them, and every pod is
+    told once."""
+    full = PeerResources("peer-1", Resources(cpu=CPU(cores=0.0), ram=RAM(size=1 << 30)))
+
+    async def gathering(since_ns: int | None) -> Gathering:
+        return (0, [full])
+
+    queue = AdmissionQueue(gathering, clock=FixedClock(0))
+    told: list[tuple[str, str]] = []
+    turns: set[int] = set()
+
+    def tell(uid: str) -> Callable[[Wait], None]:
+        def heard(wait: Wait) -> None:
+            told.append((uid, wait.reason))
+            turns.add(turn())
+
+        return heard
+
+    demand = (Resources(cpu=CPU(cores=0.5), ram=RAM(size=1 << 20)),)
+    count = 3 * TOLD_PER_TURN + 1
+    loop = asyncio.get_running_loop()
+    waits = [
+        loop.create_task(queue.wait(f"u{n}", (0, n, f"u{n}"), demand, tell(f"u{n}")))
+        for n in range(count)
+    ]
+    try:
+        await until(lambda: len(told) == count, "every pod told")
+        assert sorted(told) == sorted((f"u{n}", WAITING_FOR_CAPACITY) for n in range(count))
+        assert len(turns) >= count // TOLD_PER_TURN  # the loop turned between the groups
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+        await queue.close()

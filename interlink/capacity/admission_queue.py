@@ -69,6 +69,11 @@ class _Hold:
     settled_ns: int | None = None
 
 
+TOLD_PER_TURN = 32
+"""Waiting pods told why they wait between two turns of the loop (:meth:`AdmissionQueue.
+_blocked`)."""
+
+
 class AdmissionQueue:
     """The pods waiting for DMS capacity, and the deployments under way (see the module
     docstring). ``gathering(since_ns)`` is the peers' resources
@@ -224,13 +229,16 @@ class AdmissionQueue:
             if slots <= 0:
                 under_way = self.deploying()
                 limit = self.policy.max_deploying
-                self._blocked(entry, f"{under_way} deployments under way (at most {limit} at once)")
+                why = f"{under_way} deployments under way (at most {limit} at once)"
+                await self._blocked(entry, why)
                 return
             chosen: list[int] | None = []
             if frees is not None and peers is not None:
                 chosen = placement(entry.demand, frees)
                 if chosen is None:
-                    self._blocked(entry, shortfall(lacking(entry.demand, frees), frees, "free"))
+                    await self._blocked(
+                        entry, shortfall(lacking(entry.demand, frees), frees, "free")
+                    )
                     return
                 for node, peer in zip(entry.demand, chosen, strict=True):
                     frees[peer] = minus(frees[peer], node)
@@ -242,27 +250,37 @@ class AdmissionQueue:
             slots -= 1
             entry.admitted.set_result(None)
 
-    def _blocked(self, head: _Entry, why: str) -> None:
+    async def _blocked(self, head: _Entry, why: str) -> None:
         """The first in line waits (``why``), and so does everyone behind it: those not told
         yet hear so once (or, when no peer could ever hold them, are set aside), not at every
-        look: a line of 10,000 pods would publish 10,000 statuses a look."""
+        look: a line of 10,000 pods would publish 10,000 statuses a look. They are told
+        :data:`TOLD_PER_TURN` a turn of the loop, since each pod publishes its status: a burst
+        of thousands told in one callback would hold the loop as long as they all take
+        (bench/README.md, "Steps per turn of the loop")."""
         head.say(Wait(WAITING_FOR_CAPACITY, f"{WAITING}: {why}"))
         self._untold.discard(head.uid)
         if self._head not in (None, head.uid):  # overtaken (a higher priority came): told anew
             self._untold.add(self._head)
         self._head = head.uid
+        untold, self._untold = self._untold, set()
+        for count, uid in enumerate(untold, 1):
+            self._tell_waiting(uid)
+            if count % TOLD_PER_TURN == 0:
+                await asyncio.sleep(0)
+
+    def _tell_waiting(self, uid: str) -> None:
+        """Tell a pod behind the first in line why it waits, or set it aside if no peer could
+        ever hold it (as far as the last gathering tells)."""
+        entry = self._waiting.get(uid)
+        if entry is None:  # admitted or gone meanwhile
+            return
         offered = _offered(self._last) if self._last is not None else []
-        for uid in self._untold:
-            entry = self._waiting.get(uid)
-            if entry is None:
-                continue
-            if offered and (never := never_fits(entry.demand, offered)):
-                del self._waiting[uid]  # its place in the heap is skipped when reached
-                self._aside[uid] = entry
-                entry.say(Wait(UNSCHEDULABLE, never))
-            else:
-                entry.say(Wait(WAITING_FOR_CAPACITY, f"{WAITING}: earlier pods go first"))
-        self._untold.clear()
+        if offered and (never := never_fits(entry.demand, offered)):
+            del self._waiting[uid]  # its place in the heap is skipped when reached
+            self._aside[uid] = entry
+            entry.say(Wait(UNSCHEDULABLE, never))
+        else:
+            entry.say(Wait(WAITING_FOR_CAPACITY, f"{WAITING}: earlier pods go first"))
 
     async def _peers(self) -> list[PeerResources] | None:
         """The peers' resources, gathered after the last capacity freed; ``None``: unknown."""
