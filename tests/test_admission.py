@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import random
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,8 @@ from dmsgw.interlink.capacity.admission import (
     UNSCHEDULABLE,
     WAITING_FOR_CAPACITY,
     Wait,
+    minus,
+    minus_all,
     never_fits,
     placement,
     refused_for_capacity,
@@ -402,3 +405,30 @@ async def test_a_long_line_is_told_why_it_waits_a_few_pods_a_turn(
             wait.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
         await queue.close()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_minus_all_leaves_what_minus_one_after_another_leaves(seed: int) -> None:
+    """The queue subtracts its holds from a peer's free resources in one pass: the same as
+    subtracting them one by one, cards and the floor at zero included."""
+    rng = random.Random(seed)
+    cards = tuple(GPU(vram=rng.choice((8, 16, 24)) << 30, index=i) for i in range(3))
+    free = Resources(
+        cpu=CPU(cores=float(rng.randint(0, 8)), clock_speed=3e9),
+        ram=RAM(size=rng.randint(0, 16) << 30),
+        disk=Disk(size=rng.randint(0, 64) << 30),
+        gpus=cards if seed % 2 else None,
+    )
+    wants = [
+        Resources(
+            cpu=CPU(cores=rng.choice((0.25, 0.5, 1.0, 2.0))),
+            ram=RAM(size=rng.randint(0, 4) << 30),
+            disk=Disk(size=rng.randint(0, 8) << 30),
+            gpus=(GPU(vram=8 << 30),) if seed % 4 == 1 and rng.random() < 0.5 else None,
+        )
+        for _ in range(rng.randint(0, 12))
+    ]
+    one_by_one = free
+    for want in wants:
+        one_by_one = minus(one_by_one, want)
+    assert minus_all(free, wants) == one_by_one

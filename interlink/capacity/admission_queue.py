@@ -10,6 +10,7 @@ at the line whenever something changed (a pod came, a deployment ran or ended) a
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import heapq
@@ -29,6 +30,7 @@ from .admission import (
     Waiting,
     lacking,
     minus,
+    minus_all,
     never_fits,
     placement,
     shortfall,
@@ -297,13 +299,13 @@ class AdmissionQueue:
 
     def _frees(self, peers: Sequence[PeerResources]) -> list[Resources]:
         """The peers' free resources less what the queue admitted and they may not count."""
-        frees = [p.free for p in peers]
         index = {p.peer_id: i for i, p in enumerate(peers)}
+        held: dict[int, list[Resources]] = collections.defaultdict(list)
         for hold in self._holds.values():
             for node, peer in zip(hold.demand, hold.peers, strict=False):
                 if peer in index:
-                    frees[index[peer]] = minus(frees[index[peer]], node)
-        return frees
+                    held[index[peer]].append(node)
+        return [minus_all(p.free, held[i]) if i in held else p.free for i, p in enumerate(peers)]
 
     def _reconsider(self, peers: Iterable[PeerResources] | None) -> None:
         """Pods set aside go back in line when some peer could now hold them."""
