@@ -97,22 +97,6 @@ async def test_a_kept_run_is_served_while_the_dms_is_silent(
         await gateway.close()
 
 
-async def test_a_kept_run_is_served_when_the_dms_hangs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A DMS that takes the connection and never answers: the kept copy is served after a
-    bounded wait, well within the route's deadline."""
-    monkeypatch.setattr(pod_logs, "SILENT_AFTER_S", 0.05)
-    gateway, dms, spec = await _ended_once(tmp_path, "Never")
-    try:
-        dms.hang = True
-        async with asyncio.timeout(10):
-            assert await _read(gateway, spec) == b"the job's last words\noops\n"
-    finally:
-        dms.hang = False
-        await gateway.close()
-
-
 async def _running(tmp_path: Path) -> tuple[Gateway, _SilentDMS, dict[str, Any]]:
     """A pod whose container runs, its start read from the DMS's files (so the gateway saw
     where the DMS writes them)."""
@@ -148,17 +132,23 @@ async def test_the_live_run_is_read_where_the_dms_last_wrote_it(
         await gateway.close()
 
 
-async def test_the_live_run_is_read_when_the_dms_hangs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("run", "shown"),
+    [("ended", b"the job's last words\noops\n"), ("running", b"working\n")],
+)
+async def test_the_logs_are_served_when_the_dms_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: str, shown: bytes
 ) -> None:
     """A DMS that takes the connection and never answers: after a bounded wait, well within
-    the route's deadline, the files where it last wrote the live run."""
+    the route's deadline, the kept copy of an ended run, the files where the DMS last wrote a
+    live one."""
     monkeypatch.setattr(pod_logs, "SILENT_AFTER_S", 0.05)
-    gateway, dms, spec = await _running(tmp_path)
+    made = _ended_once(tmp_path, "Never") if run == "ended" else _running(tmp_path)
+    gateway, dms, spec = await made
     try:
         dms.hang = True
         async with asyncio.timeout(10):
-            assert await _read(gateway, spec) == b"working\n"
+            assert await _read(gateway, spec) == shown
     finally:
         dms.hang = False
         await gateway.close()
