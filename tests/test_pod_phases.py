@@ -244,3 +244,27 @@ async def test_a_shut_down_pod_whose_record_cannot_be_deleted_stays_deleting() -
         await actor.on_receive(ShutDown())
     assert services.book.records[uid(1)].phase == Phase.DELETING
     assert RESUMES[Phase.DELETING] is Step.SHUT_DOWN
+
+
+async def test_a_delete_that_comes_once_the_pod_is_gone_is_done_already() -> None:
+    """A delete arriving between the record's removal and the actor's end (interLink sends
+    its delete again; the chaos test's seed 3897349780 did): the pod is deleted, so it is a
+    no-op, not the phase table's refusal (a 500)."""
+    record = PodRecord(
+        uid=uid(1),
+        namespace="default",
+        name="p",
+        jid="j",
+        request=_request("Never", False),
+        phase=Phase.DELETING,
+        attempt=1,
+        ensemble_id="ens-1",
+    )
+    services = pod_services(None, store=_Store(), status_of=lambda r: snapshot_of(r, now_ns=0))
+    services.book.take_on(record)
+    actor = _WalkedActor(record, services)
+    actor.actor_ref = ref = _Ref()  # type: ignore[assignment]
+    await actor.on_receive(ShutDown())
+    assert (record.phase, ref.stopped) == (GONE, True)
+    await actor.delete()
+    assert record.phase == GONE and uid(1) not in services.book.records

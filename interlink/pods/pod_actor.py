@@ -63,7 +63,7 @@ from .follow_reports import (
     ShutDown,
 )
 from .pod_follower import PodFollower
-from .pod_phases import RESUMES, Event, Step, move
+from .pod_phases import GONE, RESUMES, Event, Step, move
 from .pod_services import PodServices
 
 log = logging.getLogger(__name__)
@@ -218,8 +218,9 @@ class PodActor(AsyncActor):
         """Shut the ensemble down (idempotent); the actor stops when it is done. The delete
         is stored before anything changes: a store that fails raises to the caller (nothing
         is acknowledged that was not saved) and leaves the pod as it was, its follower still
-        at work, so that a delete again completes it."""
-        if self.record.phase == Phase.DELETING:
+        at work, so that a delete again completes it. A pod deleting, or gone already (its
+        record dropped, its actor about to stop), is deleted: nothing more to do."""
+        if self.record.phase in (Phase.DELETING, GONE):
             return
         was = self.record.phase
         step = self._move(Event.DELETE)
