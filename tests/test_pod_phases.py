@@ -35,6 +35,7 @@ from dmsgw.interlink.pods.pod_phases import (
     Step,
     move,
 )
+from dmsgw.interlink.pods.pod_services import PodServices
 from dmsgw.interlink.records.pod_record import Phase, PodRecord, snapshot_of
 from dmsgw.interlink.wire.bodies import PodStatus
 from tests.support.gateway_fakes import pod, pod_services, uid
@@ -223,9 +224,9 @@ class _FullStore(_Store):
         raise OSError("disk full")
 
 
-async def test_a_shut_down_pod_whose_record_cannot_be_deleted_stays_deleting() -> None:
-    """The store refuses to drop the record: the actor fails (its supervisor restarts it) and
-    the record it resumes from still says ``deleting``, so the restart shuts down again."""
+def _deleting(store: _Store) -> tuple[PodRecord, PodServices, _WalkedActor, _Ref]:
+    """A pod deleting, its actor walked by hand over ``store``: its record, services, actor and
+    the actor's ref."""
     record = PodRecord(
         uid=uid(1),
         namespace="default",
@@ -236,10 +237,17 @@ async def test_a_shut_down_pod_whose_record_cannot_be_deleted_stays_deleting() -
         attempt=1,
         ensemble_id="ens-1",
     )
-    services = pod_services(None, store=_FullStore(), status_of=lambda r: snapshot_of(r, now_ns=0))
+    services = pod_services(None, store=store, status_of=lambda r: snapshot_of(r, now_ns=0))
     services.book.take_on(record)
     actor = _WalkedActor(record, services)
-    actor.actor_ref = _Ref()  # type: ignore[assignment]
+    actor.actor_ref = ref = _Ref()  # type: ignore[assignment]
+    return record, services, actor, ref
+
+
+async def test_a_shut_down_pod_whose_record_cannot_be_deleted_stays_deleting() -> None:
+    """The store refuses to drop the record: the actor fails (its supervisor restarts it) and
+    the record it resumes from still says ``deleting``, so the restart shuts down again."""
+    _, services, actor, _ = _deleting(_FullStore())
     with pytest.raises(OSError, match="disk full"):
         await actor.on_receive(ShutDown())
     assert services.book.records[uid(1)].phase == Phase.DELETING
@@ -250,20 +258,7 @@ async def test_a_delete_that_comes_once_the_pod_is_gone_is_done_already() -> Non
     """A delete arriving between the record's removal and the actor's end (interLink sends
     its delete again; the chaos test's seed 3897349780 did): the pod is deleted, so it is a
     no-op, not the phase table's refusal (a 500)."""
-    record = PodRecord(
-        uid=uid(1),
-        namespace="default",
-        name="p",
-        jid="j",
-        request=_request("Never", False),
-        phase=Phase.DELETING,
-        attempt=1,
-        ensemble_id="ens-1",
-    )
-    services = pod_services(None, store=_Store(), status_of=lambda r: snapshot_of(r, now_ns=0))
-    services.book.take_on(record)
-    actor = _WalkedActor(record, services)
-    actor.actor_ref = ref = _Ref()  # type: ignore[assignment]
+    record, services, actor, ref = _deleting(_Store())
     await actor.on_receive(ShutDown())
     assert (record.phase, ref.stopped) == (GONE, True)
     await actor.delete()
