@@ -119,3 +119,22 @@ async def test_a_gathering_that_fails_after_the_ping_answered_taints_the_next(
     clock.advance(30)
     healed = await capacity.ping()
     assert (healed.taints, healed.resources.cpu) == ([], "4")
+
+
+async def test_pings_that_queue_behind_a_slow_gathering_wait_no_longer_than_the_first(
+    tmp_path: Path,
+) -> None:
+    """The actor takes pings one at a time: twenty at once while a gathering hangs must not
+    wait a second each in turn (twenty seconds, past the route's deadline), but share the
+    first's wait; the test's own bound catches them waiting in turn."""
+    dms = SlowPeersDMS(tmp_path / "logs")
+    clock = FixedClock(1_700_000_000 * NS_PER_SECOND)
+    actor = ResourceActor.start(dms, ttl_s=20.0, ping_wait_s=1.0, clock=clock)
+    capacity = Capacity(actor, pods_capacity=10, clock=clock)
+    try:
+        async with asyncio.timeout(10):
+            pings = await asyncio.gather(*(capacity.ping() for _ in range(20)))
+        assert {p.resources is None for p in pings} == {True} and dms.lists == 1
+    finally:
+        dms.answer.set()
+        await capacity.close()

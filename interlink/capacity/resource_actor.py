@@ -121,16 +121,17 @@ class ResourceActor(AsyncActor):
             return cached
         return await asyncio.shield(self._gathering_since(since_ns))
 
-    async def at_hand(self) -> Gathering | None:
-        """For the ping: the peers' resources as last gathered while fresh; else a new
-        gathering if it ends within :data:`PING_WAIT_S`, and if not, the last one's outcome
-        while the new one goes on (``None``: none has ended yet). A gathering that failed
-        raises its :class:`DMSUnreachableError`."""
+    async def at_hand(self, asked_at: float) -> Gathering | None:
+        """For the ping asked at ``asked_at`` (the loop's time): the peers' resources as last
+        gathered while fresh; else a new gathering if it ends within :data:`PING_WAIT_S` of
+        the ask, and if not, the last one's outcome while the new one goes on (``None``: none
+        has ended yet). A gathering that failed raises its :class:`DMSUnreachableError`. The
+        actor takes one ask at a time: pings asked together share one wait, not one each."""
         if self._fresh(self._cached):
             return self._cached
         under_way = self._gathering_since(None)
-        try:
-            async with asyncio.timeout(self._ping_wait_s):
+        try:  # a ping that waited in the actor's mailbox waits that much less
+            async with asyncio.timeout_at(asked_at + self._ping_wait_s):
                 return await asyncio.shield(under_way)
         except TimeoutError:
             failed = self._failed
@@ -298,7 +299,8 @@ class Capacity:
 
     async def _at_hand(self) -> list[PeerResources] | None:
         """The peers' free resources for the ping (see :meth:`ResourceActor.at_hand`)."""
-        gathered: Gathering | None = await self._resources.proxy().at_hand()
+        asked_at = asyncio.get_running_loop().time()
+        gathered: Gathering | None = await self._resources.proxy().at_hand(asked_at)
         return None if gathered is None else gathered[1]
 
     async def gathering(self, since_ns: int | None = None) -> Gathering:
